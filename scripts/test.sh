@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The whole test suite: lint, types, module size gate, then pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+.venv/bin/ruff check uniradix tests benchmarks
+.venv/bin/ruff format --check uniradix tests benchmarks
+.venv/bin/mypy
+.venv/bin/python scripts/check_module_size.py uniradix 500
+.venv/bin/python -m pytest -q "$@"

@@ -1,0 +1,28 @@
+"""uniradix: one radix tree for prefix caching of hybrid (full attention + SWA + Mamba) LLMs."""
+
+from uniradix.cache import UnifiedRadixCache
+from uniradix.errors import InvariantError
+from uniradix.factory import CacheConfig, build_cache
+from uniradix.key import RadixKey
+from uniradix.types import (
+    ComponentType,
+    EvictParams,
+    InsertParams,
+    MatchPrefixParams,
+    MatchResult,
+    Req,
+)
+
+__all__ = [
+    "CacheConfig",
+    "ComponentType",
+    "EvictParams",
+    "InsertParams",
+    "InvariantError",
+    "MatchPrefixParams",
+    "MatchResult",
+    "RadixKey",
+    "Req",
+    "UnifiedRadixCache",
+    "build_cache",
+]

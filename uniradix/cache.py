@@ -1,0 +1,424 @@
+"""UnifiedRadixCache: the controller. It owns the pools, runs the tree and its components,
+and executes what they decide (every `FreeSlots` action, in order, right after each step).
+
+Typical scheduler use::
+
+    r = cache.match_prefix(MatchPrefixParams(RadixKey(prompt)))
+    req.lock = cache.inc_lock_ref(r.last_device_node)          # keep the prefix alive
+    ... allocate slots for the rest, run prefill in chunks ...
+    cache.cache_unfinished_req(req)                             # after each chunk
+    ... decode ...
+    cache.cache_finished_req(req)                               # publish, unlock, free row
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from uniradix.cache_checks import check_cache_invariants, format_tree
+from uniradix.components.base import TreeComponent
+from uniradix.components.registry import component_class
+from uniradix.errors import InvariantError
+from uniradix.key import RadixKey
+from uniradix.memory.pools import CachePools
+from uniradix.tree.core import TreeCore
+from uniradix.tree.node import TreeNode
+from uniradix.tree.policy import eviction_policy
+from uniradix.types import (
+    CacheSettings,
+    ComponentType,
+    DecLockRefParams,
+    EvictParams,
+    EvictResult,
+    FreeKind,
+    FreeSlots,
+    IncLockRefResult,
+    InsertParams,
+    InsertResult,
+    MatchPrefixParams,
+    MatchResult,
+    Req,
+)
+
+
+class UnifiedRadixCache:
+    def __init__(
+        self,
+        pools: CachePools,
+        settings: CacheSettings | None = None,
+        components: Sequence[ComponentType] = (ComponentType.FULL,),
+        component_registry_override: Mapping[ComponentType, type[TreeComponent]] | None = None,
+    ) -> None:
+        settings = settings or CacheSettings(page_size=pools.kv_allocator.page_size)
+        if not components or components[0] != ComponentType.FULL:
+            raise ValueError(f"components must start with ComponentType.FULL, got {components}")
+        if len(set(components)) != len(components):
+            raise ValueError(f"duplicate component types: {components}")
+        if pools.kv_allocator.page_size != settings.page_size:
+            raise ValueError(
+                f"allocator page_size={pools.kv_allocator.page_size} "
+                f"!= cache page_size={settings.page_size}"
+            )
+        self.pools = pools
+        self.settings = settings
+        self.page_size = settings.page_size
+        self.tree = TreeCore(
+            len(components), settings.page_size, eviction_policy(settings.eviction_policy)
+        )
+        self.components: list[TreeComponent] = [
+            component_class(ct, component_registry_override)(i, self.tree, settings)
+            for i, ct in enumerate(components)
+        ]
+        self.tree.split_hooks = list(self.components)
+        self._by_type = {c.component_type: c for c in self.components}
+        self._aux = self.components[1:]
+        self._finalizers = [
+            c for c in self.components if type(c).finalize_match is not TreeComponent.finalize_match
+        ]
+        self._free: dict[FreeKind, Callable[[torch.Tensor], None]] = pools.free_functions()
+        self._receipts: dict[int, IncLockRefResult] = {}
+        self._receipt_ids = itertools.count(1)
+        self._empty = torch.empty(0, dtype=torch.int64, device=pools.kv_allocator.device)
+        self.tree.root.data[0].value = self._empty
+
+    # ------------------------------------------------------------------ keys
+    def make_key(
+        self, token_ids: Sequence[int] | torch.Tensor, extra_key: str | None = None
+    ) -> RadixKey:
+        """The key this cache uses for `token_ids` (bigram view when EAGLE is on)."""
+        return RadixKey(token_ids, extra_key, is_bigram=self.settings.is_eagle)
+
+    def _aligned(self, key: RadixKey) -> RadixKey:
+        if not isinstance(key, RadixKey):
+            raise TypeError(f"key must be a RadixKey, got {type(key).__name__}")
+        if key.is_bigram != self.settings.is_eagle:
+            raise ValueError(
+                f"key is_bigram={key.is_bigram} but the cache has is_eagle={self.settings.is_eagle}"
+            )
+        return key.page_aligned(self.page_size)
+
+    # ------------------------------------------------------------------ match
+    def match_prefix(self, params: MatchPrefixParams) -> MatchResult:
+        """Longest cached prefix of `params.key` usable by every component.
+
+        Mutates the tree: splits a node the key ends inside, refreshes access times.
+        """
+        key = self._aligned(params.key)
+        validators = [v for c in self.components if (v := c.match_validator()) is not None]
+        walk = self.tree.match(key, validators)
+        accepted = walk.path[: walk.num_accepted]
+        self.tree.touch_path(accepted)
+        indices = self._concat([n.data[0].value for n in accepted])
+        last = accepted[-1] if accepted else self.tree.root
+        extra: dict[str, Any] = {}
+        for c in self._finalizers:
+            extra.update(c.finalize_match(walk, params))
+        return MatchResult(indices, int(indices.shape[0]), last, walk.matched_len, **extra)
+
+    # ------------------------------------------------------------------ insert
+    def insert(self, params: InsertParams) -> InsertResult:
+        """Caches `params.key` -> `params.value`; frees the value's duplicate slots."""
+        key = self._aligned(params.key)
+        value = self._checked_value(params)[: len(key)]
+        if not 0 <= params.prev_prefix_len <= len(params.key):
+            raise ValueError(
+                f"prev_prefix_len={params.prev_prefix_len} outside [0, {len(params.key)}]"
+            )
+        actions: list[FreeSlots] = []
+        prev, swa_cursor, aux = params.prev_prefix_len, params.swa_evicted_seqlen, self._aux
+
+        def on_overlap(node: TreeNode, offset: int, num: int) -> None:
+            adopted_from = num
+            for c in aux:
+                adopted_from = min(
+                    adopted_from, c.insert_overlap(node, offset, num, value, params, actions)
+                )
+            start = max(0, prev - offset)
+            if start < adopted_from:
+                self._free_duplicates(node, offset, start, adopted_from, value, swa_cursor, actions)
+
+        target, prefix_len, is_new = self.tree.insert(
+            key, on_overlap, params.inserted_len, params.priority
+        )
+        leaf_value = value[prefix_len:] if is_new else None
+        for c in self.components:
+            c.commit_insert(target, is_new, leaf_value, params, actions)
+        if is_new:
+            self.tree.update_leaf(target)
+        self._apply(actions)
+        mamba = self._by_type.get(ComponentType.MAMBA)
+        return InsertResult(prefix_len, target, mamba is not None and mamba.has_value(target))
+
+    def _checked_value(self, params: InsertParams) -> torch.Tensor:
+        value = params.value
+        if value is None:
+            return torch.tensor(params.key.tolist()[: len(params.key)], dtype=torch.int64)
+        if not isinstance(value, torch.Tensor) or value.dtype != torch.int64 or value.dim() != 1:
+            raise TypeError(f"value must be a 1-D int64 tensor, got {value!r:.80}")
+        if value.shape[0] != len(params.key):
+            raise ValueError(
+                f"value has {value.shape[0]} slots for a key of {len(params.key)} units"
+            )
+        ps = self.page_size
+        n = len(params.key) // ps * ps
+        if ps > 1 and n:
+            pages = value[:n].view(-1, ps)
+            if bool(
+                ((pages - pages[:, :1]) != torch.arange(ps, device=value.device)).any()
+            ) or bool((pages[:, 0] % ps).any()):
+                raise ValueError(
+                    f"value is not made of whole pages of {ps} slots: {value[:n].tolist()[:32]}"
+                )
+        return value
+
+    def _free_duplicates(
+        self,
+        node: TreeNode,
+        offset: int,
+        start: int,
+        end: int,
+        value: torch.Tensor,
+        swa_cursor: int,
+        actions: list[FreeSlots],
+    ) -> None:
+        """Frees the caller's slots for units `[start, end)` of `node`, which the tree holds
+        already. Slots that are the tree's own (passed back) are not duplicates."""
+        dup = value[offset + start : offset + end]
+        tree_slots = node.data[0].value
+        assert tree_slots is not None
+        dup = dup[dup != tree_slots[start:end]]
+        if not dup.shape[0]:
+            return
+        below = max(0, min(swa_cursor - offset - start, dup.shape[0]))
+        if below:
+            actions.append(FreeSlots(FreeKind.KV_FULL_ONLY, dup[:below]))
+        if below < dup.shape[0]:
+            actions.append(FreeSlots(FreeKind.KV, dup[below:]))
+
+    # ------------------------------------------------------------------ evict
+    def evict(self, params: EvictParams) -> EvictResult:
+        """Evicts at least the requested units per component where evictable ones exist."""
+        wanted = {
+            ComponentType.FULL: params.num_tokens,
+            ComponentType.SWA: params.swa_num_tokens,
+            ComponentType.MAMBA: params.mamba_num,
+        }
+        for ct, num in wanted.items():
+            if not isinstance(num, int) or num < 0:
+                raise ValueError(
+                    f"EvictParams for {ct.name} must be a non-negative int, got {num!r}"
+                )
+        tracker = [0] * len(self.components)
+        for c in self.components:
+            want = wanted[c.component_type]
+            candidates = c.eviction_candidates()
+            while tracker[c.index] < want:
+                victim = next(candidates, None)
+                if victim is None:
+                    break
+                actions: list[FreeSlots] = []
+                if victim in self.tree.leaves:
+                    self._evict_leaf(victim, actions, tracker)
+                else:
+                    self._evict_internal(victim, c, actions, tracker)
+                self._apply(actions)
+        done = {c.component_type: tracker[c.index] for c in self.components}
+        return EvictResult(*(done.get(ct, 0) for ct in wanted))
+
+    def _evict_leaf(self, node: TreeNode, actions: list[FreeSlots], tracker: list[int]) -> None:
+        # Auxiliary components first: their frees may need the full slots still present.
+        for c in reversed(self.components):
+            if c.has_value(node):
+                tracker[c.index] += c.evict_node(node, actions)
+        self.tree.remove_leaf(node)
+
+    def _evict_internal(
+        self, node: TreeNode, trigger: TreeComponent, actions: list[FreeSlots], tracker: list[int]
+    ) -> None:
+        """Tombstones `trigger` on `node` and cascades to the unlocked components of lower or
+        equal priority (never to a locked one, never to the base component)."""
+        limit = trigger.eviction_priority(is_leaf=False)
+        for c in reversed(self._aux):
+            if c is trigger or (
+                c.has_value(node)
+                and node.data[c.index].lock_ref == 0
+                and c.eviction_priority(is_leaf=False) <= limit
+            ):
+                tracker[c.index] += c.evict_node(node, actions)
+        self.tree.update_leaf(node)
+
+    def _apply(self, actions: list[FreeSlots]) -> None:
+        for action in actions:
+            self._free[action.kind](action.indices)
+
+    # ------------------------------------------------------------------ locks
+    def inc_lock_ref(self, node: TreeNode) -> IncLockRefResult:
+        """Protects the prefix ending at `node` from eviction; returns the receipt to give
+        back to `dec_lock_ref` exactly once."""
+        if not isinstance(node, TreeNode) or not self.tree.in_tree(node):
+            raise ValueError(f"inc_lock_ref: {node!r} is not a node of this cache's tree")
+        delta, uuids = 0, {}
+        for c in self.components:
+            moved, uuids[c.component_type] = c.lock(node)
+            if c.index == 0:
+                delta = moved
+        self.tree.update_leaf(node)
+        receipt = IncLockRefResult(next(self._receipt_ids), node, delta, uuids)
+        self._receipts[receipt.receipt_id] = receipt
+        return receipt
+
+    def dec_lock_ref(
+        self, node: TreeNode, params: DecLockRefParams | IncLockRefResult | None = None
+    ) -> None:
+        """Releases one lock on `node`: the receipt's (`params`), or any one taken on `node`."""
+        if params is None:
+            receipt = next((r for r in self._receipts.values() if r.node is node), None)
+            if receipt is None:
+                raise ValueError(f"dec_lock_ref: no outstanding lock on {node!r}")
+        else:
+            receipt = self._receipts.get(params.receipt_id)
+            if receipt is None:
+                raise ValueError(
+                    f"dec_lock_ref: receipt {params.receipt_id} is not outstanding "
+                    "(released twice?)"
+                )
+            if receipt.node is not node or params.node is not node:
+                raise ValueError(
+                    f"dec_lock_ref: receipt {params.receipt_id} is anchored on "
+                    f"{receipt.node}, not {node}"
+                )
+        del self._receipts[receipt.receipt_id]
+        for c in reversed(self.components):
+            if c.component_type not in receipt.skipped_lock_components:
+                c.unlock(node, receipt.component_lock_uuids[c.component_type])
+        self.tree.update_leaf(node)
+
+    # ------------------------------------------------------------------ requests
+    def cache_unfinished_req(self, req: Req, chunked: bool = False) -> None:
+        """Publishes the request's computed KV (`token_ids[:kv_committed_len]`, page aligned)
+        mid-flight, e.g. after a prefill chunk: the row then points at the tree's slots and
+        the request's lock moves to the new last node."""
+        row, key = self._req_row_and_key(req)
+        result = self._insert_req(req, row, key)
+        new = self.path_indices(result.last_device_node)
+        protected = req.cache_protected_len
+        self.pools.req_to_token_pool.write(row, protected, new[protected:])
+        if req.lock is not None:
+            self.dec_lock_ref(req.lock.node, req.lock)
+        req.lock = self.inc_lock_ref(result.last_device_node)
+        req.last_node = result.last_device_node
+        req.cache_protected_len = len(key)
+
+    def cache_finished_req(self, req: Req, is_insert: bool = True) -> None:
+        """Publishes the finished request's KV (when `is_insert`), frees every slot the tree
+        did not take, releases its lock and its row."""
+        row, key = self._req_row_and_key(req)
+        owned_from = req.cache_protected_len
+        if is_insert:
+            self._insert_req(req, row, key)
+            owned_from = len(key)
+        tail = self.pools.req_to_token_pool.read(row, owned_from, req.kv_allocated_len)
+        if tail.shape[0]:
+            self.pools.kv_allocator.free(tail)
+        if req.lock is not None:
+            self.dec_lock_ref(req.lock.node, req.lock)
+        self.pools.req_to_token_pool.free(row)
+        req.lock = None
+        req.last_node = None
+        req.req_pool_idx = None
+        req.cache_protected_len = 0
+        req.kv_allocated_len = req.kv_committed_len = 0
+
+    def _req_row_and_key(self, req: Req) -> tuple[int, RadixKey]:
+        if req.req_pool_idx is None:
+            raise ValueError("request has no req_pool_idx (never admitted, or already finished)")
+        if not 0 <= req.cache_protected_len <= req.kv_committed_len <= req.kv_allocated_len:
+            raise ValueError(
+                "request lengths must satisfy 0 <= cache_protected_len <= kv_committed_len <= "
+                f"kv_allocated_len, got {req.cache_protected_len}, {req.kv_committed_len}, "
+                f"{req.kv_allocated_len}"
+            )
+        if req.kv_committed_len > len(req.token_ids):
+            raise ValueError(
+                f"kv_committed_len={req.kv_committed_len} > {len(req.token_ids)} tokens"
+            )
+        key = self.make_key(req.token_ids[: req.kv_committed_len], req.extra_key)
+        return req.req_pool_idx, key.page_aligned(self.page_size)
+
+    def _insert_req(self, req: Req, row: int, key: RadixKey) -> InsertResult:
+        values = self.pools.req_to_token_pool.read(row, 0, len(key)).clone()
+        result = self.insert(
+            InsertParams(
+                key,
+                values,
+                prev_prefix_len=req.cache_protected_len,
+                inserted_len=req.cache_inserted_len,
+                priority=req.priority,
+                swa_evicted_seqlen=req.swa_evicted_seqlen,
+            )
+        )
+        req.cache_inserted_len = max(req.cache_inserted_len, len(key))
+        return result
+
+    def path_indices(self, node: TreeNode) -> torch.Tensor:
+        """Full-KV slots of the prefix ending at `node`."""
+        values = [n.data[0].value for n in self.tree.path_to_root(node)]
+        values.reverse()
+        return self._concat(values)
+
+    def _concat(self, values: list[torch.Tensor | None]) -> torch.Tensor:
+        if not values:
+            return self._empty
+        if len(values) == 1 and values[0] is not None:
+            return values[0]
+        present = [v for v in values if v is not None]
+        assert len(present) == len(values), "a full-KV value is missing on a cached path"
+        return torch.cat(present)
+
+    # ------------------------------------------------------------------ sizes and state
+    def component(self, component_type: ComponentType) -> TreeComponent:
+        try:
+            return self._by_type[component_type]
+        except KeyError:
+            raise ValueError(f"this cache has no {component_type.name} component") from None
+
+    def evictable_size(self, component_type: ComponentType = ComponentType.FULL) -> int:
+        return self.component(component_type).evictable_tokens
+
+    def protected_size(self, component_type: ComponentType = ComponentType.FULL) -> int:
+        return self.component(component_type).protected_tokens
+
+    def total_size(self) -> int:
+        """Full-KV units held by the tree."""
+        return self.evictable_size() + self.protected_size()
+
+    def reset(self) -> None:
+        """Empties the tree and every pool (outstanding requests and receipts become void)."""
+        self.tree.reset()
+        self.tree.root.data[0].value = self._empty
+        for c in self.components:
+            c.reset()
+        self._receipts.clear()
+        self.pools.reset()
+
+    def pretty_print(self) -> str:
+        text = format_tree(self)
+        print(text)
+        return text
+
+    def check_invariants(self, held_by_requests: Mapping[str, int] | None = None) -> None:
+        """Raises InvariantError listing every broken structural or accounting invariant.
+
+        With `held_by_requests` (slots per pool name held privately by running requests),
+        also checks `free + evictable + protected + held == capacity` exactly per pool.
+        """
+        errors = check_cache_invariants(self, held_by_requests)
+        if errors:
+            raise InvariantError("cache invariants violated:\n  " + "\n  ".join(errors))
+
+
+__all__ = ["Req", "UnifiedRadixCache"]

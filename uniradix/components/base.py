@@ -1,0 +1,158 @@
+"""TreeComponent: the hook protocol through which one kind of cached state lives in the tree.
+
+A component owns `node.data[self.index]` on every node and its own ledger of evictable and
+protected units. It never frees pool memory: eviction and insert hooks append `FreeSlots`
+actions that the cache applies, in order, right after the call.
+
+Hook phases (defaults suit a component whose state covers every token, like full attention):
+
+=========  ==============================================================================
+match      `match_validator` (stateful, sees every path node in order), `finalize_match`
+split      `redistribute_on_split` (required)
+insert     `insert_overlap` (may adopt part of the incoming value), `commit_insert`
+evict      `eviction_priority`, `eviction_candidates`, `evict_node` (required)
+lock       `lock` / `unlock` (required), returning and taking a boundary marker
+requests   `free_out_of_window` (SWA) and friends are added by the components needing them
+checks     `check_invariants`
+=========  ==============================================================================
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import torch
+
+from uniradix.tree.core import MatchWalk, TreeCore, Validator
+from uniradix.tree.node import TreeNode
+from uniradix.types import CacheSettings, ComponentType, FreeSlots, InsertParams, MatchPrefixParams
+
+
+class TreeComponent(ABC):
+    component_type: ClassVar[ComponentType]
+
+    def __init__(self, index: int, tree: TreeCore, settings: CacheSettings) -> None:
+        self.index = index
+        self.tree = tree
+        self.settings = settings
+        self.evictable_tokens = 0
+        self.protected_tokens = 0
+
+    @property
+    def name(self) -> str:
+        return self.component_type.name.lower()
+
+    def reset(self) -> None:
+        self.evictable_tokens = 0
+        self.protected_tokens = 0
+
+    # ------------------------------------------------------------------ accounting
+    def value_len(self, node: TreeNode) -> int:
+        """Units this component's value on `node` accounts for in its ledger."""
+        value = node.data[self.index].value
+        return 0 if value is None else int(value.shape[0])
+
+    def has_value(self, node: TreeNode) -> bool:
+        return node.data[self.index].value is not None
+
+    def _credit(self, node: TreeNode, num: int) -> None:
+        """A value of `num` units appeared on `node`: count it as protected if locked."""
+        if node.data[self.index].lock_ref > 0:
+            self.protected_tokens += num
+        else:
+            self.evictable_tokens += num
+
+    def _debit(self, node: TreeNode, num: int) -> None:
+        if node.data[self.index].lock_ref > 0:
+            self.protected_tokens -= num
+        else:
+            self.evictable_tokens -= num
+
+    # ------------------------------------------------------------------ match
+    def match_validator(self) -> Validator | None:
+        """A fresh predicate for one match walk, or None to accept every node."""
+        return None
+
+    def finalize_match(self, walk: MatchWalk, params: MatchPrefixParams) -> dict[str, Any]:
+        """Extra `MatchResult` fields this component reports for the walk."""
+        return {}
+
+    # ------------------------------------------------------------------ split
+    @abstractmethod
+    def redistribute_on_split(self, parent: TreeNode, child: TreeNode, split_len: int) -> None:
+        """`parent` took the first `split_len` units of `child`: move data accordingly."""
+
+    # ------------------------------------------------------------------ insert
+    def insert_overlap(
+        self,
+        node: TreeNode,
+        offset: int,
+        num_tokens: int,
+        value: torch.Tensor,
+        params: InsertParams,
+        actions: list[FreeSlots],
+    ) -> int:
+        """The insert reuses `node` (key units `[offset, offset + num_tokens)`). Returns the
+        node-relative position from which this component adopted the incoming `value`, so
+        those slots are not freed as duplicates (`num_tokens`: adopted nothing)."""
+        return num_tokens
+
+    def commit_insert(
+        self,
+        node: TreeNode,
+        is_new_leaf: bool,
+        leaf_value: torch.Tensor | None,
+        params: InsertParams,
+        actions: list[FreeSlots],
+    ) -> None:
+        """Publishes this component's data on `node`, the node ending the inserted key;
+        `leaf_value` is the full-KV slice of a new leaf."""
+        return
+
+    # ------------------------------------------------------------------ evict
+    @abstractmethod
+    def eviction_priority(self, is_leaf: bool) -> int:
+        """Evicting this component on a node also evicts components of lower or equal
+        priority there (cascade)."""
+
+    @abstractmethod
+    def eviction_candidates(self) -> Iterator[TreeNode]:
+        """Nodes to evict this component from, in eviction order; the caller evicts each one
+        before asking for the next."""
+
+    @abstractmethod
+    def evict_node(self, node: TreeNode, actions: list[FreeSlots]) -> int:
+        """Drops this component's (unlocked) value on `node`; returns the units freed."""
+
+    # ------------------------------------------------------------------ lock
+    @abstractmethod
+    def lock(self, node: TreeNode) -> tuple[int, int | None]:
+        """Protects what a request anchored at `node` needs; returns (units moved from
+        evictable to protected, boundary marker for `unlock`)."""
+
+    @abstractmethod
+    def unlock(self, node: TreeNode, marker: int | None) -> None:
+        """Undoes exactly one `lock(node)` that returned `marker`."""
+
+    # ------------------------------------------------------------------ checks
+    def check_invariants(self, errors: list[str]) -> None:
+        """Appends a message for every broken invariant of this component."""
+        evictable = protected = 0
+        i = self.index
+        for node in self.tree.nodes():
+            d = node.data[i]
+            if d.lock_ref < 0:
+                errors.append(f"{self.name}: {node} lock_ref={d.lock_ref} < 0")
+            if d.value is not None:
+                if d.lock_ref > 0:
+                    protected += self.value_len(node)
+                else:
+                    evictable += self.value_len(node)
+        if (evictable, protected) != (self.evictable_tokens, self.protected_tokens):
+            errors.append(
+                f"{self.name}: ledger evictable={self.evictable_tokens} "
+                f"protected={self.protected_tokens}, tree holds evictable={evictable} "
+                f"protected={protected}"
+            )

@@ -1,0 +1,110 @@
+"""TokenSlotAllocator: hands out KV slots of a token pool, a whole page at a time.
+
+Slots are token indices into the KV buffers. Page `p` holds slots `[p * page_size, (p + 1) *
+page_size)`; page 0 is reserved as padding and never handed out, so buffers need
+`capacity + page_size` rows::
+
+    page:   0 (reserved) | 1         | 2         | ... | num_pages
+    slots:  0 .. ps-1    | ps..2ps-1 | 2ps..3ps-1| ... |
+
+Free pages form a stack: `alloc` takes from the top in ascending order, `free` pushes back,
+so the next allocation reuses the pages freed last (warm in caches, deterministic in tests).
+A bitmap of pages in use makes freeing a slot twice, or one never allocated, raise.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+def to_numpy(indices: torch.Tensor) -> np.ndarray:
+    if not isinstance(indices, torch.Tensor):
+        raise TypeError(f"indices must be a torch.Tensor, got {type(indices).__name__}")
+    if indices.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"indices must be an int64 or int32 tensor, got {indices.dtype}")
+    return indices.detach().cpu().numpy().astype(np.int64, copy=False).reshape(-1)
+
+
+class TokenSlotAllocator:
+    def __init__(self, num_tokens: int, page_size: int = 1, device: str = "cpu") -> None:
+        if page_size < 1:
+            raise ValueError(f"page_size must be >= 1, got {page_size}")
+        if num_tokens < page_size:
+            raise ValueError(f"num_tokens={num_tokens} is less than one page ({page_size})")
+        self.page_size = page_size
+        self.device = torch.device(device)
+        self.num_pages = num_tokens // page_size
+        self.capacity = self.num_pages * page_size
+        self._stack = np.arange(self.num_pages, 0, -1, dtype=np.int64)
+        self._top = self.num_pages
+        self._in_use = np.zeros(self.num_pages + 1, dtype=bool)
+        self._page_offsets = np.arange(page_size, dtype=np.int64)
+
+    def available_size(self) -> int:
+        """Free slots."""
+        return self._top * self.page_size
+
+    def used_size(self) -> int:
+        return self.capacity - self.available_size()
+
+    def alloc(self, num_tokens: int) -> torch.Tensor | None:
+        """`num_tokens` fresh slots (a multiple of the page size), or None when short."""
+        if num_tokens < 0 or num_tokens % self.page_size:
+            raise ValueError(
+                f"alloc({num_tokens}): need a non-negative multiple of page_size={self.page_size}"
+            )
+        k = num_tokens // self.page_size
+        if k > self._top:
+            return None
+        pages = self._stack[self._top - k : self._top][::-1].copy()
+        self._top -= k
+        self._in_use[pages] = True
+        return self._slots_of(pages)
+
+    def alloc_pages(self, num_pages: int) -> torch.Tensor | None:
+        return self.alloc(num_pages * self.page_size)
+
+    def free(self, indices: torch.Tensor) -> None:
+        """Gives back the pages holding `indices` (a partial page frees its whole page)."""
+        slots = to_numpy(indices)
+        if slots.size == 0:
+            return
+        pages = np.unique(slots // self.page_size)
+        bad = (pages < 1) | (pages > self.num_pages)
+        if bad.any():
+            raise ValueError(
+                f"free: pages outside [1, {self.num_pages}]: {pages[bad][:8].tolist()}"
+            )
+        not_in_use = ~self._in_use[pages]
+        if not_in_use.any():
+            raise ValueError(
+                f"free: pages {pages[not_in_use][:8].tolist()} are not allocated "
+                "(freed twice, or never allocated)"
+            )
+        if self.page_size == 1 and pages.size != slots.size:
+            raise ValueError(f"free: duplicate slots in one call: {slots[:8].tolist()}...")
+        self._in_use[pages] = False
+        top = self._top
+        self._stack[top : top + pages.size] = pages[::-1]
+        self._top = top + pages.size
+
+    def is_allocated(self, indices: torch.Tensor) -> np.ndarray:
+        """Per slot: is its page currently handed out."""
+        pages = to_numpy(indices) // self.page_size
+        inside = (pages >= 1) & (pages <= self.num_pages)
+        result = np.zeros(pages.shape, dtype=bool)
+        result[inside] = self._in_use[pages[inside]]
+        return result
+
+    def reset(self) -> None:
+        self._stack[:] = np.arange(self.num_pages, 0, -1, dtype=np.int64)
+        self._top = self.num_pages
+        self._in_use[:] = False
+
+    def _slots_of(self, pages: np.ndarray) -> torch.Tensor:
+        if self.page_size == 1:
+            slots = pages
+        else:
+            slots = (pages[:, None] * self.page_size + self._page_offsets).reshape(-1)
+        return torch.from_numpy(slots).to(self.device)

@@ -1,0 +1,59 @@
+"""ReqToTokenPool: one row per running request mapping its positions to KV slots.
+
+`req_to_token[row, i]` is the KV slot of the request's token `i`. Row 0 is reserved padding
+(engines point dummy batch entries at it), so rows `1..size` are handed out.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class ReqToTokenPool:
+    def __init__(self, size: int, max_context_len: int, device: str = "cpu") -> None:
+        if size < 1 or max_context_len < 1:
+            raise ValueError(
+                f"need size >= 1 and max_context_len >= 1, got {size}, {max_context_len}"
+            )
+        self.size = size
+        self.max_context_len = max_context_len
+        self.req_to_token = torch.zeros(
+            (size + 1, max_context_len), dtype=torch.int64, device=device
+        )
+        self._free_rows = list(range(size, 0, -1))
+        self._in_use = [False] * (size + 1)
+
+    def available_size(self) -> int:
+        return len(self._free_rows)
+
+    def alloc(self) -> int | None:
+        """A free row index, or None when every row is taken."""
+        if not self._free_rows:
+            return None
+        row = self._free_rows.pop()
+        self._in_use[row] = True
+        return row
+
+    def free(self, row: int) -> None:
+        if not (1 <= row <= self.size) or not self._in_use[row]:
+            raise ValueError(f"free: row {row} is not allocated")
+        self._in_use[row] = False
+        self._free_rows.append(row)
+
+    def write(self, row: int, start: int, slots: torch.Tensor) -> None:
+        """Sets `req_to_token[row, start : start + len(slots)] = slots`."""
+        end = start + slots.shape[0]
+        if not self._in_use[row]:
+            raise ValueError(f"write: row {row} is not allocated")
+        if start < 0 or end > self.max_context_len:
+            raise ValueError(
+                f"write: positions [{start}, {end}) exceed max_context_len={self.max_context_len}"
+            )
+        self.req_to_token[row, start:end] = slots
+
+    def read(self, row: int, start: int, end: int) -> torch.Tensor:
+        return self.req_to_token[row, start:end]
+
+    def reset(self) -> None:
+        self._free_rows = list(range(self.size, 0, -1))
+        self._in_use = [False] * (self.size + 1)

@@ -1,0 +1,226 @@
+"""TreeCore: the radix tree's structure (match walk, insert walk, split, leaf removal).
+
+The core knows nodes, keys, access times and which nodes are evictable leaves. It knows
+nothing of pools, devices or model types: per-component data is redistributed on a split by
+the components' `redistribute_on_split` hook, and it never frees memory.
+
+Component 0 is the base component (full attention): a node is alive while its base value is
+present, and leaves are evictable only when no component holds a lock on them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import NamedTuple, Protocol
+
+from uniradix.key import UNIT_BYTES, RadixKey, common_prefix_len
+from uniradix.tree.leaves import EvictableLeaves
+from uniradix.tree.node import TreeNode
+from uniradix.tree.policy import PolicyKey
+
+Validator = Callable[[TreeNode], bool]
+
+
+class SplitHook(Protocol):
+    def redistribute_on_split(self, parent: TreeNode, child: TreeNode, split_len: int) -> None:
+        """`parent` now holds the first `split_len` units of `child`'s old edge."""
+
+
+class MatchWalk(NamedTuple):
+    path: list[TreeNode]  # matched nodes from the root's child down (a split ends it)
+    num_accepted: int  # path[:num_accepted] passed every validator; the rest did not
+    matched_len: int  # units matched along the whole path
+
+
+OverlapHook = Callable[[TreeNode, int, int], None]
+"""Called as (node, offset of node in the key, units of node) for each reused node."""
+
+
+class TreeCore:
+    def __init__(
+        self,
+        num_components: int,
+        page_size: int,
+        policy: PolicyKey,
+        split_hooks: Sequence[SplitHook] = (),
+    ) -> None:
+        if page_size < 1:
+            raise ValueError(f"page_size must be >= 1, got {page_size}")
+        self.num_components = num_components
+        self.page_size = page_size
+        self.split_hooks = list(split_hooks)
+        self.leaves = EvictableLeaves(policy)
+        self._next_id = 0
+        self._time = 0
+        self.root = self._new_node(b"", None, None)
+
+    def reset(self) -> None:
+        self.leaves.clear()
+        self.root = self._new_node(b"", None, None)
+
+    def tick(self) -> int:
+        self._time += 1
+        return self._time
+
+    # ------------------------------------------------------------------ match
+    def match(self, key: RadixKey, validators: Sequence[Validator]) -> MatchWalk:
+        """Walks `key` (page aligned) from the root. Splits a node where the key ends or
+        diverges inside it. Every validator sees every path node in order (they may be
+        stateful); the match is usable up to the deepest node all of them accepted."""
+        units, ps, ns = key.units, self.page_size, key.extra_key
+        n_bytes = len(units)
+        page_bytes = ps * UNIT_BYTES
+        node, off, path = self.root, 0, []
+        while off < n_bytes:
+            page = units[off : off + page_bytes]
+            child = node.children.get(page if ns is None else (ns, page))
+            if child is None:
+                break
+            edge = child.key
+            seg = units[off : off + len(edge)]
+            if seg == edge:
+                path.append(child)
+                off += len(edge)
+                node = child
+                continue
+            p = common_prefix_len(edge, seg)
+            p -= p % ps
+            path.append(self.split(child, p))
+            off += p * UNIT_BYTES
+            break
+        num_accepted = 0
+        for i, n in enumerate(path):
+            ok = True
+            for validate in validators:
+                ok = validate(n) and ok
+            if ok:
+                num_accepted = i + 1
+        return MatchWalk(path, num_accepted, off // UNIT_BYTES)
+
+    def touch_path(self, path: Sequence[TreeNode]) -> None:
+        """Marks `path` (root side first) accessed; deeper nodes get later times, so a parent
+        never looks more recent than its child."""
+        t = self._time
+        for n in path:
+            t += 1
+            n.last_access_time = t
+        self._time = t
+        if path:
+            self.leaves.refresh(path[-1])
+
+    # ------------------------------------------------------------------ insert
+    def insert(
+        self,
+        key: RadixKey,
+        on_overlap: OverlapHook,
+        inserted_len: int = 0,
+        priority: int = 0,
+    ) -> tuple[TreeNode, int, bool]:
+        """Walks `key` (page aligned), splitting where it diverges, calls `on_overlap` for
+        each node the key already covers, and appends a new leaf for the rest.
+
+        Returns (target node ending the key, units already present, whether it is a new leaf).
+        The new leaf carries no component data: the caller commits it.
+        """
+        units, ps, ns = key.units, self.page_size, key.extra_key
+        n_bytes = len(units)
+        page_bytes = ps * UNIT_BYTES
+        node, off = self.root, 0
+        while off < n_bytes:
+            page = units[off : off + page_bytes]
+            child = node.children.get(page if ns is None else (ns, page))
+            if child is None:
+                break
+            edge = child.key
+            seg = units[off : off + len(edge)]
+            p = len(edge) // UNIT_BYTES if seg == edge else common_prefix_len(edge, seg)
+            if p * UNIT_BYTES < len(edge):
+                p -= p % ps
+                child = self.split(child, p)
+            child.last_access_time = self.tick()
+            child.priority = max(child.priority, priority)
+            if off // UNIT_BYTES + p > inserted_len:
+                child.hit_count += 1
+            self.leaves.refresh(child)
+            on_overlap(child, off // UNIT_BYTES, p)
+            off += p * UNIT_BYTES
+            node = child
+        if off == n_bytes:
+            return node, off // UNIT_BYTES, False
+        leaf = self._new_node(units[off:], ns, node)
+        leaf.priority = priority
+        node.children[leaf.child_key(ps)] = leaf
+        self.leaves.discard(node)
+        return leaf, off // UNIT_BYTES, True
+
+    # ------------------------------------------------------------------ structure
+    def split(self, child: TreeNode, split_len: int) -> TreeNode:
+        """Cuts `child`'s edge after `split_len` units; returns the new parent."""
+        assert 0 < split_len < child.num_tokens and split_len % self.page_size == 0
+        parent = child.parent
+        assert parent is not None
+        cut = split_len * UNIT_BYTES
+        new = self._new_node(child.key[:cut], child.extra_key, parent)
+        new.priority = child.priority
+        new.hit_count = child.hit_count
+        new.creation_time = child.creation_time
+        new.last_access_time = child.last_access_time
+        parent.children[child.child_key(self.page_size)] = new
+        child.key = child.key[cut:]
+        child.parent = new
+        new.children[child.child_key(self.page_size)] = child
+        for hook in self.split_hooks:
+            hook.redistribute_on_split(new, child, split_len)
+        return new
+
+    def remove_leaf(self, node: TreeNode) -> TreeNode:
+        """Detaches a childless node (its component data must already be gone)."""
+        parent = node.parent
+        assert parent is not None and not node.children, f"{node} is not a removable leaf"
+        del parent.children[node.child_key(self.page_size)]
+        node.parent = None
+        self.leaves.discard(node)
+        self.update_leaf(parent)
+        return parent
+
+    def is_evictable_leaf(self, node: TreeNode) -> bool:
+        return (
+            node.parent is not None
+            and not node.children
+            and node.data[0].value is not None
+            and all(d.lock_ref == 0 for d in node.data)
+        )
+
+    def update_leaf(self, node: TreeNode) -> None:
+        """Re-evaluates `node`'s membership of the evictable leaf set."""
+        if self.is_evictable_leaf(node):
+            self.leaves.add(node)
+        else:
+            self.leaves.discard(node)
+
+    def in_tree(self, node: TreeNode) -> bool:
+        while node.parent is not None:
+            node = node.parent
+        return node is self.root
+
+    def path_to_root(self, node: TreeNode) -> Iterator[TreeNode]:
+        """`node` and its ancestors, excluding the root."""
+        while node.parent is not None:
+            yield node
+            node = node.parent
+
+    def nodes(self) -> Iterator[TreeNode]:
+        """Every node except the root, parents before children."""
+        stack = list(self.root.children.values())
+        while stack:
+            node = stack.pop()
+            yield node
+            stack.extend(node.children.values())
+
+    def prefix_len(self, node: TreeNode) -> int:
+        """Units from the root to the end of `node`."""
+        return sum(n.num_tokens for n in self.path_to_root(node))
+
+    def _new_node(self, key: bytes, extra_key: str | None, parent: TreeNode | None) -> TreeNode:
+        self._next_id += 1
+        return TreeNode(self._next_id, key, extra_key, self.num_components, parent, self.tick())

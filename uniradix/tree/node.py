@@ -1,0 +1,91 @@
+"""TreeNode and the per-component data it carries.
+
+A node is one edge of the radix tree: `key` holds its units (see `uniradix.key`), and
+`data[i]` holds what component `i` caches for exactly those units. The tree knows nothing
+of what a value means; components interpret it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from uniradix.key import UNIT_BYTES, ChildKey
+
+
+class ComponentData:
+    """One component's state on one node.
+
+    `value` is the device indices tensor (`None` = tombstone: the node stays, this component's
+    state is gone). `lock_ref` counts the locks that keep it from eviction. `lru_prev` and
+    `lru_next` are the intrusive links of the component's LRU list (see `tree.lru`).
+    """
+
+    __slots__ = (
+        "host_lock_ref",
+        "host_value",
+        "lock_ref",
+        "lru_next",
+        "lru_prev",
+        "metadata",
+        "value",
+    )
+
+    def __init__(self, value: torch.Tensor | None = None) -> None:
+        self.value = value
+        self.lock_ref = 0
+        self.host_value: torch.Tensor | None = None
+        self.host_lock_ref = 0
+        self.metadata: dict[str, Any] | None = None
+        self.lru_prev: TreeNode | None = None
+        self.lru_next: TreeNode | None = None
+
+
+class TreeNode:
+    """A radix-tree node. `parent is None` marks the root or a node removed from the tree."""
+
+    __slots__ = (
+        "children",
+        "creation_time",
+        "data",
+        "extra_key",
+        "hit_count",
+        "id",
+        "key",
+        "last_access_time",
+        "parent",
+        "priority",
+    )
+
+    def __init__(
+        self,
+        node_id: int,
+        key: bytes,
+        extra_key: str | None,
+        num_components: int,
+        parent: TreeNode | None,
+        time: int,
+    ) -> None:
+        self.id = node_id
+        self.key = key
+        self.extra_key = extra_key
+        self.parent = parent
+        self.children: dict[ChildKey, TreeNode] = {}
+        self.data = [ComponentData() for _ in range(num_components)]
+        self.last_access_time = time
+        self.creation_time = time
+        self.hit_count = 0
+        self.priority = 0
+
+    @property
+    def num_tokens(self) -> int:
+        """Units on this edge (tokens, or bigrams for EAGLE keys)."""
+        return len(self.key) // UNIT_BYTES
+
+    def child_key(self, page_size: int) -> ChildKey:
+        page = self.key[: page_size * UNIT_BYTES]
+        return page if self.extra_key is None else (self.extra_key, page)
+
+    def __repr__(self) -> str:
+        return f"TreeNode(id={self.id}, num_tokens={self.num_tokens})"

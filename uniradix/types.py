@@ -1,0 +1,162 @@
+"""Parameters, results, actions and the request record the cache reads and writes."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from uniradix.key import RadixKey
+
+if TYPE_CHECKING:
+    from uniradix.tree.node import TreeNode
+
+
+class ComponentType(enum.IntEnum):
+    FULL = 0
+    SWA = 1
+    MAMBA = 2
+
+
+class FreeKind(enum.Enum):
+    """Which pool memory a `FreeSlots` action gives back."""
+
+    KV = "kv"  # full KV slots, and their SWA peers when the model has SWA layers
+    KV_FULL_ONLY = "kv_full_only"  # full KV slots whose SWA peers were already freed
+    SWA = "swa"  # only the SWA peers of these full KV slots (tombstoning)
+    MAMBA = "mamba"  # Mamba state slots
+
+
+@dataclass(frozen=True, slots=True)
+class FreeSlots:
+    """An instruction from the tree to the cache: give these slots back to their pool."""
+
+    kind: FreeKind
+    indices: torch.Tensor
+
+
+@dataclass(frozen=True, slots=True)
+class CacheSettings:
+    """What components need to know about the model and the cache, shared by all of them."""
+
+    page_size: int = 1
+    is_eagle: bool = False
+    eviction_policy: str = "lru"
+    sliding_window: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class MatchPrefixParams:
+    key: RadixKey
+    req: Req | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MatchResult:
+    """What a prefix lookup found.
+
+    `device_indices` are the full-KV slots of the first `device_prefix_len` units; they stay
+    valid only while `last_device_node` is locked (`inc_lock_ref`) or until the next call that
+    may evict. `full_kv_hit_length` counts every full-KV unit the walk matched, even past the
+    point where another component (SWA window, Mamba state) stopped the usable match.
+    `mamba_branching_seqlen`, when set, is where the engine should checkpoint a Mamba state so
+    the next request sharing this prefix can resume from it.
+    """
+
+    device_indices: torch.Tensor
+    device_prefix_len: int
+    last_device_node: TreeNode
+    full_kv_hit_length: int
+    mamba_branching_seqlen: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InsertParams:
+    """Insert `key` whose full-KV slots are `value` (same length).
+
+    The caller still owns `value[:prev_prefix_len]`, which already are the tree's own slots
+    (from an earlier match or insert): they are never freed as duplicates. Other slots of
+    `value` that the tree already holds under the same key are duplicates and are freed.
+    """
+
+    key: RadixKey
+    value: torch.Tensor | None = None
+    prev_prefix_len: int = 0
+    inserted_len: int = 0
+    priority: int = 0
+    mamba_value: torch.Tensor | None = None
+    swa_evicted_seqlen: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class InsertResult:
+    prefix_len: int
+    last_device_node: TreeNode
+    mamba_exist: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class EvictParams:
+    num_tokens: int = 0
+    swa_num_tokens: int = 0
+    mamba_num: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class EvictResult:
+    num_tokens_evicted: int = 0
+    swa_num_tokens_evicted: int = 0
+    mamba_num_evicted: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class IncLockRefResult:
+    """A lock receipt: give it back to `dec_lock_ref` exactly once.
+
+    `delta` is the number of full-KV units that moved from evictable to protected.
+    `component_lock_uuids` holds each component's boundary marker (SWA window), `None` when
+    its locked segment reached the root.
+    """
+
+    receipt_id: int
+    node: TreeNode
+    delta: int
+    component_lock_uuids: dict[ComponentType, int | None]
+    skipped_lock_components: tuple[ComponentType, ...] = ()
+
+    def to_dec_params(self) -> DecLockRefParams:
+        return DecLockRefParams(self.receipt_id, self.node)
+
+
+@dataclass(frozen=True, slots=True)
+class DecLockRefParams:
+    receipt_id: int
+    node: TreeNode
+
+
+@dataclass(eq=False)
+class Req:
+    """The request record the cache reads and writes (not an engine's whole request).
+
+    The caller fills `token_ids` (prompt plus the tokens generated so far), `req_pool_idx` (its
+    row in `ReqToTokenPool`), `kv_committed_len` (row entries `[0, here)` hold computed KV) and
+    `kv_allocated_len` (row entries `[0, here)` are slots this request owns or shares with the
+    tree). The cache maintains the rest: the tree owns row entries `[0, cache_protected_len)`,
+    kept alive by `lock`, which is anchored at `last_node`.
+    """
+
+    token_ids: list[int]
+    req_pool_idx: int | None = None
+    kv_committed_len: int = 0
+    kv_allocated_len: int = 0
+    extra_key: str | None = None
+    priority: int = 0
+    cache_protected_len: int = 0
+    cache_inserted_len: int = 0
+    last_node: TreeNode | None = None
+    lock: IncLockRefResult | None = None
+    swa_evicted_seqlen: int = 0
+    mamba_pool_idx: int | None = None
