@@ -26,8 +26,9 @@ def _serve(cache: UnifiedRadixCache, tokens: list[int], say: Callable[[str], Non
     pools.req_to_token_pool.write(req.req_pool_idx, 0, match.device_indices)
     req.cache_protected_len = match.device_prefix_len
     need = len(tokens) - match.device_prefix_len
-    if pools.kv_allocator.available_size() < need:
-        evicted = cache.evict(EvictParams(num_tokens=need)).num_tokens_evicted
+    short = need - pools.kv_allocator.available_size()
+    if short > 0:
+        evicted = cache.evict(EvictParams(num_tokens=short)).num_tokens_evicted
         say(f"evict  {evicted} tokens to make room")
     slots = pools.kv_allocator.alloc(need)
     assert slots is not None
