@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
+import numpy as np
 import torch
 
 from uniradix.cache_checks import check_cache_invariants, format_tree
@@ -24,6 +24,7 @@ from uniradix.components.base import TreeComponent
 from uniradix.components.registry import component_class
 from uniradix.errors import InvariantError
 from uniradix.key import RadixKey
+from uniradix.memory.allocator import to_numpy
 from uniradix.memory.pools import CachePools
 from uniradix.tree.core import TreeCore
 from uniradix.tree.node import TreeNode
@@ -42,6 +43,7 @@ from uniradix.types import (
     MatchPrefixParams,
     MatchResult,
     Req,
+    Slots,
 )
 
 
@@ -79,10 +81,12 @@ class UnifiedRadixCache:
         self._finalizers = [
             c for c in self.components if type(c).finalize_match is not TreeComponent.finalize_match
         ]
-        self._free: dict[FreeKind, Callable[[torch.Tensor], None]] = pools.free_functions()
+        self._free: dict[FreeKind, Callable[[Slots], None]] = pools.free_functions()
         self._receipts: dict[int, IncLockRefResult] = {}
         self._receipt_ids = itertools.count(1)
-        self._empty = torch.empty(0, dtype=torch.int64, device=pools.kv_allocator.device)
+        self.device = pools.kv_allocator.device
+        self._on_cpu = self.device.type == "cpu"
+        self._empty: Slots = np.empty(0, dtype=np.int64)
         self.tree.root.data[0].value = self._empty
 
     # ------------------------------------------------------------------ keys
@@ -112,12 +116,12 @@ class UnifiedRadixCache:
         walk = self.tree.match(key, validators)
         accepted = walk.path[: walk.num_accepted]
         self.tree.touch_path(accepted)
-        indices = self._concat([n.data[0].value for n in accepted])
+        slots = self._concat([n.data[0].value for n in accepted])
         last = accepted[-1] if accepted else self.tree.root
-        extra: dict[str, Any] = {}
+        result = MatchResult(self.to_device(slots), len(slots), last, walk.matched_len)
         for c in self._finalizers:
-            extra.update(c.finalize_match(walk, params))
-        return MatchResult(indices, int(indices.shape[0]), last, walk.matched_len, **extra)
+            result = result._replace(**c.finalize_match(walk, params))
+        return result
 
     # ------------------------------------------------------------------ insert
     def insert(self, params: InsertParams) -> InsertResult:
@@ -153,12 +157,12 @@ class UnifiedRadixCache:
         mamba = self._by_type.get(ComponentType.MAMBA)
         return InsertResult(prefix_len, target, mamba is not None and mamba.has_value(target))
 
-    def _checked_value(self, params: InsertParams) -> torch.Tensor:
-        value = params.value
-        if value is None:
-            return torch.tensor(params.key.tolist()[: len(params.key)], dtype=torch.int64)
-        if not isinstance(value, torch.Tensor) or value.dtype != torch.int64 or value.dim() != 1:
-            raise TypeError(f"value must be a 1-D int64 tensor, got {value!r:.80}")
+    def _checked_value(self, params: InsertParams) -> Slots:
+        if params.value is None:
+            return np.array(params.key.tolist(), dtype=np.int64)
+        if not isinstance(params.value, torch.Tensor) or params.value.dtype != torch.int64:
+            raise TypeError(f"value must be a 1-D int64 tensor, got {params.value!r:.80}")
+        value = to_numpy(params.value).copy()  # the tree must own its slots, not view a row
         if value.shape[0] != len(params.key):
             raise ValueError(
                 f"value has {value.shape[0]} slots for a key of {len(params.key)} units"
@@ -166,10 +170,9 @@ class UnifiedRadixCache:
         ps = self.page_size
         n = len(params.key) // ps * ps
         if ps > 1 and n:
-            pages = value[:n].view(-1, ps)
-            if bool(
-                ((pages - pages[:, :1]) != torch.arange(ps, device=value.device)).any()
-            ) or bool((pages[:, 0] % ps).any()):
+            pages = value[:n].reshape(-1, ps)
+            starts = pages[:, :1]
+            if (starts % ps).any() or (pages - starts != np.arange(ps)).any():
                 raise ValueError(
                     f"value is not made of whole pages of {ps} slots: {value[:n].tolist()[:32]}"
                 )
@@ -181,7 +184,7 @@ class UnifiedRadixCache:
         offset: int,
         start: int,
         end: int,
-        value: torch.Tensor,
+        value: Slots,
         swa_cursor: int,
         actions: list[FreeSlots],
     ) -> None:
@@ -350,7 +353,7 @@ class UnifiedRadixCache:
         return req.req_pool_idx, key.page_aligned(self.page_size)
 
     def _insert_req(self, req: Req, row: int, key: RadixKey) -> InsertResult:
-        values = self.pools.req_to_token_pool.read(row, 0, len(key)).clone()
+        values = self.pools.req_to_token_pool.read(row, 0, len(key))
         result = self.insert(
             InsertParams(
                 key,
@@ -365,19 +368,22 @@ class UnifiedRadixCache:
         return result
 
     def path_indices(self, node: TreeNode) -> torch.Tensor:
-        """Full-KV slots of the prefix ending at `node`."""
+        """Full-KV slots of the prefix ending at `node`, on the pool's device."""
         values = [n.data[0].value for n in self.tree.path_to_root(node)]
         values.reverse()
-        return self._concat(values)
+        return self.to_device(self._concat(values))
 
-    def _concat(self, values: list[torch.Tensor | None]) -> torch.Tensor:
-        if not values:
-            return self._empty
+    def to_device(self, slots: Slots) -> torch.Tensor:
+        """A tensor of `slots` on the pool's device (zero-copy on the CPU: never write to it)."""
+        tensor = torch.from_numpy(slots)
+        return tensor if self._on_cpu else tensor.to(self.device)
+
+    def _concat(self, values: list[Slots | None]) -> Slots:
         if len(values) == 1 and values[0] is not None:
             return values[0]
         present = [v for v in values if v is not None]
         assert len(present) == len(values), "a full-KV value is missing on a cached path"
-        return torch.cat(present)
+        return np.concatenate(present) if present else self._empty
 
     # ------------------------------------------------------------------ sizes and state
     def component(self, component_type: ComponentType) -> TreeComponent:

@@ -6,9 +6,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
-from uniradix.memory.allocator import to_numpy
 from uniradix.tree.node import TreeNode
 
 if TYPE_CHECKING:
@@ -53,10 +51,10 @@ def _check_full_pool(
 ) -> None:
     allocator = cache.pools.kv_allocator
     values = [n.data[0].value for n in cache.tree.nodes() if n.data[0].value is not None]
-    slots = np.concatenate([to_numpy(v) for v in values]) if values else np.empty(0, np.int64)
+    slots = np.concatenate(values) if values else np.empty(0, np.int64)
     if np.unique(slots).size != slots.size:
         errors.append("full: a slot is held by two tree nodes")
-    if not allocator.is_allocated(torch.from_numpy(slots)).all():
+    if not allocator.is_allocated(slots).all():
         errors.append("full: the tree holds slots the allocator considers free")
     held = cache.evictable_size() + cache.protected_size()
     private = allocator.used_size() - held

@@ -23,11 +23,16 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
-import torch
-
 from uniradix.tree.core import MatchWalk, TreeCore, Validator
 from uniradix.tree.node import TreeNode
-from uniradix.types import CacheSettings, ComponentType, FreeSlots, InsertParams, MatchPrefixParams
+from uniradix.types import (
+    CacheSettings,
+    ComponentType,
+    FreeSlots,
+    InsertParams,
+    MatchPrefixParams,
+    Slots,
+)
 
 
 class TreeComponent(ABC):
@@ -90,7 +95,7 @@ class TreeComponent(ABC):
         node: TreeNode,
         offset: int,
         num_tokens: int,
-        value: torch.Tensor,
+        value: Slots,
         params: InsertParams,
         actions: list[FreeSlots],
     ) -> int:
@@ -103,7 +108,7 @@ class TreeComponent(ABC):
         self,
         node: TreeNode,
         is_new_leaf: bool,
-        leaf_value: torch.Tensor | None,
+        leaf_value: Slots | None,
         params: InsertParams,
         actions: list[FreeSlots],
     ) -> None:

@@ -10,11 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import torch
-
 from uniradix.components.base import TreeComponent
 from uniradix.tree.node import TreeNode
-from uniradix.types import ComponentType, FreeKind, FreeSlots, InsertParams
+from uniradix.types import ComponentType, FreeKind, FreeSlots, InsertParams, Slots
 
 
 class FullComponent(TreeComponent):
@@ -31,7 +29,7 @@ class FullComponent(TreeComponent):
         self,
         node: TreeNode,
         is_new_leaf: bool,
-        leaf_value: torch.Tensor | None,
+        leaf_value: Slots | None,
         params: InsertParams,
         actions: list[FreeSlots],
     ) -> None:

@@ -15,15 +15,23 @@ A bitmap of pages in use makes freeing a slot twice, or one never allocated, rai
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
+from uniradix.types import Slots
 
-def to_numpy(indices: torch.Tensor) -> np.ndarray:
+
+def to_numpy(indices: torch.Tensor | Slots) -> Slots:
+    """Host int64 view (or copy) of 1-D pool indices given as a tensor or numpy array."""
+    if isinstance(indices, np.ndarray):
+        if indices.dtype.kind not in "iu" or indices.ndim != 1:
+            raise TypeError(f"indices must be a 1-D integer array, got {indices.dtype}")
+        return indices.astype(np.int64, copy=False)
     if not isinstance(indices, torch.Tensor):
         raise TypeError(f"indices must be a torch.Tensor, got {type(indices).__name__}")
-    if indices.dtype not in (torch.int64, torch.int32):
-        raise TypeError(f"indices must be an int64 or int32 tensor, got {indices.dtype}")
-    return indices.detach().cpu().numpy().astype(np.int64, copy=False).reshape(-1)
+    if indices.dtype not in (torch.int64, torch.int32) or indices.dim() != 1:
+        raise TypeError(f"indices must be a 1-D int64 or int32 tensor, got {indices.dtype}")
+    return indices.detach().cpu().numpy().astype(np.int64, copy=False)
 
 
 class TokenSlotAllocator:
@@ -65,16 +73,22 @@ class TokenSlotAllocator:
     def alloc_pages(self, num_pages: int) -> torch.Tensor | None:
         return self.alloc(num_pages * self.page_size)
 
-    def free(self, indices: torch.Tensor) -> None:
+    def free(self, indices: torch.Tensor | Slots) -> None:
         """Gives back the pages holding `indices` (a partial page frees its whole page)."""
         slots = to_numpy(indices)
         if slots.size == 0:
             return
-        pages = np.unique(slots // self.page_size)
-        bad = (pages < 1) | (pages > self.num_pages)
-        if bad.any():
+        pages = np.sort(slots // self.page_size if self.page_size > 1 else slots)
+        repeated = pages[1:] == pages[:-1]
+        if repeated.any():
+            if self.page_size == 1:
+                raise ValueError(
+                    f"free: duplicate slots in one call: {pages[1:][repeated][:8].tolist()}"
+                )
+            pages = pages[np.concatenate(([True], ~repeated))]
+        if pages[0] < 1 or pages[-1] > self.num_pages:
             raise ValueError(
-                f"free: pages outside [1, {self.num_pages}]: {pages[bad][:8].tolist()}"
+                f"free: pages outside [1, {self.num_pages}]: {pages[[0, -1]].tolist()}"
             )
         not_in_use = ~self._in_use[pages]
         if not_in_use.any():
@@ -82,14 +96,12 @@ class TokenSlotAllocator:
                 f"free: pages {pages[not_in_use][:8].tolist()} are not allocated "
                 "(freed twice, or never allocated)"
             )
-        if self.page_size == 1 and pages.size != slots.size:
-            raise ValueError(f"free: duplicate slots in one call: {slots[:8].tolist()}...")
         self._in_use[pages] = False
         top = self._top
         self._stack[top : top + pages.size] = pages[::-1]
         self._top = top + pages.size
 
-    def is_allocated(self, indices: torch.Tensor) -> np.ndarray:
+    def is_allocated(self, indices: torch.Tensor | Slots) -> npt.NDArray[np.bool_]:
         """Per slot: is its page currently handed out."""
         pages = to_numpy(indices) // self.page_size
         inside = (pages >= 1) & (pages <= self.num_pages)
@@ -102,7 +114,7 @@ class TokenSlotAllocator:
         self._top = self.num_pages
         self._in_use[:] = False
 
-    def _slots_of(self, pages: np.ndarray) -> torch.Tensor:
+    def _slots_of(self, pages: Slots) -> torch.Tensor:
         if self.page_size == 1:
             slots = pages
         else:

@@ -5,12 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import torch
-
 from uniradix.memory.allocator import TokenSlotAllocator
 from uniradix.memory.kv_pool import KVPool
 from uniradix.memory.req_pool import ReqToTokenPool
-from uniradix.types import FreeKind
+from uniradix.types import FreeKind, Slots
 
 
 @dataclass
@@ -19,7 +17,7 @@ class CachePools:
     kv_allocator: TokenSlotAllocator
     kv_pool: KVPool | None = None
 
-    def free_functions(self) -> dict[FreeKind, Callable[[torch.Tensor], None]]:
+    def free_functions(self) -> dict[FreeKind, Callable[[Slots], None]]:
         free = self.kv_allocator.free
         return {FreeKind.KV: free, FreeKind.KV_FULL_ONLY: free}
 

@@ -88,6 +88,8 @@ class TreeCore:
             path.append(self.split(child, p))
             off += p * UNIT_BYTES
             break
+        if not validators:
+            return MatchWalk(path, len(path), off // UNIT_BYTES)
         num_accepted = 0
         for i, n in enumerate(path):
             ok = True

@@ -9,17 +9,16 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from uniradix.key import UNIT_BYTES, ChildKey
+from uniradix.types import Slots
 
 
 class ComponentData:
     """One component's state on one node.
 
-    `value` is the device indices tensor (`None` = tombstone: the node stays, this component's
-    state is gone). `lock_ref` counts the locks that keep it from eviction. `lru_prev` and
-    `lru_next` are the intrusive links of the component's LRU list (see `tree.lru`).
+    `value` holds the pool indices (a host numpy array; `None` = tombstone: the node stays,
+    this component's state is gone). `lock_ref` counts the locks that keep it from eviction.
+    `lru_prev` and `lru_next` are the intrusive links of the component's LRU list.
     """
 
     __slots__ = (
@@ -32,10 +31,10 @@ class ComponentData:
         "value",
     )
 
-    def __init__(self, value: torch.Tensor | None = None) -> None:
+    def __init__(self, value: Slots | None = None) -> None:
         self.value = value
         self.lock_ref = 0
-        self.host_value: torch.Tensor | None = None
+        self.host_value: Slots | None = None
         self.host_lock_ref = 0
         self.metadata: dict[str, Any] | None = None
         self.lru_prev: TreeNode | None = None
