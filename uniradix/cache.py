@@ -86,6 +86,7 @@ class UnifiedRadixCache:
         self._receipt_ids = itertools.count(1)
         self.device = pools.kv_allocator.device
         self._on_cpu = self.device.type == "cpu"
+        self._page_offsets = np.arange(self.page_size, dtype=np.int64)
         self._empty: Slots = np.empty(0, dtype=np.int64)
         self.tree.root.data[0].value = self._empty
 
@@ -172,7 +173,7 @@ class UnifiedRadixCache:
         if ps > 1 and n:
             pages = value[:n].reshape(-1, ps)
             starts = pages[:, :1]
-            if (starts % ps).any() or (pages - starts != np.arange(ps)).any():
+            if (starts % ps).any() or (pages - starts != self._page_offsets).any():
                 raise ValueError(
                     f"value is not made of whole pages of {ps} slots: {value[:n].tolist()[:32]}"
                 )

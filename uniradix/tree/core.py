@@ -77,13 +77,12 @@ class TreeCore:
             if child is None:
                 break
             edge = child.key
-            seg = units[off : off + len(edge)]
-            if seg == edge:
+            if units.startswith(edge, off):
                 path.append(child)
                 off += len(edge)
                 node = child
                 continue
-            p = common_prefix_len(edge, seg)
+            p = common_prefix_len(edge, units[off : off + len(edge)])
             p -= p % ps
             path.append(self.split(child, p))
             off += p * UNIT_BYTES
@@ -134,8 +133,10 @@ class TreeCore:
             if child is None:
                 break
             edge = child.key
-            seg = units[off : off + len(edge)]
-            p = len(edge) // UNIT_BYTES if seg == edge else common_prefix_len(edge, seg)
+            if units.startswith(edge, off):
+                p = len(edge) // UNIT_BYTES
+            else:
+                p = common_prefix_len(edge, units[off : off + len(edge)])
             if p * UNIT_BYTES < len(edge):
                 p -= p % ps
                 child = self.split(child, p)
