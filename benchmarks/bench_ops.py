@@ -19,7 +19,14 @@ import time
 
 import torch
 
-from uniradix import CacheConfig, EvictParams, InsertParams, MatchPrefixParams, RadixKey, build_cache
+from uniradix import (
+    CacheConfig,
+    EvictParams,
+    InsertParams,
+    MatchPrefixParams,
+    RadixKey,
+    build_cache,
+)
 
 
 def chat_stream(num_requests: int, seed: int = 0) -> list[list[int]]:
