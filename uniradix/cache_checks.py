@@ -53,7 +53,13 @@ def check_cache_invariants(
 
 
 def checked_insert_value(params: InsertParams, page_size: int) -> torch.Tensor:
-    """`params.value` (or the key's tokens when None), after checking it is whole pages."""
+    """`params.value` (or the key's tokens when None), after checking it is whole pages and
+    that `params.mamba_value`, if any, is one state slot."""
+    mamba = params.mamba_value
+    if mamba is not None and (
+        not isinstance(mamba, torch.Tensor) or mamba.dtype != torch.int64 or mamba.shape != (1,)
+    ):
+        raise TypeError(f"mamba_value must be a [1] int64 tensor, got {mamba!r:.80}")
     value = params.value
     if value is None:
         return torch.tensor(params.key.tolist()[: len(params.key)], dtype=torch.int64)

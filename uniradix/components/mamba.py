@@ -95,12 +95,6 @@ class MambaComponent(TreeComponent):
         value = params.mamba_value
         if value is None or node is self.tree.root:
             return
-        if (
-            not isinstance(value, torch.Tensor)
-            or value.dtype != torch.int64
-            or tuple(value.shape) != (1,)
-        ):
-            raise TypeError(f"mamba_value must be a [1] int64 tensor, got {value!r:.80}")
         d = node.data[self.index]
         if d.value is not None:
             self.lru.move_to_mru(node)
