@@ -3,12 +3,15 @@ and executes what they decide (every `FreeSlots` action, in order, right after e
 
 Typical scheduler use::
 
-    r = cache.match_prefix(MatchPrefixParams(RadixKey(prompt)))
+    r = cache.match_prefix(MatchPrefixParams(RadixKey(prompt), req=req))  # Mamba: state slots
     req.lock = cache.inc_lock_ref(r.last_device_node)          # keep the prefix alive
     ... allocate slots for the rest, run prefill in chunks ...
     cache.cache_unfinished_req(req)                             # after each chunk
     ... decode ...
     cache.cache_finished_req(req)                               # publish, unlock, free row
+
+A request matched with `req=` but never admitted gives its slots back with
+`cache.release_req_slots(req)`. The Mamba protocol is in `uniradix.cache_mamba`.
 """
 
 from __future__ import annotations
@@ -288,7 +291,8 @@ class UnifiedRadixCache:
     def cache_unfinished_req(self, req: Req, chunked: bool = False) -> None:
         """Publishes the request's computed KV (`token_ids[:kv_committed_len]`, page aligned)
         mid-flight, e.g. after a prefill chunk: the row then points at the tree's slots and
-        the request's lock moves to the new last node."""
+        the request's lock moves to the new last node. With Mamba, the published prefix may
+        stop at the last tracked state (see `uniradix.cache_mamba`)."""
         row, key = self._req_row_and_key(req)
         result = self._insert_req(req, row, key, finished=False)
         new = self.path_indices(result.last_device_node)

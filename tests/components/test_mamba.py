@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 import torch
 
 from uniradix import CacheConfig, EvictParams, InsertParams, MatchPrefixParams, build_cache
 from uniradix.cache import UnifiedRadixCache
+from uniradix.components.base import TreeComponent
 from uniradix.components.mamba import MambaComponent
 from uniradix.tree.node import TreeNode
-from uniradix.types import ComponentType, InsertResult
+from uniradix.types import CacheSettings, ComponentType, FreeSlots, InsertResult, Req
 
 
 def make(page_size: int = 1, **kw: object) -> UnifiedRadixCache:
@@ -205,3 +208,58 @@ def test_settings_are_validated() -> None:
         make(mamba_cache_chunk_size=0)
     with pytest.raises(ValueError, match="EAGLE"):
         make(is_eagle=True)
+
+
+class StatelessAux(TreeComponent):
+    """Stands in for SWA at index 1 (priority 1, holds nothing) to show the Mamba component
+    works unchanged as the third component of a full+SWA+Mamba tree."""
+
+    component_type = ComponentType.SWA
+
+    def redistribute_on_split(self, parent: TreeNode, child: TreeNode, split_len: int) -> None:
+        return
+
+    def eviction_priority(self, is_leaf: bool) -> int:
+        return 0 if is_leaf else 1
+
+    def eviction_candidates(self) -> Iterator[TreeNode]:
+        return iter(())
+
+    def evict_node(self, node: TreeNode, actions: list[FreeSlots]) -> int:
+        return 0
+
+    def lock(self, node: TreeNode) -> tuple[int, int | None]:
+        return 0, None
+
+    def unlock(self, node: TreeNode, marker: int | None) -> None:
+        return
+
+
+def test_mamba_as_third_component() -> None:
+    config = CacheConfig(full_tokens=64, max_context_len=64, mamba_slots=8, num_mamba_layers=1)
+    pools = build_cache(config).pools
+    cache = UnifiedRadixCache(
+        pools,
+        CacheSettings(mamba_cache_chunk_size=2),
+        (ComponentType.FULL, ComponentType.SWA, ComponentType.MAMBA),
+        {ComponentType.SWA: StatelessAux},
+    )
+    assert mamba(cache).index == 2
+    a = insert(cache, [1, 2, 3, 4])
+    req = Req([1, 2, 3, 4, 5])
+    r = cache.match_prefix(MatchPrefixParams(cache.make_key(req.token_ids), req=req))
+    assert (r.device_prefix_len, r.last_device_node, req.mamba_pool_idx) == (
+        4,
+        a.last_device_node,
+        2,
+    )
+    r = cache.match_prefix(MatchPrefixParams(cache.make_key([1, 2, 3, 9])))
+    assert (r.device_prefix_len, r.mamba_branching_seqlen) == (0, 2)
+    cache.check_invariants({"full": 0, "mamba": 1})
+    cache.release_req_slots(req)
+    result = cache.evict(EvictParams(mamba_num=1))
+    # the match split [1..4] at 3: the state sits on the leaf [4], which goes whole
+    assert (result.num_tokens_evicted, result.mamba_num_evicted) == (1, 1)
+    assert cache.evict(EvictParams(num_tokens=3)).num_tokens_evicted == 3
+    cache.check_invariants({"full": 0, "mamba": 0, "req": 0})
+    assert cache.pools.available() == cache.pools.capacities()
