@@ -3,12 +3,15 @@ and executes what they decide (every `FreeSlots` action, in order, right after e
 
 Typical scheduler use::
 
-    r = cache.match_prefix(MatchPrefixParams(RadixKey(prompt)))
+    r = cache.match_prefix(MatchPrefixParams(RadixKey(prompt), req=req))  # Mamba: state slots
     req.lock = cache.inc_lock_ref(r.last_device_node)          # keep the prefix alive
     ... allocate slots for the rest, run prefill in chunks ...
     cache.cache_unfinished_req(req)                             # after each chunk
     ... decode ...
     cache.cache_finished_req(req)                               # publish, unlock, free row
+
+A request matched with `req=` but never admitted gives its slots back with
+`cache.release_req_slots(req)`. The Mamba protocol is in `uniradix.cache_mamba`.
 """
 
 from __future__ import annotations
@@ -19,12 +22,12 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import torch
 
-from uniradix.cache_checks import check_cache_invariants, format_tree
+from uniradix.cache_checks import check_cache_invariants, checked_insert_value, format_tree
+from uniradix.cache_mamba import MambaRequests, NoMambaRequests
 from uniradix.components.base import TreeComponent
 from uniradix.components.registry import component_class
 from uniradix.errors import InvariantError
 from uniradix.key import RadixKey
-from uniradix.memory.allocator import to_numpy
 from uniradix.memory.pools import CachePools
 from uniradix.tree.core import TreeCore
 from uniradix.tree.node import TreeNode
@@ -86,9 +89,11 @@ class UnifiedRadixCache:
         self._receipt_ids = itertools.count(1)
         self.device = pools.kv_allocator.device
         self._on_cpu = self.device.type == "cpu"
-        self._page_offsets = np.arange(self.page_size, dtype=np.int64)
         self._empty: Slots = np.empty(0, dtype=np.int64)
         self.tree.root.data[0].value = self._empty
+        self.mamba_requests = (
+            MambaRequests(self) if ComponentType.MAMBA in self._by_type else NoMambaRequests()
+        )
 
     # ------------------------------------------------------------------ keys
     def make_key(
@@ -110,7 +115,9 @@ class UnifiedRadixCache:
     def match_prefix(self, params: MatchPrefixParams) -> MatchResult:
         """Longest cached prefix of `params.key` usable by every component.
 
-        Mutates the tree: splits a node the key ends inside, refreshes access times.
+        Mutates the tree: splits a node the key ends inside, refreshes access times. With
+        `params.req` on a Mamba cache, gives the request its state slots (copy-on-write of
+        the matched state, evicting Mamba states if short; see `uniradix.cache_mamba`).
         """
         key = self._aligned(params.key)
         validators = [v for c in self.components if (v := c.match_validator()) is not None]
@@ -122,13 +129,14 @@ class UnifiedRadixCache:
         result = MatchResult(self.to_device(slots), len(slots), last, walk.matched_len)
         for c in self._finalizers:
             result = result._replace(**c.finalize_match(walk, params))
+        self.mamba_requests.after_match(params, result)
         return result
 
     # ------------------------------------------------------------------ insert
     def insert(self, params: InsertParams) -> InsertResult:
         """Caches `params.key` -> `params.value`; frees the value's duplicate slots."""
         key = self._aligned(params.key)
-        value = self._checked_value(params)[: len(key)]
+        value = checked_insert_value(params, self.page_size)[: len(key)]
         if not 0 <= params.prev_prefix_len <= len(params.key):
             raise ValueError(
                 f"prev_prefix_len={params.prev_prefix_len} outside [0, {len(params.key)}]"
@@ -150,34 +158,14 @@ class UnifiedRadixCache:
             key, on_overlap, params.inserted_len, params.priority
         )
         leaf_value = value[prefix_len:] if is_new else None
+        mamba = self._by_type.get(ComponentType.MAMBA)
+        mamba_exist = mamba is not None and (target is self.tree.root or mamba.has_value(target))
         for c in self.components:
             c.commit_insert(target, is_new, leaf_value, params, actions)
         if is_new:
             self.tree.update_leaf(target)
         self._apply(actions)
-        mamba = self._by_type.get(ComponentType.MAMBA)
-        return InsertResult(prefix_len, target, mamba is not None and mamba.has_value(target))
-
-    def _checked_value(self, params: InsertParams) -> Slots:
-        if params.value is None:
-            return np.array(params.key.tolist(), dtype=np.int64)
-        if not isinstance(params.value, torch.Tensor) or params.value.dtype != torch.int64:
-            raise TypeError(f"value must be a 1-D int64 tensor, got {params.value!r:.80}")
-        value = to_numpy(params.value).copy()  # the tree must own its slots, not view a row
-        if value.shape[0] != len(params.key):
-            raise ValueError(
-                f"value has {value.shape[0]} slots for a key of {len(params.key)} units"
-            )
-        ps = self.page_size
-        n = len(params.key) // ps * ps
-        if ps > 1 and n:
-            pages = value[:n].reshape(-1, ps)
-            starts = pages[:, :1]
-            if (starts % ps).any() or (pages - starts != self._page_offsets).any():
-                raise ValueError(
-                    f"value is not made of whole pages of {ps} slots: {value[:n].tolist()[:32]}"
-                )
-        return value
+        return InsertResult(prefix_len, target, mamba_exist)
 
     def _free_duplicates(
         self,
@@ -305,9 +293,10 @@ class UnifiedRadixCache:
     def cache_unfinished_req(self, req: Req, chunked: bool = False) -> None:
         """Publishes the request's computed KV (`token_ids[:kv_committed_len]`, page aligned)
         mid-flight, e.g. after a prefill chunk: the row then points at the tree's slots and
-        the request's lock moves to the new last node."""
+        the request's lock moves to the new last node. With Mamba, the published prefix may
+        stop at the last tracked state (see `uniradix.cache_mamba`)."""
         row, key = self._req_row_and_key(req)
-        result = self._insert_req(req, row, key)
+        result = self._insert_req(req, row, key, finished=False)
         new = self.path_indices(result.last_device_node)
         protected = req.cache_protected_len
         self.pools.req_to_token_pool.write(row, protected, new[protected:])
@@ -315,22 +304,23 @@ class UnifiedRadixCache:
             self.dec_lock_ref(req.lock.node, req.lock)
         req.lock = self.inc_lock_ref(result.last_device_node)
         req.last_node = result.last_device_node
-        req.cache_protected_len = len(key)
+        req.cache_protected_len = int(new.shape[0])
 
     def cache_finished_req(self, req: Req, is_insert: bool = True) -> None:
         """Publishes the finished request's KV (when `is_insert`), frees every slot the tree
-        did not take, releases its lock and its row."""
+        did not take, releases its lock, its row and its Mamba slots."""
         row, key = self._req_row_and_key(req)
         owned_from = req.cache_protected_len
         if is_insert:
-            self._insert_req(req, row, key)
-            owned_from = len(key)
+            result = self._insert_req(req, row, key, finished=True)
+            owned_from = self.tree.prefix_len(result.last_device_node)
         tail = self.pools.req_to_token_pool.read(row, owned_from, req.kv_allocated_len)
         if tail.shape[0]:
             self.pools.kv_allocator.free(tail)
         if req.lock is not None:
             self.dec_lock_ref(req.lock.node, req.lock)
         self.pools.req_to_token_pool.free(row)
+        self.mamba_requests.release(req)
         req.lock = None
         req.last_node = None
         req.req_pool_idx = None
@@ -353,7 +343,13 @@ class UnifiedRadixCache:
         key = self.make_key(req.token_ids[: req.kv_committed_len], req.extra_key)
         return req.req_pool_idx, key.page_aligned(self.page_size)
 
-    def _insert_req(self, req: Req, row: int, key: RadixKey) -> InsertResult:
+    def release_req_slots(self, req: Req) -> None:
+        """Gives back the slots `match_prefix(..., req=req)` handed a request that will never
+        be admitted (its Mamba slots). Idempotent; a no-op without Mamba."""
+        self.mamba_requests.release(req)
+
+    def _insert_req(self, req: Req, row: int, key: RadixKey, finished: bool) -> InsertResult:
+        key, mamba_value = self.mamba_requests.prepare_caching(req, key, finished)
         values = self.pools.req_to_token_pool.read(row, 0, len(key))
         result = self.insert(
             InsertParams(
@@ -363,8 +359,10 @@ class UnifiedRadixCache:
                 inserted_len=req.cache_inserted_len,
                 priority=req.priority,
                 swa_evicted_seqlen=req.swa_evicted_seqlen,
+                mamba_value=mamba_value,
             )
         )
+        self.mamba_requests.after_caching(req, mamba_value, result, finished)
         req.cache_inserted_len = max(req.cache_inserted_len, len(key))
         return result
 
@@ -420,8 +418,9 @@ class UnifiedRadixCache:
     def check_invariants(self, held_by_requests: Mapping[str, int] | None = None) -> None:
         """Raises InvariantError listing every broken structural or accounting invariant.
 
-        With `held_by_requests` (slots per pool name held privately by running requests),
-        also checks `free + evictable + protected + held == capacity` exactly per pool.
+        With `held_by_requests` (units per pool name held privately by running requests:
+        "full" KV slots, "mamba" state slots, "req" rows), also checks
+        `free + evictable + protected + held == capacity` exactly per named pool.
         """
         errors = check_cache_invariants(self, held_by_requests)
         if errors:

@@ -49,12 +49,20 @@ class FreeSlots:
 
 @dataclass(frozen=True, slots=True)
 class CacheSettings:
-    """What components need to know about the model and the cache, shared by all of them."""
+    """What components need to know about the model and the cache, shared by all of them.
+
+    Mamba: states are checkpointed only at multiples of the checkpoint grid
+    `lcm(mamba_cache_chunk_size, page_size)` (the SSM kernel materializes states per chunk);
+    `mamba_max_states_per_path` caps the states kept along one root-to-node path (None: no
+    cap).
+    """
 
     page_size: int = 1
     is_eagle: bool = False
     eviction_policy: str = "lru"
     sliding_window: int | None = None
+    mamba_cache_chunk_size: int = 1
+    mamba_max_states_per_path: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -156,6 +164,14 @@ class Req:
     `kv_allocated_len` (row entries `[0, here)` are slots this request owns or shares with the
     tree). The cache maintains the rest: the tree owns row entries `[0, cache_protected_len)`,
     kept alive by `lock`, which is anchored at `last_node`.
+
+    Mamba fields (see `uniradix.cache_mamba` for the protocol), all set by the cache at
+    `match_prefix(MatchPrefixParams(key, req=req))` and cleared when the request finishes:
+    `mamba_pool_idx` is the request's working state slot (the state after
+    `token_ids[:kv_committed_len]`); in extra-buffer mode `mamba_ping_pong` holds the two
+    tracking slots, `mamba_next_track_idx` the entry the runner writes next, and
+    `mamba_last_track_seqlen` / `mamba_prev_track_seqlen` the positions whose states the last
+    and the previous tracked entries hold (None: nothing tracked since the last publish).
     """
 
     token_ids: list[int]
@@ -170,3 +186,7 @@ class Req:
     lock: IncLockRefResult | None = None
     swa_evicted_seqlen: int = 0
     mamba_pool_idx: int | None = None
+    mamba_ping_pong: list[int] | None = None
+    mamba_next_track_idx: int = 0
+    mamba_last_track_seqlen: int | None = None
+    mamba_prev_track_seqlen: int | None = None

@@ -1,0 +1,184 @@
+"""MambaComponent: SSM state checkpoints, one slot on some nodes of the tree.
+
+A Mamba layer cannot resume from "the KV of a prefix": it needs the one state the prefix left
+behind. So a node's value is a 1-element int64 tensor `[slot]` holding the state after the
+whole prefix ending at that node, and only *checkpoint* nodes carry one:
+
+- a match may end only at a node holding a state (the validator); past it the full KV may
+  still match, and `mamba_branching_seqlen` tells the engine where to checkpoint next;
+- a split gives the new parent nothing (no state exists for the shorter prefix);
+- a lock protects the anchor node's state only (a request resumes from that one state);
+- eviction takes states in LRU order (a match refreshes only the state it used, so one
+  session's states do not age together), leaving tombstones on internal nodes;
+- `mamba_max_states_per_path` caps the states along a path: on each new state the
+  shallowest unlocked single-child holders lose theirs (forks are where branches resume).
+
+The ledgers count slots (`value_len` is 1). The slots themselves, and the copy-on-write of a
+matched state into a request's own slot, belong to the cache (`uniradix.cache_mamba`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from uniradix.components.base import TreeComponent
+from uniradix.memory.allocator import to_numpy
+from uniradix.tree.core import MatchWalk, TreeCore, Validator
+from uniradix.tree.lru import LRUList
+from uniradix.tree.node import TreeNode
+from uniradix.types import (
+    CacheSettings,
+    ComponentType,
+    FreeKind,
+    FreeSlots,
+    InsertParams,
+    MatchPrefixParams,
+    Slots,
+)
+
+
+class MambaComponent(TreeComponent):
+    component_type = ComponentType.MAMBA
+
+    def __init__(self, index: int, tree: TreeCore, settings: CacheSettings) -> None:
+        super().__init__(index, tree, settings)
+        chunk, cap = settings.mamba_cache_chunk_size, settings.mamba_max_states_per_path
+        if not isinstance(chunk, int) or chunk < 1:
+            raise ValueError(f"mamba_cache_chunk_size must be an int >= 1, got {chunk!r}")
+        if cap is not None and (not isinstance(cap, int) or cap < 1):
+            raise ValueError(f"mamba_max_states_per_path must be None or >= 1, got {cap!r}")
+        if settings.is_eagle:
+            raise ValueError("EAGLE bigram keys are not supported with a Mamba component")
+        self.checkpoint_grid = math.lcm(chunk, settings.page_size)
+        self.max_states_per_path = cap
+        self.lru = LRUList(index, tree.num_components)
+
+    def reset(self) -> None:
+        super().reset()
+        self.lru = LRUList(self.index, self.tree.num_components)
+
+    def slot(self, node: TreeNode) -> int | None:
+        value = node.data[self.index].value
+        return None if value is None else int(value[0])
+
+    # ------------------------------------------------------------------ match
+    def match_validator(self) -> Validator:
+        i = self.index
+        return lambda node: node.data[i].value is not None
+
+    def finalize_match(self, walk: MatchWalk, params: MatchPrefixParams) -> dict[str, Any]:
+        accepted = walk.path[: walk.num_accepted]
+        if accepted:
+            self.lru.move_to_mru(accepted[-1])
+        device_len = sum(n.num_tokens for n in accepted)
+        grid = self.checkpoint_grid
+        aligned = walk.matched_len // grid * grid
+        return {"mamba_branching_seqlen": aligned if aligned > device_len else None}
+
+    # ------------------------------------------------------------------ split
+    def redistribute_on_split(self, parent: TreeNode, child: TreeNode, split_len: int) -> None:
+        """The new parent's data stays empty: no state exists for the shorter prefix."""
+
+    # ------------------------------------------------------------------ insert
+    def commit_insert(
+        self,
+        node: TreeNode,
+        is_new_leaf: bool,
+        leaf_value: Slots | None,
+        params: InsertParams,
+        actions: list[FreeSlots],
+    ) -> None:
+        """Attaches `params.mamba_value` to `node` unless it holds a state already (then the
+        cache reports `mamba_exist` and the caller keeps, and must free, its slot)."""
+        value = params.mamba_value
+        if value is None or node is self.tree.root:
+            return
+        d = node.data[self.index]
+        if d.value is not None:
+            self.lru.move_to_mru(node)
+            return
+        d.value = to_numpy(value).copy()
+        self._credit(node, 1)
+        self.lru.insert_mru(node)
+        self._cap_path_states(node, actions)
+
+    def _cap_path_states(self, tail: TreeNode, actions: list[FreeSlots]) -> None:
+        cap = self.max_states_per_path
+        if cap is None:
+            return
+        holders = [n for n in self.tree.path_to_root(tail) if self.has_value(n)]
+        excess = len(holders) - cap
+        for node in reversed(holders):
+            if excess <= 0:
+                break
+            if node is tail or node.data[self.index].lock_ref > 0 or len(node.children) != 1:
+                continue
+            self.evict_node(node, actions)
+            excess -= 1
+
+    # ------------------------------------------------------------------ evict
+    def eviction_priority(self, is_leaf: bool) -> int:
+        return 0
+
+    def eviction_candidates(self) -> Iterator[TreeNode]:
+        while (node := self.lru.least_recent_unlocked()) is not None:
+            yield node
+
+    def evict_node(self, node: TreeNode, actions: list[FreeSlots]) -> int:
+        d = node.data[self.index]
+        assert d.value is not None and d.lock_ref == 0, f"Mamba eviction of locked {node}"
+        actions.append(FreeSlots(FreeKind.MAMBA, d.value))
+        self.evictable_tokens -= 1
+        d.value = None
+        self.lru.remove(node)
+        return 1
+
+    # ------------------------------------------------------------------ lock
+    def lock(self, node: TreeNode) -> tuple[int, int | None]:
+        if node is self.tree.root:
+            return 0, None
+        d = node.data[self.index]
+        delta = 0
+        if d.lock_ref == 0 and d.value is not None:
+            self.evictable_tokens -= 1
+            self.protected_tokens += 1
+            delta = 1
+        d.lock_ref += 1
+        return delta, None
+
+    def unlock(self, node: TreeNode, marker: int | None) -> None:
+        if node is self.tree.root:
+            return
+        d = node.data[self.index]
+        assert d.lock_ref > 0, f"Mamba release of {node} with lock_ref=0"
+        d.lock_ref -= 1
+        if d.lock_ref == 0 and d.value is not None:
+            self.protected_tokens -= 1
+            self.evictable_tokens += 1
+
+    # ------------------------------------------------------------------ checks
+    def check_invariants(self, errors: list[str]) -> None:
+        super().check_invariants(errors)
+        i = self.index
+        holders = set()
+        for node in self.tree.nodes():
+            d = node.data[i]
+            if d.value is not None:
+                holders.add(node)
+                if d.value.dtype != np.int64 or d.value.shape != (1,):
+                    errors.append(f"mamba: {node} value {d.value!r} is not one int64 slot")
+            if d.lock_ref > node.data[0].lock_ref:
+                errors.append(f"mamba: {node} lock_ref={d.lock_ref} exceeds its full lock_ref")
+        root = self.tree.root.data[i]
+        if root.value is not None or root.lock_ref:
+            errors.append("mamba: the root holds a state or a lock")
+        listed = list(self.lru)
+        if len(listed) != len(self.lru) or set(listed) != holders:
+            errors.append(
+                f"mamba: LRU lists {sorted(n.id for n in listed)} (size {len(self.lru)}), "
+                f"state holders are {sorted(n.id for n in holders)}"
+            )

@@ -1,0 +1,248 @@
+"""Mamba state memory: the slot allocator, the state tensors, and the per-request slots.
+
+A Mamba (SSM) layer's whole past is one fixed-size state per sequence: a conv state (the last
+few inputs of the short convolution) and a temporal state (the SSM recurrence). A *slot*
+indexes one such state in every Mamba layer at once::
+
+    conv_states:     [num_layers, num_slots + 1, *conv_shape]
+    temporal_states: [num_layers, num_slots + 1, *temporal_shape]
+    slot:             0 (padding) | 1 | 2 | ... | num_slots
+
+Slots are shared by running requests (their working state, plus two ping-pong tracking slots
+in extra-buffer mode) and the radix tree (checkpointed states). Zero layers is allowed: a
+simulation then carries the slot accounting without the memory.
+
+This module is memory only: which slot holds which prefix's state is the tree's business
+(`components/mamba.py`), when a request gets and gives back slots is the cache's
+(`cache_mamba.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from uniradix.memory.allocator import to_numpy
+from uniradix.types import Req, Slots
+
+PING_PONG_SIZE = 2
+
+
+class MambaSlotAllocator:
+    """Hands out slots `1..num_slots`; freeing a slot twice, or one never handed out, raises.
+
+    Free slots form a stack (`alloc` takes the lowest first on a fresh allocator, `free`
+    pushes back), so the slots freed last are reused first and tests can pin exact slots.
+    """
+
+    def __init__(self, num_slots: int, device: str = "cpu") -> None:
+        if num_slots < 1:
+            raise ValueError(f"num_slots must be >= 1, got {num_slots}")
+        self.capacity = num_slots
+        self.device = torch.device(device)
+        self._stack = np.arange(num_slots, 0, -1, dtype=np.int64)
+        self._top = num_slots
+        self._in_use = np.zeros(num_slots + 1, dtype=bool)
+
+    def available_size(self) -> int:
+        return self._top
+
+    def used_size(self) -> int:
+        return self.capacity - self._top
+
+    def alloc(self, num_slots: int) -> torch.Tensor | None:
+        """`num_slots` fresh slots as an int64 tensor, or None when short."""
+        if num_slots < 0:
+            raise ValueError(f"alloc({num_slots}): need a non-negative count")
+        if num_slots > self._top:
+            return None
+        slots = self._stack[self._top - num_slots : self._top][::-1].copy()
+        self._top -= num_slots
+        self._in_use[slots] = True
+        return torch.from_numpy(slots).to(self.device)
+
+    def alloc_one(self) -> int | None:
+        slots = self.alloc(1)
+        return None if slots is None else int(slots[0])
+
+    def free(self, indices: torch.Tensor | Slots) -> None:
+        slots = to_numpy(indices)
+        if slots.size == 0:
+            return
+        bad = (slots < 1) | (slots > self.capacity)
+        if bad.any():
+            raise ValueError(f"free: Mamba slots outside [1, {self.capacity}]: {slots[bad][:8]}")
+        if np.unique(slots).size != slots.size:
+            raise ValueError(f"free: duplicate Mamba slots in one call: {slots[:8].tolist()}")
+        not_in_use = ~self._in_use[slots]
+        if not_in_use.any():
+            raise ValueError(
+                f"free: Mamba slots {slots[not_in_use][:8].tolist()} are not allocated "
+                "(freed twice, or never allocated)"
+            )
+        self._in_use[slots] = False
+        top = self._top
+        self._stack[top : top + slots.size] = slots[::-1]
+        self._top = top + slots.size
+
+    def free_slots(self, slots: Sequence[int]) -> None:
+        self.free(torch.tensor(list(slots), dtype=torch.int64))
+
+    def is_allocated(self, indices: torch.Tensor | Slots) -> np.ndarray:
+        slots = to_numpy(indices)
+        inside = (slots >= 1) & (slots <= self.capacity)
+        result = np.zeros(slots.shape, dtype=bool)
+        result[inside] = self._in_use[slots[inside]]
+        return result
+
+    def reset(self) -> None:
+        self._stack[:] = np.arange(self.capacity, 0, -1, dtype=np.int64)
+        self._top = self.capacity
+        self._in_use[:] = False
+
+
+class MambaStatePool:
+    """The conv and temporal state tensors of every Mamba layer, indexed by slot."""
+
+    def __init__(
+        self,
+        num_slots: int,
+        num_layers: int = 0,
+        conv_shape: Sequence[int] = (1,),
+        temporal_shape: Sequence[int] = (1,),
+        dtype: torch.dtype = torch.float32,
+        device: str = "cpu",
+    ) -> None:
+        if num_slots < 1 or num_layers < 0:
+            raise ValueError(
+                f"need num_slots >= 1 and num_layers >= 0, got {num_slots}, {num_layers}"
+            )
+        rows = (num_layers, num_slots + 1)
+        self.conv_states = torch.zeros((*rows, *conv_shape), dtype=dtype, device=device)
+        self.temporal_states = torch.zeros((*rows, *temporal_shape), dtype=dtype, device=device)
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.conv_states.shape[0])
+
+    def size_bytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.conv_states, self.temporal_states))
+
+    def copy(self, src_slot: int, dst_slot: int) -> None:
+        """Every layer's state in `dst_slot` becomes a copy of `src_slot`'s."""
+        self.conv_states[:, dst_slot] = self.conv_states[:, src_slot]
+        self.temporal_states[:, dst_slot] = self.temporal_states[:, src_slot]
+
+    def clear(self, slot: int) -> None:
+        """Zero state: a sequence that has seen no token yet."""
+        self.conv_states[:, slot] = 0
+        self.temporal_states[:, slot] = 0
+
+
+class MambaReqPool:
+    """The Mamba slots of running requests, kept on the request record (`Req.mamba_*`).
+
+    Every running request owns a *working* slot (`req.mamba_pool_idx`): the state after
+    `token_ids[:kv_committed_len]`, which its Mamba layers read and update in place.
+
+    Extra-buffer mode (needed for page_size > 1) adds two *ping-pong* tracking slots
+    (`req.mamba_ping_pong`). A chunk rarely ends on a page boundary, yet the tree can only
+    checkpoint a state at one, so during a forward pass the runner copies the state at the
+    last checkpoint-grid position `s` it crosses into `track_slot(req)` and calls
+    `commit_track(req, s)`. The two entries alternate, so the previous checkpoint survives
+    while the next one is being written::
+
+        entry:     0            1
+        commit s1: [state@s1]   [ ... ]      last = 0, next = 1
+        commit s2: [state@s1]   [state@s2]   last = 1, next = 0, prev seqlen = s1
+    """
+
+    def __init__(
+        self, allocator: MambaSlotAllocator, states: MambaStatePool, extra_buffer: bool = False
+    ) -> None:
+        if states.conv_states.shape[1] < allocator.capacity + 1:
+            raise ValueError(
+                f"state pool has {states.conv_states.shape[1]} rows for "
+                f"{allocator.capacity} slots (+1 padding)"
+            )
+        self.allocator = allocator
+        self.states = states
+        self.extra_buffer = extra_buffer
+
+    @property
+    def slots_per_req(self) -> int:
+        return 1 + (PING_PONG_SIZE if self.extra_buffer else 0)
+
+    def missing_slots(self, req: Req) -> int:
+        """Slots `alloc_req` still has to hand `req`."""
+        return self.slots_per_req if req.mamba_pool_idx is None else 0
+
+    def held_slots(self, req: Req) -> list[int]:
+        held = [] if req.mamba_pool_idx is None else [req.mamba_pool_idx]
+        return held + list(req.mamba_ping_pong or ())
+
+    def alloc_req(self, req: Req) -> bool:
+        """Gives `req` its working slot (and ping-pong slots) unless it has them already.
+        The working state is *not* initialized (see `MambaStatePool.copy` / `clear`).
+        Returns False, allocating nothing, when the pool is short."""
+        if req.mamba_pool_idx is not None:
+            return True
+        slots = self.allocator.alloc(self.slots_per_req)
+        if slots is None:
+            return False
+        req.mamba_pool_idx = int(slots[0])
+        if self.extra_buffer:
+            req.mamba_ping_pong = [int(s) for s in slots[1:]]
+            req.mamba_next_track_idx = 0
+        req.mamba_last_track_seqlen = req.mamba_prev_track_seqlen = None
+        return True
+
+    def free_req(self, req: Req, keep: int | None = None) -> None:
+        """Gives back every slot `req` holds except `keep` (which the caller now owns) and
+        clears its Mamba fields. Idempotent."""
+        held = [s for s in self.held_slots(req) if s != keep]
+        if held:
+            self.allocator.free_slots(held)
+        req.mamba_pool_idx = None
+        req.mamba_ping_pong = None
+        req.mamba_next_track_idx = 0
+        req.mamba_last_track_seqlen = req.mamba_prev_track_seqlen = None
+
+    # ------------------------------------------------------------------ ping-pong tracking
+    def track_slot(self, req: Req) -> int:
+        """The slot the runner writes the next tracked state into."""
+        return self.track_slots(req)[req.mamba_next_track_idx]
+
+    def commit_track(self, req: Req, seqlen: int) -> None:
+        """`track_slot(req)` now holds the state after `token_ids[:seqlen]`."""
+        self.track_slots(req)
+        if not isinstance(seqlen, int) or seqlen <= 0:
+            raise ValueError(f"commit_track: seqlen must be a positive int, got {seqlen!r}")
+        req.mamba_prev_track_seqlen = req.mamba_last_track_seqlen
+        req.mamba_last_track_seqlen = seqlen
+        req.mamba_next_track_idx = 1 - req.mamba_next_track_idx
+
+    def tracked_entry(self, req: Req, max_seqlen: int) -> tuple[int, int] | None:
+        """(ping-pong entry, seqlen) of the newest tracked state at or below `max_seqlen`:
+        the last one, else the one before it (still intact in the other entry)."""
+        last_idx = 1 - req.mamba_next_track_idx
+        last, prev = req.mamba_last_track_seqlen, req.mamba_prev_track_seqlen
+        if last is not None and last <= max_seqlen:
+            return last_idx, last
+        if prev is not None and prev <= max_seqlen:
+            return req.mamba_next_track_idx, prev
+        return None
+
+    def track_slots(self, req: Req) -> list[int]:
+        """The request's two ping-pong slots (the list itself: donation swaps an entry)."""
+        if req.mamba_ping_pong is None:
+            raise ValueError(
+                "request has no ping-pong slots (extra-buffer mode off, or no Mamba slots: "
+                "pass req= to match_prefix at admission)"
+            )
+        return req.mamba_ping_pong
+
+    def reset(self) -> None:
+        self.allocator.reset()
