@@ -13,16 +13,19 @@ Typical scheduler use::
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 
+from uniradix import request_caching
 from uniradix.cache_checks import check_cache_invariants, format_tree
 from uniradix.components.base import TreeComponent
 from uniradix.components.registry import component_class
 from uniradix.errors import InvariantError
+from uniradix.insert_slots import checked_value, duplicate_frees
 from uniradix.key import RadixKey
 from uniradix.memory.pools import CachePools
 from uniradix.tree.core import TreeCore
@@ -74,6 +77,8 @@ class UnifiedRadixCache:
             for i, ct in enumerate(components)
         ]
         self.tree.split_hooks = list(self.components)
+        for c in self.components:
+            c.attach_pools(pools)
         self._by_type = {c.component_type: c for c in self.components}
         self._aux = self.components[1:]
         self._finalizers = [
@@ -123,11 +128,13 @@ class UnifiedRadixCache:
     def insert(self, params: InsertParams) -> InsertResult:
         """Caches `params.key` -> `params.value`; frees the value's duplicate slots."""
         key = self._aligned(params.key)
-        value = self._checked_value(params)[: len(key)]
+        value = checked_value(params, self.page_size)[: len(key)]
         if not 0 <= params.prev_prefix_len <= len(params.key):
             raise ValueError(
                 f"prev_prefix_len={params.prev_prefix_len} outside [0, {len(params.key)}]"
             )
+        for c in self.components:
+            c.check_insert(value, params)
         actions: list[FreeSlots] = []
         prev, swa_cursor, aux = params.prev_prefix_len, params.swa_evicted_seqlen, self._aux
 
@@ -139,7 +146,10 @@ class UnifiedRadixCache:
                 )
             start = max(0, prev - offset)
             if start < adopted_from:
-                self._free_duplicates(node, offset, start, adopted_from, value, swa_cursor, actions)
+                tree_slots = self._span_slots(node, num)
+                actions.extend(
+                    duplicate_frees(tree_slots, offset, start, adopted_from, value, swa_cursor)
+                )
 
         target, prefix_len, is_new = self.tree.insert(
             key, on_overlap, params.inserted_len, params.priority
@@ -153,51 +163,16 @@ class UnifiedRadixCache:
         mamba = self._by_type.get(ComponentType.MAMBA)
         return InsertResult(prefix_len, target, mamba is not None and mamba.has_value(target))
 
-    def _checked_value(self, params: InsertParams) -> torch.Tensor:
-        value = params.value
-        if value is None:
-            return torch.tensor(params.key.tolist()[: len(params.key)], dtype=torch.int64)
-        if not isinstance(value, torch.Tensor) or value.dtype != torch.int64 or value.dim() != 1:
-            raise TypeError(f"value must be a 1-D int64 tensor, got {value!r:.80}")
-        if value.shape[0] != len(params.key):
-            raise ValueError(
-                f"value has {value.shape[0]} slots for a key of {len(params.key)} units"
-            )
-        ps = self.page_size
-        n = len(params.key) // ps * ps
-        if ps > 1 and n:
-            pages = value[:n].view(-1, ps)
-            if bool(
-                ((pages - pages[:, :1]) != torch.arange(ps, device=value.device)).any()
-            ) or bool((pages[:, 0] % ps).any()):
-                raise ValueError(
-                    f"value is not made of whole pages of {ps} slots: {value[:n].tolist()[:32]}"
-                )
-        return value
-
-    def _free_duplicates(
-        self,
-        node: TreeNode,
-        offset: int,
-        start: int,
-        end: int,
-        value: torch.Tensor,
-        swa_cursor: int,
-        actions: list[FreeSlots],
-    ) -> None:
-        """Frees the caller's slots for units `[start, end)` of `node`, which the tree holds
-        already. Slots that are the tree's own (passed back) are not duplicates."""
-        dup = value[offset + start : offset + end]
-        tree_slots = node.data[0].value
-        assert tree_slots is not None
-        dup = dup[dup != tree_slots[start:end]]
-        if not dup.shape[0]:
-            return
-        below = max(0, min(swa_cursor - offset - start, dup.shape[0]))
-        if below:
-            actions.append(FreeSlots(FreeKind.KV_FULL_ONLY, dup[:below]))
-        if below < dup.shape[0]:
-            actions.append(FreeSlots(FreeKind.KV, dup[below:]))
+    def _span_slots(self, node: TreeNode, num: int) -> torch.Tensor:
+        """Full slots of the `num` units ending with `node` (a hook may have split them)."""
+        values, covered = [], 0
+        for n in self.tree.path_to_root(node):
+            if covered >= num:
+                break
+            values.append(n.data[0].value)
+            covered += n.num_tokens
+        values.reverse()
+        return self._concat(values)
 
     # ------------------------------------------------------------------ evict
     def evict(self, params: EvictParams) -> EvictResult:
@@ -302,67 +277,44 @@ class UnifiedRadixCache:
         """Publishes the request's computed KV (`token_ids[:kv_committed_len]`, page aligned)
         mid-flight, e.g. after a prefill chunk: the row then points at the tree's slots and
         the request's lock moves to the new last node."""
-        row, key = self._req_row_and_key(req)
-        result = self._insert_req(req, row, key)
-        new = self.path_indices(result.last_device_node)
-        protected = req.cache_protected_len
-        self.pools.req_to_token_pool.write(row, protected, new[protected:])
-        if req.lock is not None:
-            self.dec_lock_ref(req.lock.node, req.lock)
-        req.lock = self.inc_lock_ref(result.last_device_node)
-        req.last_node = result.last_device_node
-        req.cache_protected_len = len(key)
+        request_caching.cache_unfinished_req(self, req)
 
     def cache_finished_req(self, req: Req, is_insert: bool = True) -> None:
         """Publishes the finished request's KV (when `is_insert`), frees every slot the tree
         did not take, releases its lock and its row."""
-        row, key = self._req_row_and_key(req)
-        owned_from = req.cache_protected_len
-        if is_insert:
-            self._insert_req(req, row, key)
-            owned_from = len(key)
-        tail = self.pools.req_to_token_pool.read(row, owned_from, req.kv_allocated_len)
-        if tail.shape[0]:
-            self.pools.kv_allocator.free(tail)
-        if req.lock is not None:
-            self.dec_lock_ref(req.lock.node, req.lock)
-        self.pools.req_to_token_pool.free(row)
-        req.lock = None
-        req.last_node = None
-        req.req_pool_idx = None
-        req.cache_protected_len = 0
-        req.kv_allocated_len = req.kv_committed_len = 0
+        request_caching.cache_finished_req(self, req, is_insert)
 
-    def _req_row_and_key(self, req: Req) -> tuple[int, RadixKey]:
+    def free_out_of_window_slots(self, req: Req) -> int:
+        """Frees the slots of the running request's own positions that its attention will
+        never read again (SWA KV that left the window), advancing `req.swa_evicted_seqlen`.
+        Returns the slots freed (always 0 on a cache without windowed components)."""
         if req.req_pool_idx is None:
             raise ValueError("request has no req_pool_idx (never admitted, or already finished)")
-        if not 0 <= req.cache_protected_len <= req.kv_committed_len <= req.kv_allocated_len:
-            raise ValueError(
-                "request lengths must satisfy 0 <= cache_protected_len <= kv_committed_len <= "
-                f"kv_allocated_len, got {req.cache_protected_len}, {req.kv_committed_len}, "
-                f"{req.kv_allocated_len}"
-            )
-        if req.kv_committed_len > len(req.token_ids):
-            raise ValueError(
-                f"kv_committed_len={req.kv_committed_len} > {len(req.token_ids)} tokens"
-            )
-        key = self.make_key(req.token_ids[: req.kv_committed_len], req.extra_key)
-        return req.req_pool_idx, key.page_aligned(self.page_size)
+        row = self.pools.req_to_token_pool.read(req.req_pool_idx, 0, req.kv_committed_len)
+        actions: list[FreeSlots] = []
+        freed = sum(c.free_out_of_window(req, row, actions) for c in self._aux)
+        self._apply(actions)
+        return freed
 
-    def _insert_req(self, req: Req, row: int, key: RadixKey) -> InsertResult:
-        values = self.pools.req_to_token_pool.read(row, 0, len(key)).clone()
-        result = self.insert(
-            InsertParams(
-                key,
-                values,
-                prev_prefix_len=req.cache_protected_len,
-                inserted_len=req.cache_inserted_len,
-                priority=req.priority,
-                swa_evicted_seqlen=req.swa_evicted_seqlen,
+    def release_window_lock(self, req: Req) -> None:
+        """Releases the window part (SWA) of `req.lock` early, once the request's decode has
+        left the cached prefix's window; the full lock stays, and the later unlock skips what
+        was released. Does nothing before that, so a scheduler may call it every step."""
+        stored = None if req.lock is None else self._receipts.get(req.lock.receipt_id)
+        if stored is None:
+            raise ValueError(f"release_window_lock: request holds no outstanding lock: {req.lock}")
+        skipped = stored.skipped_lock_components
+        released = tuple(
+            c.component_type
+            for c in self._aux
+            if c.component_type not in skipped
+            and c.release_window_lock(
+                req, stored.node, stored.component_lock_uuids[c.component_type]
             )
         )
-        req.cache_inserted_len = max(req.cache_inserted_len, len(key))
-        return result
+        if released:
+            stored = dataclasses.replace(stored, skipped_lock_components=skipped + released)
+            self._receipts[stored.receipt_id] = req.lock = stored
 
     def path_indices(self, node: TreeNode) -> torch.Tensor:
         """Full-KV slots of the prefix ending at `node`."""

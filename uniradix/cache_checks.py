@@ -9,7 +9,9 @@ import numpy as np
 import torch
 
 from uniradix.memory.allocator import to_numpy
+from uniradix.memory.swa_allocator import SWASlotAllocator
 from uniradix.tree.node import TreeNode
+from uniradix.types import ComponentType
 
 if TYPE_CHECKING:
     from uniradix.cache import UnifiedRadixCache
@@ -44,33 +46,40 @@ def check_cache_invariants(
     for c in cache.components:
         c.check_invariants(errors)
     if not errors:
-        _check_full_pool(cache, held_by_requests, errors)
+        _check_pools(cache, held_by_requests, errors)
     return errors
 
 
-def _check_full_pool(
+def _check_pools(
     cache: UnifiedRadixCache, held_by_requests: Mapping[str, int] | None, errors: list[str]
 ) -> None:
+    """Per pool: tree slots are distinct and allocated, and (given what requests hold)
+    `free + evictable + protected + held == capacity`."""
+    capacities, available = cache.pools.capacities(), cache.pools.available()
     allocator = cache.pools.kv_allocator
-    values = [n.data[0].value for n in cache.tree.nodes() if n.data[0].value is not None]
-    slots = np.concatenate([to_numpy(v) for v in values]) if values else np.empty(0, np.int64)
-    if np.unique(slots).size != slots.size:
-        errors.append("full: a slot is held by two tree nodes")
-    if not allocator.is_allocated(torch.from_numpy(slots)).all():
-        errors.append("full: the tree holds slots the allocator considers free")
-    held = cache.evictable_size() + cache.protected_size()
-    private = allocator.used_size() - held
-    if private < 0:
-        errors.append(
-            f"full: tree holds {held} slots but only {allocator.used_size()} are allocated"
-        )
-    if held_by_requests is not None and "full" in held_by_requests:
-        total = allocator.available_size() + held + held_by_requests["full"]
-        if total != allocator.capacity:
-            errors.append(
-                f"full: free {allocator.available_size()} + tree {held} + requests "
-                f"{held_by_requests['full']} = {total} != capacity {allocator.capacity}"
-            )
+    checks = {"full": (ComponentType.FULL, allocator.is_allocated)}
+    if isinstance(allocator, SWASlotAllocator):
+        checks["swa"] = (ComponentType.SWA, allocator.swa.is_allocated)
+    for pool, (ct, is_allocated) in checks.items():
+        component = cache.component(ct)
+        i = component.index
+        values = [v for n in cache.tree.nodes() if (v := n.data[i].value) is not None]
+        slots = np.concatenate([to_numpy(v) for v in values]) if values else np.empty(0, np.int64)
+        if np.unique(slots).size != slots.size:
+            errors.append(f"{pool}: a slot is held by two tree nodes")
+        if not is_allocated(torch.from_numpy(slots)).all():
+            errors.append(f"{pool}: the tree holds slots the allocator considers free")
+        free, capacity = available[pool], capacities[pool]
+        held = component.evictable_tokens + component.protected_tokens
+        if held > capacity - free:
+            errors.append(f"{pool}: tree holds {held} slots but only {capacity - free} are in use")
+        if held_by_requests is not None and pool in held_by_requests:
+            total = free + held + held_by_requests[pool]
+            if total != capacity:
+                errors.append(
+                    f"{pool}: free {free} + tree {held} + requests {held_by_requests[pool]} "
+                    f"= {total} != capacity {capacity}"
+                )
 
 
 def format_tree(cache: UnifiedRadixCache) -> str:

@@ -9,12 +9,17 @@ from uniradix.memory.allocator import TokenSlotAllocator
 from uniradix.memory.kv_pool import KVPool
 from uniradix.memory.pools import CachePools
 from uniradix.memory.req_pool import ReqToTokenPool
+from uniradix.memory.swa_allocator import SWASlotAllocator
 from uniradix.types import CacheSettings, ComponentType
 
 
 @dataclass(frozen=True)
 class CacheConfig:
-    """Sizes of a cache. `num_full_layers=0` keeps only the slot accounting (simulation)."""
+    """Sizes of a cache. `num_full_layers=0` keeps only the slot accounting (simulation).
+
+    With `sliding_window` set, the model also has SWA layers reading that many tokens: the
+    cache gets an SWA component and an SWA pool of `swa_tokens` slots (default
+    `full_tokens`; a smaller pool is the point of SWA)."""
 
     full_tokens: int = 65536
     page_size: int = 1
@@ -26,29 +31,50 @@ class CacheConfig:
     num_full_layers: int = 0
     num_kv_heads: int = 1
     head_dim: int = 1
+    sliding_window: int | None = None
+    swa_tokens: int | None = None
+    num_swa_layers: int = 0
 
     def components(self) -> tuple[ComponentType, ...]:
+        if self.sliding_window is not None:
+            return (ComponentType.FULL, ComponentType.SWA)
         return (ComponentType.FULL,)
 
 
 def build_cache(config: CacheConfig | None = None) -> UnifiedRadixCache:
     config = config or CacheConfig()
-    allocator = TokenSlotAllocator(config.full_tokens, config.page_size, config.device)
-    kv_pool = KVPool(
-        allocator.capacity + config.page_size,
-        config.num_full_layers,
+    ps, device = config.page_size, config.device
+    allocator: TokenSlotAllocator | SWASlotAllocator
+    swa_kv_pool = None
+    if config.sliding_window is None:
+        if config.swa_tokens is not None:
+            raise ValueError(f"swa_tokens={config.swa_tokens} given without sliding_window")
+        allocator = TokenSlotAllocator(config.full_tokens, ps, device)
+    else:
+        swa_tokens = config.full_tokens if config.swa_tokens is None else config.swa_tokens
+        allocator = SWASlotAllocator(config.full_tokens, swa_tokens, ps, device)
+        swa_kv_pool = _kv_pool(config, allocator.swa_capacity, config.num_swa_layers)
+    pools = CachePools(
+        ReqToTokenPool(config.max_running_requests, config.max_context_len, device),
+        allocator,
+        _kv_pool(config, allocator.capacity, config.num_full_layers),
+        swa_kv_pool,
+    )
+    settings = CacheSettings(
+        page_size=ps,
+        is_eagle=config.is_eagle,
+        eviction_policy=config.eviction_policy,
+        sliding_window=config.sliding_window,
+    )
+    return UnifiedRadixCache(pools, settings, config.components())
+
+
+def _kv_pool(config: CacheConfig, capacity: int, num_layers: int) -> KVPool:
+    # Page 0 is padding, so a pool needs one page more than its capacity.
+    return KVPool(
+        capacity + config.page_size,
+        num_layers,
         config.num_kv_heads,
         config.head_dim,
         device=config.device,
     )
-    pools = CachePools(
-        ReqToTokenPool(config.max_running_requests, config.max_context_len, config.device),
-        allocator,
-        kv_pool,
-    )
-    settings = CacheSettings(
-        page_size=config.page_size,
-        is_eagle=config.is_eagle,
-        eviction_policy=config.eviction_policy,
-    )
-    return UnifiedRadixCache(pools, settings, config.components())
