@@ -7,6 +7,7 @@ import torch
 from uniradix import CacheConfig, EvictParams, InsertParams, MatchPrefixParams, RadixKey, Req
 from uniradix.cache import UnifiedRadixCache
 from uniradix.components.swa import SWAComponent
+from uniradix.errors import InvariantError
 from uniradix.factory import build_cache
 from uniradix.memory.allocator import TokenSlotAllocator
 from uniradix.memory.pools import CachePools
@@ -456,3 +457,32 @@ def test_reset_empties_both_pools(abc: UnifiedRadixCache) -> None:
     assert (alloc(abc).full_available_size(), alloc(abc).swa_available_size()) == (64, 32)
     put(abc, 4)
     check(abc)
+
+
+def test_caching_again_after_early_release_locks_a_fresh_window() -> None:
+    cache = make()
+    req = admit(cache, list(range(8)))
+    cache.cache_unfinished_req(req)
+    decode(cache, req, 4)
+    cache.release_window_lock(req)
+    assert cache.protected_size(SWA) == 0
+    cache.cache_unfinished_req(req)  # the old receipt's SWA part is skipped on unlock
+    assert req.lock is not None and req.lock.skipped_lock_components == ()
+    assert (cache.protected_size(), cache.protected_size(SWA)) == (12, 4)
+    check(cache)
+    cache.cache_finished_req(req)
+    assert (cache.protected_size(), cache.protected_size(SWA)) == (0, 0)
+    check(cache)
+
+
+def test_check_invariants_catches_swa_corruption(abc: UnifiedRadixCache) -> None:
+    alloc(abc).full_to_swa[9] = 30  # C's first full slot now points at a wrong SWA slot
+    with pytest.raises(InvariantError, match="not its full slots' peers"):
+        abc.check_invariants()
+    alloc(abc).full_to_swa[9] = 9
+    abc.component(SWA).evictable_tokens += 1
+    with pytest.raises(InvariantError, match="swa: ledger"):
+        abc.check_invariants()
+    abc.component(SWA).evictable_tokens -= 1
+    with pytest.raises(InvariantError, match="swa: free"):
+        abc.check_invariants({"full": 0, "swa": 1})
