@@ -329,9 +329,7 @@ class SWAComponent(TreeComponent):
         i, listed = self.index, 0
         for node in self.tree.nodes():
             d, full = node.data[i], node.data[0].value
-            peers = (
-                None if full is None or self._allocator is None else self.allocator.translate(full)
-            )
+            peers = None if full is None else self.allocator.translate(full)
             if d.value is None:
                 if node in self.lru:
                     errors.append(f"swa: tombstone {node} is in the SWA LRU")
