@@ -11,23 +11,28 @@ Typical scheduler use::
     cache.cache_finished_req(req)                               # publish, unlock, free row
 
 A request matched with `req=` but never admitted gives its slots back with
-`cache.release_req_slots(req)`. The Mamba protocol is in `uniradix.cache_mamba`.
+`cache.release_req_slots(req)`. The Mamba protocol is in `uniradix.cache_mamba`; SWA adds
+`free_out_of_window_slots(req)` and `release_window_lock(req)` for running requests.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
 
-from uniradix.cache_checks import check_cache_invariants, checked_insert_value, format_tree
+from uniradix import request_caching
+from uniradix.cache_checks import check_cache_invariants, format_tree
 from uniradix.cache_mamba import MambaRequests, NoMambaRequests
 from uniradix.components.base import TreeComponent
 from uniradix.components.registry import component_class
 from uniradix.errors import InvariantError
+from uniradix.insert_slots import checked_value, duplicate_frees
 from uniradix.key import RadixKey
+from uniradix.memory.allocator import to_numpy
 from uniradix.memory.pools import CachePools
 from uniradix.tree.core import TreeCore
 from uniradix.tree.node import TreeNode
@@ -79,6 +84,8 @@ class UnifiedRadixCache:
             for i, ct in enumerate(components)
         ]
         self.tree.split_hooks = list(self.components)
+        for c in self.components:
+            c.attach_pools(pools)
         self._by_type = {c.component_type: c for c in self.components}
         self._aux = self.components[1:]
         self._finalizers = [
@@ -136,11 +143,13 @@ class UnifiedRadixCache:
     def insert(self, params: InsertParams) -> InsertResult:
         """Caches `params.key` -> `params.value`; frees the value's duplicate slots."""
         key = self._aligned(params.key)
-        value = checked_insert_value(params, self.page_size)[: len(key)]
+        value = checked_value(params, self.page_size)[: len(key)]
         if not 0 <= params.prev_prefix_len <= len(params.key):
             raise ValueError(
                 f"prev_prefix_len={params.prev_prefix_len} outside [0, {len(params.key)}]"
             )
+        for c in self.components:
+            c.check_insert(value, params)
         actions: list[FreeSlots] = []
         prev, swa_cursor, aux = params.prev_prefix_len, params.swa_evicted_seqlen, self._aux
 
@@ -152,7 +161,10 @@ class UnifiedRadixCache:
                 )
             start = max(0, prev - offset)
             if start < adopted_from:
-                self._free_duplicates(node, offset, start, adopted_from, value, swa_cursor, actions)
+                tree_slots = self._span_slots(node, num)
+                actions.extend(
+                    duplicate_frees(tree_slots, offset, start, adopted_from, value, swa_cursor)
+                )
 
         target, prefix_len, is_new = self.tree.insert(
             key, on_overlap, params.inserted_len, params.priority
@@ -167,29 +179,16 @@ class UnifiedRadixCache:
         self._apply(actions)
         return InsertResult(prefix_len, target, mamba_exist)
 
-    def _free_duplicates(
-        self,
-        node: TreeNode,
-        offset: int,
-        start: int,
-        end: int,
-        value: Slots,
-        swa_cursor: int,
-        actions: list[FreeSlots],
-    ) -> None:
-        """Frees the caller's slots for units `[start, end)` of `node`, which the tree holds
-        already. Slots that are the tree's own (passed back) are not duplicates."""
-        dup = value[offset + start : offset + end]
-        tree_slots = node.data[0].value
-        assert tree_slots is not None
-        dup = dup[dup != tree_slots[start:end]]
-        if not dup.shape[0]:
-            return
-        below = max(0, min(swa_cursor - offset - start, dup.shape[0]))
-        if below:
-            actions.append(FreeSlots(FreeKind.KV_FULL_ONLY, dup[:below]))
-        if below < dup.shape[0]:
-            actions.append(FreeSlots(FreeKind.KV, dup[below:]))
+    def _span_slots(self, node: TreeNode, num: int) -> Slots:
+        """Full slots of the `num` units ending with `node` (a hook may have split them)."""
+        values, covered = [], 0
+        for n in self.tree.path_to_root(node):
+            if covered >= num:
+                break
+            values.append(n.data[0].value)
+            covered += n.num_tokens
+        values.reverse()
+        return self._concat(values)
 
     # ------------------------------------------------------------------ evict
     def evict(self, params: EvictParams) -> EvictResult:
@@ -295,76 +294,49 @@ class UnifiedRadixCache:
         mid-flight, e.g. after a prefill chunk: the row then points at the tree's slots and
         the request's lock moves to the new last node. With Mamba, the published prefix may
         stop at the last tracked state (see `uniradix.cache_mamba`)."""
-        row, key = self._req_row_and_key(req)
-        result = self._insert_req(req, row, key, finished=False)
-        new = self.path_indices(result.last_device_node)
-        protected = req.cache_protected_len
-        self.pools.req_to_token_pool.write(row, protected, new[protected:])
-        if req.lock is not None:
-            self.dec_lock_ref(req.lock.node, req.lock)
-        req.lock = self.inc_lock_ref(result.last_device_node)
-        req.last_node = result.last_device_node
-        req.cache_protected_len = int(new.shape[0])
+        request_caching.cache_unfinished_req(self, req)
 
     def cache_finished_req(self, req: Req, is_insert: bool = True) -> None:
         """Publishes the finished request's KV (when `is_insert`), frees every slot the tree
         did not take, releases its lock, its row and its Mamba slots."""
-        row, key = self._req_row_and_key(req)
-        owned_from = req.cache_protected_len
-        if is_insert:
-            result = self._insert_req(req, row, key, finished=True)
-            owned_from = self.tree.prefix_len(result.last_device_node)
-        tail = self.pools.req_to_token_pool.read(row, owned_from, req.kv_allocated_len)
-        if tail.shape[0]:
-            self.pools.kv_allocator.free(tail)
-        if req.lock is not None:
-            self.dec_lock_ref(req.lock.node, req.lock)
-        self.pools.req_to_token_pool.free(row)
-        self.mamba_requests.release(req)
-        req.lock = None
-        req.last_node = None
-        req.req_pool_idx = None
-        req.cache_protected_len = 0
-        req.kv_allocated_len = req.kv_committed_len = 0
-
-    def _req_row_and_key(self, req: Req) -> tuple[int, RadixKey]:
-        if req.req_pool_idx is None:
-            raise ValueError("request has no req_pool_idx (never admitted, or already finished)")
-        if not 0 <= req.cache_protected_len <= req.kv_committed_len <= req.kv_allocated_len:
-            raise ValueError(
-                "request lengths must satisfy 0 <= cache_protected_len <= kv_committed_len <= "
-                f"kv_allocated_len, got {req.cache_protected_len}, {req.kv_committed_len}, "
-                f"{req.kv_allocated_len}"
-            )
-        if req.kv_committed_len > len(req.token_ids):
-            raise ValueError(
-                f"kv_committed_len={req.kv_committed_len} > {len(req.token_ids)} tokens"
-            )
-        key = self.make_key(req.token_ids[: req.kv_committed_len], req.extra_key)
-        return req.req_pool_idx, key.page_aligned(self.page_size)
+        request_caching.cache_finished_req(self, req, is_insert)
 
     def release_req_slots(self, req: Req) -> None:
         """Gives back the slots `match_prefix(..., req=req)` handed a request that will never
         be admitted (its Mamba slots). Idempotent; a no-op without Mamba."""
         self.mamba_requests.release(req)
 
-    def _insert_req(self, req: Req, row: int, key: RadixKey, finished: bool) -> InsertResult:
-        key, mamba_value = self.mamba_requests.prepare_caching(req, key, finished)
-        values = self.pools.req_to_token_pool.read(row, 0, len(key))
-        result = self.insert(
-            InsertParams(
-                key,
-                values,
-                prev_prefix_len=req.cache_protected_len,
-                inserted_len=req.cache_inserted_len,
-                priority=req.priority,
-                swa_evicted_seqlen=req.swa_evicted_seqlen,
-                mamba_value=mamba_value,
+    def free_out_of_window_slots(self, req: Req) -> int:
+        """Frees the slots of the running request's own positions that its attention will
+        never read again (SWA KV that left the window), advancing `req.swa_evicted_seqlen`.
+        Returns the slots freed (always 0 on a cache without windowed components)."""
+        if req.req_pool_idx is None:
+            raise ValueError("request has no req_pool_idx (never admitted, or already finished)")
+        row = to_numpy(self.pools.req_to_token_pool.read(req.req_pool_idx, 0, req.kv_committed_len))
+        actions: list[FreeSlots] = []
+        freed = sum(c.free_out_of_window(req, row, actions) for c in self._aux)
+        self._apply(actions)
+        return freed
+
+    def release_window_lock(self, req: Req) -> None:
+        """Releases the window part (SWA) of `req.lock` early, once the request's decode has
+        left the cached prefix's window; the full lock stays, and the later unlock skips what
+        was released. Does nothing before that, so a scheduler may call it every step."""
+        stored = None if req.lock is None else self._receipts.get(req.lock.receipt_id)
+        if stored is None:
+            raise ValueError(f"release_window_lock: request holds no outstanding lock: {req.lock}")
+        skipped = stored.skipped_lock_components
+        released = tuple(
+            c.component_type
+            for c in self._aux
+            if c.component_type not in skipped
+            and c.release_window_lock(
+                req, stored.node, stored.component_lock_uuids[c.component_type]
             )
         )
-        self.mamba_requests.after_caching(req, mamba_value, result, finished)
-        req.cache_inserted_len = max(req.cache_inserted_len, len(key))
-        return result
+        if released:
+            stored = dataclasses.replace(stored, skipped_lock_components=skipped + released)
+            self._receipts[stored.receipt_id] = req.lock = stored
 
     def path_indices(self, node: TreeNode) -> torch.Tensor:
         """Full-KV slots of the prefix ending at `node`, on the pool's device."""
@@ -419,7 +391,7 @@ class UnifiedRadixCache:
         """Raises InvariantError listing every broken structural or accounting invariant.
 
         With `held_by_requests` (units per pool name held privately by running requests:
-        "full" KV slots, "mamba" state slots, "req" rows), also checks
+        "full" and "swa" KV slots, "mamba" state slots, "req" rows), also checks
         `free + evictable + protected + held == capacity` exactly per named pool.
         """
         errors = check_cache_invariants(self, held_by_requests)

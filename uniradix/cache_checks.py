@@ -3,16 +3,15 @@ the controller's logic."""
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
+import numpy.typing as npt
 
-from uniradix.memory.allocator import to_numpy
+from uniradix.memory.swa_allocator import SWASlotAllocator
 from uniradix.tree.node import TreeNode
-from uniradix.types import ComponentType, InsertParams, Slots
+from uniradix.types import ComponentType, Slots
 
 if TYPE_CHECKING:
     from uniradix.cache import UnifiedRadixCache
@@ -47,67 +46,49 @@ def check_cache_invariants(
     for c in cache.components:
         c.check_invariants(errors)
     if not errors:
-        _check_full_pool(cache, held_by_requests, errors)
-        _check_mamba_pool(cache, held_by_requests, errors)
+        _check_pools(cache, held_by_requests, errors)
         _check_req_rows(cache, held_by_requests, errors)
     return errors
 
 
-def checked_insert_value(params: InsertParams, page_size: int) -> Slots:
-    """A copy of `params.value` (or the key's tokens when None) as host slots, after checking
-    it is whole pages and that `params.mamba_value`, if any, is one state slot. The copy makes
-    the tree own its slots rather than view the caller's request row."""
-    mamba = params.mamba_value
-    if mamba is not None and (
-        not isinstance(mamba, torch.Tensor) or mamba.dtype != torch.int64 or mamba.shape != (1,)
-    ):
-        raise TypeError(f"mamba_value must be a [1] int64 tensor, got {mamba!r:.80}")
-    if params.value is None:
-        return np.array(params.key.tolist(), dtype=np.int64)
-    if not isinstance(params.value, torch.Tensor) or params.value.dtype != torch.int64:
-        raise TypeError(f"value must be a 1-D int64 tensor, got {params.value!r:.80}")
-    value = to_numpy(params.value).copy()
-    if value.shape[0] != len(params.key):
-        raise ValueError(f"value has {value.shape[0]} slots for a key of {len(params.key)} units")
-    n = len(params.key) // page_size * page_size
-    if page_size > 1 and n:
-        pages = value[:n].reshape(-1, page_size)
-        starts = pages[:, :1]
-        if (starts % page_size).any() or (pages - starts != _offsets(page_size)).any():
-            raise ValueError(
-                f"value is not made of whole pages of {page_size} slots: {value[:n].tolist()[:32]}"
-            )
-    return value
-
-
-@functools.cache
-def _offsets(page_size: int) -> Slots:
-    return np.arange(page_size, dtype=np.int64)
-
-
-def _check_full_pool(
+def _check_pools(
     cache: UnifiedRadixCache, held_by_requests: Mapping[str, int] | None, errors: list[str]
 ) -> None:
+    """Per pool: tree slots are distinct and allocated, and (given what requests hold)
+    `free + evictable + protected + held == capacity`."""
+    capacities, available = cache.pools.capacities(), cache.pools.available()
     allocator = cache.pools.kv_allocator
-    values = [n.data[0].value for n in cache.tree.nodes() if n.data[0].value is not None]
-    slots = np.concatenate(values) if values else np.empty(0, np.int64)
-    if np.unique(slots).size != slots.size:
-        errors.append("full: a slot is held by two tree nodes")
-    if not allocator.is_allocated(slots).all():
-        errors.append("full: the tree holds slots the allocator considers free")
-    held = cache.evictable_size() + cache.protected_size()
-    private = allocator.used_size() - held
-    if private < 0:
-        errors.append(
-            f"full: tree holds {held} slots but only {allocator.used_size()} are allocated"
-        )
-    if held_by_requests is not None and "full" in held_by_requests:
-        total = allocator.available_size() + held + held_by_requests["full"]
-        if total != allocator.capacity:
-            errors.append(
-                f"full: free {allocator.available_size()} + tree {held} + requests "
-                f"{held_by_requests['full']} = {total} != capacity {allocator.capacity}"
-            )
+    checks: dict[str, tuple[ComponentType, Callable[[Slots], npt.NDArray[np.bool_]]]] = {
+        "full": (ComponentType.FULL, allocator.is_allocated)
+    }
+    if isinstance(allocator, SWASlotAllocator):
+        checks["swa"] = (ComponentType.SWA, allocator.swa.is_allocated)
+    if cache.pools.mamba is not None:
+        checks["mamba"] = (ComponentType.MAMBA, cache.pools.mamba.allocator.is_allocated)
+    has = {c.component_type for c in cache.components}
+    for pool, (ct, is_allocated) in checks.items():
+        if ct not in has:
+            errors.append(f"{pool}: the cache has a {pool} pool but no {ct.name} component")
+            continue
+        component = cache.component(ct)
+        i = component.index
+        values = [v for n in cache.tree.nodes() if (v := n.data[i].value) is not None]
+        slots = np.concatenate(values) if values else np.empty(0, np.int64)
+        if np.unique(slots).size != slots.size:
+            errors.append(f"{pool}: a slot is held by two tree nodes")
+        if not is_allocated(slots).all():
+            errors.append(f"{pool}: the tree holds slots the allocator considers free")
+        free, capacity = available[pool], capacities[pool]
+        held = component.evictable_tokens + component.protected_tokens
+        if held > capacity - free:
+            errors.append(f"{pool}: tree holds {held} slots but only {capacity - free} are in use")
+        if held_by_requests is not None and pool in held_by_requests:
+            total = free + held + held_by_requests[pool]
+            if total != capacity:
+                errors.append(
+                    f"{pool}: free {free} + tree {held} + requests {held_by_requests[pool]} "
+                    f"= {total} != capacity {capacity}"
+                )
 
 
 def format_tree(cache: UnifiedRadixCache) -> str:
@@ -128,35 +109,6 @@ def format_tree(cache: UnifiedRadixCache) -> str:
 
     visit(cache.tree.root, -1)
     return "\n".join(lines) if lines else "(empty tree)"
-
-
-def _check_mamba_pool(
-    cache: UnifiedRadixCache, held_by_requests: Mapping[str, int] | None, errors: list[str]
-) -> None:
-    pool = cache.pools.mamba
-    if ComponentType.MAMBA not in {c.component_type for c in cache.components}:
-        return
-    component = cache.component(ComponentType.MAMBA)
-    if pool is None:
-        errors.append("mamba: the cache has a Mamba component but no Mamba pool")
-        return
-    allocator, i = pool.allocator, component.index
-    values = [v for n in cache.tree.nodes() if (v := n.data[i].value) is not None]
-    slots = np.concatenate(values) if values else np.empty(0, np.int64)
-    if np.unique(slots).size != slots.size:
-        errors.append("mamba: a state slot is held by two tree nodes")
-    if not allocator.is_allocated(slots).all():
-        errors.append("mamba: the tree holds state slots the allocator considers free")
-    held = component.evictable_tokens + component.protected_tokens
-    if held > allocator.used_size():
-        errors.append(f"mamba: tree holds {held} slots but only {allocator.used_size()} in use")
-    if held_by_requests is not None and "mamba" in held_by_requests:
-        total = allocator.available_size() + held + held_by_requests["mamba"]
-        if total != allocator.capacity:
-            errors.append(
-                f"mamba: free {allocator.available_size()} + tree {held} + requests "
-                f"{held_by_requests['mamba']} = {total} != capacity {allocator.capacity}"
-            )
 
 
 def _check_req_rows(

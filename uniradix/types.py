@@ -36,6 +36,9 @@ class FreeKind(enum.Enum):
     KV = "kv"  # full KV slots, and their SWA peers when the model has SWA layers
     KV_FULL_ONLY = "kv_full_only"  # full KV slots whose SWA peers were already freed
     SWA = "swa"  # only the SWA peers of these full KV slots (tombstoning)
+    # a 2 x n tensor (kept, incoming) of full slots: the kept slots take over the incoming
+    # slots' SWA peers and the incoming full slots are freed (SWA recovery under a lock)
+    SWA_MOVE = "swa_move"
     MAMBA = "mamba"  # Mamba state slots
 
 

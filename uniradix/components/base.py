@@ -9,10 +9,13 @@ Hook phases (defaults suit a component whose state covers every token, like full
 =========  ==============================================================================
 match      `match_validator` (stateful, sees every path node in order), `finalize_match`
 split      `redistribute_on_split` (required)
-insert     `insert_overlap` (may adopt part of the incoming value), `commit_insert`
+setup      `attach_pools` (read-only access to the pools, e.g. the full->SWA slot mapping)
+insert     `check_insert` (reject a bad value before anything changes), `insert_overlap` (may
+           adopt part of the incoming value), `commit_insert`
 evict      `eviction_priority`, `eviction_candidates`, `evict_node` (required)
-lock       `lock` / `unlock` (required), returning and taking a boundary marker
-requests   `free_out_of_window` (SWA) and friends are added by the components needing them
+lock       `lock` / `unlock` (required), returning and taking a boundary marker;
+           `release_window_lock` (early release while other components stay locked)
+requests   `free_out_of_window` (slots of a running request no longer needed)
 checks     `check_invariants`
 =========  ==============================================================================
 """
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from uniradix.tree.core import MatchWalk, TreeCore, Validator
 from uniradix.tree.node import TreeNode
@@ -31,8 +34,12 @@ from uniradix.types import (
     FreeSlots,
     InsertParams,
     MatchPrefixParams,
+    Req,
     Slots,
 )
+
+if TYPE_CHECKING:
+    from uniradix.memory.pools import CachePools
 
 
 class TreeComponent(ABC):
@@ -52,6 +59,11 @@ class TreeComponent(ABC):
     def reset(self) -> None:
         self.evictable_tokens = 0
         self.protected_tokens = 0
+
+    def attach_pools(self, pools: CachePools) -> None:
+        """Called once by the cache; a component may keep the pools to *read* them (never to
+        allocate or free) and raises TypeError if they lack what it needs."""
+        return
 
     # ------------------------------------------------------------------ accounting
     def value_len(self, node: TreeNode) -> int:
@@ -90,6 +102,11 @@ class TreeComponent(ABC):
         """`parent` took the first `split_len` units of `child`: move data accordingly."""
 
     # ------------------------------------------------------------------ insert
+    def check_insert(self, value: Slots, params: InsertParams) -> None:
+        """Raises ValueError if `value` (page aligned, one slot per key unit) cannot be
+        inserted with `params`; runs before the insert changes anything."""
+        return
+
     def insert_overlap(
         self,
         node: TreeNode,
@@ -101,7 +118,10 @@ class TreeComponent(ABC):
     ) -> int:
         """The insert reuses `node` (key units `[offset, offset + num_tokens)`). Returns the
         node-relative position from which this component adopted the incoming `value`, so
-        those slots are not freed as duplicates (`num_tokens`: adopted nothing)."""
+        those slots are not freed as duplicates (`num_tokens`: adopted nothing).
+
+        A hook may split `node` (the tree keeps `node` as the deeper part): components after
+        it then see `node` covering only the last units of the span."""
         return num_tokens
 
     def commit_insert(
@@ -140,6 +160,18 @@ class TreeComponent(ABC):
     @abstractmethod
     def unlock(self, node: TreeNode, marker: int | None) -> None:
         """Undoes exactly one `lock(node)` that returned `marker`."""
+
+    def release_window_lock(self, req: Req, node: TreeNode, marker: int | None) -> bool:
+        """Undoes this component's part of `lock(node)` early, if the running `req` no
+        longer needs it; returns whether it did (the final unlock must then skip it)."""
+        return False
+
+    # ------------------------------------------------------------------ requests
+    def free_out_of_window(self, req: Req, row: Slots, actions: list[FreeSlots]) -> int:
+        """Frees (via `actions`) this component's slots of the running `req` that it will
+        never read again; `row` is the request's slots for positions `[0, kv_committed_len)`.
+        Returns the number of slots freed."""
+        return 0
 
     # ------------------------------------------------------------------ checks
     def check_invariants(self, errors: list[str]) -> None:

@@ -7,11 +7,13 @@ from collections.abc import Mapping
 from uniradix.components.base import TreeComponent
 from uniradix.components.full import FullComponent
 from uniradix.components.mamba import MambaComponent
+from uniradix.components.swa import SWAComponent
 from uniradix.types import ComponentType
 
 COMPONENT_REGISTRY: dict[ComponentType, type[TreeComponent]] = {
     ComponentType.FULL: FullComponent,
     ComponentType.MAMBA: MambaComponent,
+    ComponentType.SWA: SWAComponent,
 }
 
 

@@ -1,0 +1,76 @@
+"""The slots of an insert: checking the caller's value, and which of its slots are duplicates.
+
+An insert's `value` holds one full-KV slot per key unit. Where the tree already holds the key,
+the caller's slots are duplicates and go back to the pool, except the tree's own slots passed
+back (a request's row below its `prev_prefix_len`). Duplicates below the request's SWA cursor
+have already lost their SWA peers, so only their full side is freed::
+
+    units:  [start ........ swa_cursor) [swa_cursor ........ end)
+    frees:   KV_FULL_ONLY                KV (full and SWA peer)
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import torch
+
+from uniradix.memory.allocator import to_numpy
+from uniradix.types import FreeKind, FreeSlots, InsertParams, Slots
+
+
+def checked_value(params: InsertParams, page_size: int) -> Slots:
+    """A host copy of `params.value` (or the key's units when it is None), after checking it
+    is whole pages and that `params.mamba_value`, if any, is one state slot. The copy makes the
+    tree own its slots rather than view the caller's request row."""
+    mamba = params.mamba_value
+    if mamba is not None and (
+        not isinstance(mamba, torch.Tensor) or mamba.dtype != torch.int64 or mamba.shape != (1,)
+    ):
+        raise TypeError(f"mamba_value must be a [1] int64 tensor, got {mamba!r:.80}")
+    if params.value is None:
+        return np.array(params.key.tolist(), dtype=np.int64)
+    if not isinstance(params.value, torch.Tensor) or params.value.dtype != torch.int64:
+        raise TypeError(f"value must be a 1-D int64 tensor, got {params.value!r:.80}")
+    value = to_numpy(params.value).copy()
+    if value.shape[0] != len(params.key):
+        raise ValueError(f"value has {value.shape[0]} slots for a key of {len(params.key)} units")
+    n = len(params.key) // page_size * page_size
+    if page_size > 1 and n:
+        pages = value[:n].reshape(-1, page_size)
+        starts = pages[:, :1]
+        if (starts % page_size).any() or (pages - starts != _offsets(page_size)).any():
+            raise ValueError(
+                f"value is not made of whole pages of {page_size} slots: {value[:n].tolist()[:32]}"
+            )
+    return value
+
+
+@functools.cache
+def _offsets(page_size: int) -> Slots:
+    return np.arange(page_size, dtype=np.int64)
+
+
+def duplicate_frees(
+    tree_slots: Slots,
+    offset: int,
+    start: int,
+    end: int,
+    value: Slots,
+    swa_cursor: int,
+) -> list[FreeSlots]:
+    """Frees for the caller's slots of units `[start, end)` of a node at key `offset`, whose
+    slots in the tree are `tree_slots`."""
+    dup = value[offset + start : offset + end]
+    not_own = dup != tree_slots[start:end]
+    k = max(0, min(swa_cursor - offset - start, dup.shape[0]))
+    frees = []
+    for kind, part, mask in (
+        (FreeKind.KV_FULL_ONLY, dup[:k], not_own[:k]),
+        (FreeKind.KV, dup[k:], not_own[k:]),
+    ):
+        part = part[mask]
+        if part.shape[0]:
+            frees.append(FreeSlots(kind, part))
+    return frees

@@ -1,0 +1,92 @@
+"""Request caching: how a running or finished request's KV enters the tree and its row.
+
+The bodies of `UnifiedRadixCache.cache_unfinished_req` and `cache_finished_req`, kept apart
+from the controller; they use only the cache's public methods and its pools.
+
+Row layout of a request (`req_to_token[row]`)::
+
+    [0, cache_protected_len)                tree's slots, kept alive by `req.lock`
+    [cache_protected_len, kv_allocated_len) the request's own slots (computed up to
+                                            kv_committed_len); with SWA, own positions below
+                                            `swa_evicted_seqlen` have lost their SWA slots
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from uniradix.key import RadixKey
+from uniradix.types import InsertParams, InsertResult, Req
+
+if TYPE_CHECKING:
+    from uniradix.cache import UnifiedRadixCache
+
+
+def cache_unfinished_req(cache: UnifiedRadixCache, req: Req) -> None:
+    row, key = _req_row_and_key(cache, req)
+    result = _insert_req(cache, req, row, key, finished=False)
+    new = cache.path_indices(result.last_device_node)
+    protected = req.cache_protected_len
+    cache.pools.req_to_token_pool.write(row, protected, new[protected:])
+    if req.lock is not None:
+        cache.dec_lock_ref(req.lock.node, req.lock)
+    req.lock = cache.inc_lock_ref(result.last_device_node)
+    req.last_node = result.last_device_node
+    req.cache_protected_len = int(new.shape[0])
+
+
+def cache_finished_req(cache: UnifiedRadixCache, req: Req, is_insert: bool) -> None:
+    row, key = _req_row_and_key(cache, req)
+    owned_from = req.cache_protected_len
+    if is_insert:
+        result = _insert_req(cache, req, row, key, finished=True)
+        owned_from = cache.tree.prefix_len(result.last_device_node)
+    tail = cache.pools.req_to_token_pool.read(row, owned_from, req.kv_allocated_len)
+    if tail.shape[0]:
+        cache.pools.kv_allocator.free(tail)
+    if req.lock is not None:
+        cache.dec_lock_ref(req.lock.node, req.lock)
+    cache.pools.req_to_token_pool.free(row)
+    cache.mamba_requests.release(req)
+    req.lock = None
+    req.last_node = None
+    req.req_pool_idx = None
+    req.cache_protected_len = 0
+    req.kv_allocated_len = req.kv_committed_len = 0
+    req.swa_evicted_seqlen = 0
+
+
+def _req_row_and_key(cache: UnifiedRadixCache, req: Req) -> tuple[int, RadixKey]:
+    if req.req_pool_idx is None:
+        raise ValueError("request has no req_pool_idx (never admitted, or already finished)")
+    if not 0 <= req.cache_protected_len <= req.kv_committed_len <= req.kv_allocated_len:
+        raise ValueError(
+            "request lengths must satisfy 0 <= cache_protected_len <= kv_committed_len <= "
+            f"kv_allocated_len, got {req.cache_protected_len}, {req.kv_committed_len}, "
+            f"{req.kv_allocated_len}"
+        )
+    if req.kv_committed_len > len(req.token_ids):
+        raise ValueError(f"kv_committed_len={req.kv_committed_len} > {len(req.token_ids)} tokens")
+    key = cache.make_key(req.token_ids[: req.kv_committed_len], req.extra_key)
+    return req.req_pool_idx, key.page_aligned(cache.page_size)
+
+
+def _insert_req(
+    cache: UnifiedRadixCache, req: Req, row: int, key: RadixKey, finished: bool
+) -> InsertResult:
+    key, mamba_value = cache.mamba_requests.prepare_caching(req, key, finished)
+    values = cache.pools.req_to_token_pool.read(row, 0, len(key))
+    result = cache.insert(
+        InsertParams(
+            key,
+            values,
+            prev_prefix_len=req.cache_protected_len,
+            inserted_len=req.cache_inserted_len,
+            priority=req.priority,
+            swa_evicted_seqlen=req.swa_evicted_seqlen,
+            mamba_value=mamba_value,
+        )
+    )
+    cache.mamba_requests.after_caching(req, mamba_value, result, finished)
+    req.cache_inserted_len = max(req.cache_inserted_len, len(key))
+    return result
