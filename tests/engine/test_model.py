@@ -220,3 +220,14 @@ def test_batched_decode_equals_per_request_decode() -> None:
         for layer_id, (conv, ssm) in a.mamba.items():
             assert (conv - b.mamba[layer_id][0]).abs().max() < 1e-12
             assert (ssm - b.mamba[layer_id][1]).abs().max() < 1e-12
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_the_cuda_model_is_the_cpu_model() -> None:
+    cpu, cuda = model_for(), TinyHybridModel(CONFIG, device="cuda")
+    assert torch.equal(cuda.embed.cpu(), cpu.embed)
+    store = DenseRequestState()
+    chunks = [cuda.forward(PROMPT[s : s + 5], s, store).cpu() for s in range(0, PROMPT.numel(), 5)]
+    expected = cpu.forward(PROMPT, 0, DenseRequestState())
+    assert (torch.cat(chunks) - expected).abs().max() < 1e-6
