@@ -10,6 +10,8 @@ from uniradix.cache import UnifiedRadixCache
 from uniradix.sim.scheduler import RunningRequest, Scheduler
 from uniradix.types import ComponentType, EvictResult, MatchResult
 
+PROGRESS_MIN_REQUESTS = 500
+
 
 class ReplayMetrics:
     """Counters per first admission (a retracted request's later admissions are recomputation,
@@ -30,7 +32,12 @@ class ReplayMetrics:
         self.decode_tokens = 0
         self.timeline: dict[str, list[int]] = {p: [] for p in self.pools}
         self.peak_used = dict.fromkeys(self.pools, 0)
-        self._bar = tqdm(total=num_requests, unit="req", disable=not progress, leave=False)
+        self._bar = tqdm(
+            total=num_requests,
+            unit="req",
+            disable=not progress or num_requests < PROGRESS_MIN_REQUESTS,
+            leave=False,
+        )
 
     def on_admit(self, request: RunningRequest, match: MatchResult) -> None:
         if request.num_admissions > 1:

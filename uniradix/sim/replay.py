@@ -50,7 +50,7 @@ class ReplayOptions:
     trace_format: str = "mooncake"
     config: str = "hybrid"
     page_size: int = 1
-    full_tokens: int = 16384
+    full_tokens: int = 8192
     swa_tokens: int | None = None
     sliding_window: int = 1024
     mamba_slots: int | None = None
