@@ -173,7 +173,8 @@ def test_retraction_when_decode_cannot_allocate() -> None:
         ReplayOptions(
             workload="random",
             config="full",
-            full_tokens=2048,
+            full_tokens=4096,
+            chunk_size=512,
             max_running=16,
             decode_reserve_ratio=0.0,
             check_invariants=True,
