@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from tests.sim.specs import spec, specs_from
 from uniradix import CacheConfig, build_cache
+from uniradix.sim.batch import ForwardBatch
 from uniradix.sim.ideal import ideal_hits
 from uniradix.sim.replay import (
     CONFIG_COMPONENTS,
@@ -21,7 +22,7 @@ from uniradix.sim.replay import (
     run_replay,
 )
 from uniradix.sim.request_spec import RequestSpec
-from uniradix.sim.scheduler import ForwardBatch, Scheduler, SchedulerConfig, SchedulerStalled
+from uniradix.sim.scheduler import Scheduler, SchedulerConfig, SchedulerStalled
 from uniradix.sim.workloads import WORKLOADS
 
 EXISTING_CONFIGS = sorted({resolve_config(name)[0] for name in CONFIG_COMPONENTS})

@@ -1,8 +1,9 @@
 """Workloads, trace loaders, the scheduler and the replayer behind `uniradix replay`."""
 
+from uniradix.sim.batch import ModelRunner
 from uniradix.sim.replay import ReplayOptions, ReplayResult, run_replay
 from uniradix.sim.request_spec import RequestSpec
-from uniradix.sim.scheduler import ModelRunner, Scheduler, SchedulerConfig
+from uniradix.sim.scheduler import Scheduler, SchedulerConfig
 from uniradix.sim.workloads import WORKLOADS, generate_workload
 
 __all__ = [

@@ -7,7 +7,8 @@ from typing import Any
 from tqdm import tqdm
 
 from uniradix.cache import UnifiedRadixCache
-from uniradix.sim.scheduler import RunningRequest, Scheduler
+from uniradix.sim.batch import RunningRequest
+from uniradix.sim.scheduler import Scheduler
 from uniradix.types import ComponentType, EvictResult, MatchResult
 
 PROGRESS_MIN_REQUESTS = 500

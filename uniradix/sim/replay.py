@@ -14,11 +14,12 @@ from typing import Any
 from uniradix.cache import UnifiedRadixCache
 from uniradix.components.registry import COMPONENT_REGISTRY
 from uniradix.factory import CacheConfig, build_cache
+from uniradix.sim.batch import ForwardBatch
 from uniradix.sim.compute import ModelShape
 from uniradix.sim.ideal import ideal_hits
 from uniradix.sim.metrics import ReplayMetrics
 from uniradix.sim.request_spec import RequestSpec
-from uniradix.sim.scheduler import ForwardBatch, Scheduler, SchedulerConfig
+from uniradix.sim.scheduler import Scheduler, SchedulerConfig
 from uniradix.sim.traces import load_trace
 from uniradix.sim.workloads import generate_workload
 from uniradix.types import ComponentType

@@ -35,11 +35,18 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass
-from typing import Protocol
 
 from uniradix.cache import UnifiedRadixCache
+from uniradix.sim.batch import (
+    ForwardBatch,
+    ForwardEntry,
+    ModelRunner,
+    NullListener,
+    RunningRequest,
+    SchedulerListener,
+)
 from uniradix.sim.request_spec import RequestSpec
-from uniradix.types import EvictParams, EvictResult, MatchPrefixParams, MatchResult, Req
+from uniradix.types import EvictParams, MatchPrefixParams, Req
 
 
 @dataclass(frozen=True)
@@ -56,70 +63,6 @@ class SchedulerConfig:
             )
         if not 0.0 <= self.decode_reserve_ratio <= 1.0:
             raise ValueError(f"decode_reserve_ratio={self.decode_reserve_ratio} not in [0, 1]")
-
-
-@dataclass(eq=False)
-class RunningRequest:
-    """A request between admission and finish. `req.token_ids` is the prompt plus the outputs
-    so far; `prompt_len` is the prompt of the current admission (it includes the outputs made
-    before a retraction)."""
-
-    spec: RequestSpec
-    req: Req
-    prompt_len: int
-    num_output: int = 0
-    prefilled: bool = False
-    num_admissions: int = 1
-
-
-@dataclass(frozen=True)
-class ForwardEntry:
-    """Compute the KV of `req.token_ids[start:end]` into row slots `[start, end)`; when
-    `samples`, also return the next token."""
-
-    request: RunningRequest
-    start: int
-    end: int
-    samples: bool
-
-
-@dataclass(frozen=True)
-class ForwardBatch:
-    is_decode: bool
-    entries: list[ForwardEntry]
-
-
-class ModelRunner(Protocol):
-    def forward(self, batch: ForwardBatch) -> list[int]:
-        """Runs `batch`; returns one token per sampling entry, in entry order."""
-        ...
-
-
-class SchedulerListener(Protocol):
-    """What the scheduler reports (metrics, progress). Every method is optional to act on."""
-
-    def on_admit(self, request: RunningRequest, match: MatchResult) -> None: ...
-    def on_evict(self, result: EvictResult) -> None: ...
-    def on_retract(self, request: RunningRequest) -> None: ...
-    def on_finish(self, request: RunningRequest) -> None: ...
-    def on_step(self, scheduler: Scheduler) -> None: ...
-
-
-class NullListener:
-    def on_admit(self, request: RunningRequest, match: MatchResult) -> None:
-        return
-
-    def on_evict(self, result: EvictResult) -> None:
-        return
-
-    def on_retract(self, request: RunningRequest) -> None:
-        return
-
-    def on_finish(self, request: RunningRequest) -> None:
-        return
-
-    def on_step(self, scheduler: Scheduler) -> None:
-        return
 
 
 class SchedulerStalled(RuntimeError):
