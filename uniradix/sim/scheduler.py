@@ -93,7 +93,7 @@ class Scheduler:
         self.num_steps = 0
         self.num_invariant_checks = 0
         self._finished = [False] * len(specs)
-        self._ready: list[tuple[int, int]] = []
+        self._ready: list[int] = []  # heap of rids: arrival order
         self._blocked: dict[int, list[int]] = {}
         self._retracted: dict[int, RunningRequest] = {}
         for i, spec in enumerate(specs):
@@ -102,7 +102,7 @@ class Scheduler:
                     f"specs must be numbered 0, 1, ... in order; #{i} has rid {spec.rid}"
                 )
             if spec.after is None:
-                self._ready.append((i, i))
+                self._ready.append(i)
             else:
                 self._blocked.setdefault(spec.after, []).append(i)
 
@@ -202,7 +202,7 @@ class Scheduler:
         while self.chunked is None and budget > 0 and self._ready:
             if len(self.running) >= self.config.max_running:
                 break
-            entry = self._admit(heapq.heappop(self._ready)[1], budget)
+            entry = self._admit(heapq.heappop(self._ready), budget)
             if entry is None:
                 break
             entries.append(entry)
@@ -235,7 +235,7 @@ class Scheduler:
         cache, pools = self.cache, self.cache.pools
         row = pools.req_to_token_pool.alloc()
         if row is None:
-            heapq.heappush(self._ready, (rid, rid))
+            heapq.heappush(self._ready, rid)
             return None
         spec = self.specs[rid]
         previous = self._retracted.get(rid)
@@ -257,7 +257,7 @@ class Scheduler:
         entry = self._next_chunk(request, budget) if need <= room else None
         if entry is None:
             cache.cache_finished_req(req, is_insert=False)
-            heapq.heappush(self._ready, (rid, rid))
+            heapq.heappush(self._ready, rid)
             return None
         self._retracted.pop(rid, None)
         self.running.append(request)
@@ -322,7 +322,7 @@ class Scheduler:
         request.req = saved
         request.prefilled = False
         self._retracted[request.spec.rid] = request
-        heapq.heappush(self._ready, (request.spec.rid, request.spec.rid))
+        heapq.heappush(self._ready, request.spec.rid)
         self.listener.on_retract(request)
 
     # ------------------------------------------------------------------ finish
@@ -339,5 +339,5 @@ class Scheduler:
         rid = request.spec.rid
         self._finished[rid] = True
         for waiting in self._blocked.pop(rid, []):
-            heapq.heappush(self._ready, (waiting, waiting))
+            heapq.heappush(self._ready, waiting)
         self.listener.on_finish(request)
