@@ -7,16 +7,104 @@ import sys
 from collections.abc import Sequence
 
 
+def _replay_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from uniradix.sim.replay import CONFIG_COMPONENTS, ReplayOptions
+    from uniradix.sim.traces import TRACE_FORMATS
+    from uniradix.sim.workloads import WORKLOADS
+
+    d = ReplayOptions()
+    p = commands.add_parser(
+        "replay",
+        help="replay a workload or trace through the real cache",
+        description="Drive the cache as a serving scheduler would and report hit rates, "
+        "memory per pool and leaks. Exit status 1 on an invariant violation or a leak.",
+    )
+    p.add_argument("--workload", choices=sorted(WORKLOADS), default=d.workload)
+    p.add_argument("--trace", help="trace file (JSONL); overrides --workload")
+    p.add_argument("--trace-format", choices=TRACE_FORMATS, default=d.trace_format)
+    p.add_argument("--config", choices=sorted(CONFIG_COMPONENTS), default=d.config)
+    for flag, default, what in [
+        ("--page-size", d.page_size, "tokens per page"),
+        ("--full-tokens", d.full_tokens, "full-attention KV pool size (tokens)"),
+        ("--swa-tokens", d.swa_tokens, "SWA KV pool size (tokens)"),
+        ("--sliding-window", d.sliding_window, "SWA window (tokens)"),
+        ("--mamba-slots", d.mamba_slots, "Mamba state slots"),
+        ("--max-running", d.max_running, "cap on running requests"),
+        ("--chunk-size", d.chunk_size, "prefill tokens per step"),
+        ("--max-requests", d.max_requests, "replay only the first N requests"),
+        ("--seed", d.seed, "seed of workloads and generated tokens"),
+        ("--full-layers", d.model.full_layers, "model shape for the FLOPs estimate"),
+        ("--swa-layers", d.model.swa_layers, "model shape for the FLOPs estimate"),
+        ("--mamba-layers", d.model.mamba_layers, "model shape for the FLOPs estimate"),
+        ("--hidden-size", d.model.hidden_size, "model shape for the FLOPs estimate"),
+    ]:
+        p.add_argument(flag, type=int, default=default, help=f"{what} (default {default})")
+    p.add_argument("--decode-reserve-ratio", type=float, default=d.decode_reserve_ratio)
+    p.add_argument("--check-invariants", action="store_true", help="after every step")
+    p.add_argument("--json", action="store_true", help="print only the JSON summary")
+    p.add_argument("--report", metavar="DIR", help="write summary.json, summary.md, plots")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from uniradix.errors import InvariantError
+    from uniradix.sim.compute import ModelShape
+    from uniradix.sim.replay import ReplayOptions, resolve_config, run_replay
+    from uniradix.sim.report import markdown_summary, summary_json, write_report
+
+    try:
+        options = ReplayOptions(
+            **{
+                k: getattr(args, k)
+                for k in ReplayOptions.__dataclass_fields__
+                if k not in ("model", "progress")
+            },
+            model=ModelShape(
+                args.full_layers,
+                args.swa_layers,
+                args.mamba_layers,
+                args.hidden_size,
+                args.sliding_window,
+            ),
+            progress=not args.no_progress,
+        )
+        for notice in resolve_config(options.config)[1]:
+            print(f"uniradix replay: notice: {notice}", file=sys.stderr)
+        result = run_replay(options)
+    except InvariantError as exc:
+        print(f"uniradix replay: {exc}", file=sys.stderr)
+        return 1
+    except (ValueError, OSError) as exc:
+        print(f"uniradix replay: error: {exc}", file=sys.stderr)
+        return 2
+    print(summary_json(result) if args.json else markdown_summary(result), end="\n")
+    status = 0
+    if args.report:
+        try:
+            paths = write_report(result, args.report)
+            print(f"report: {', '.join(map(str, paths))}", file=sys.stderr)
+        except RuntimeError as exc:
+            print(f"uniradix replay: {exc}", file=sys.stderr)
+            status = 1
+    leaked = {pool: n for pool, n in result.summary["leaked"].items() if n}
+    if leaked:
+        print(f"uniradix replay: leaked slots per pool: {leaked}", file=sys.stderr)
+        status = 1
+    return status
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="uniradix", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("demo", help="a few requests sharing prefixes, narrated")
+    _replay_parser(commands)
     args = parser.parse_args(argv)
     if args.command == "demo":
         from uniradix.demo import run_demo
 
         run_demo()
-    return 0
+        return 0
+    return _replay(args)
 
 
 if __name__ == "__main__":

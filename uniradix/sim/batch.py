@@ -1,0 +1,77 @@
+"""What the scheduler hands out: running requests, forward batches, and the two interfaces it
+talks to (the model runner that computes a batch, the listener that watches the steps)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from uniradix.sim.request_spec import RequestSpec
+from uniradix.types import EvictResult, MatchResult, Req
+
+if TYPE_CHECKING:
+    from uniradix.sim.scheduler import Scheduler
+
+
+@dataclass(eq=False)
+class RunningRequest:
+    """A request between admission and finish. `req.token_ids` is the prompt plus the outputs
+    so far; `prompt_len` is the prompt of the current admission (it includes the outputs made
+    before a retraction)."""
+
+    spec: RequestSpec
+    req: Req
+    prompt_len: int
+    num_output: int = 0
+    prefilled: bool = False
+    num_admissions: int = 1
+
+
+@dataclass(frozen=True)
+class ForwardEntry:
+    """Compute the KV of `req.token_ids[start:end]` into row slots `[start, end)`; when
+    `samples`, also return the next token."""
+
+    request: RunningRequest
+    start: int
+    end: int
+    samples: bool
+
+
+@dataclass(frozen=True)
+class ForwardBatch:
+    is_decode: bool
+    entries: list[ForwardEntry]
+
+
+class ModelRunner(Protocol):
+    def forward(self, batch: ForwardBatch) -> list[int]:
+        """Runs `batch`; returns one token per sampling entry, in entry order."""
+        ...
+
+
+class SchedulerListener(Protocol):
+    """What the scheduler reports (metrics, progress). Every method is optional to act on."""
+
+    def on_admit(self, request: RunningRequest, match: MatchResult) -> None: ...
+    def on_evict(self, result: EvictResult) -> None: ...
+    def on_retract(self, request: RunningRequest) -> None: ...
+    def on_finish(self, request: RunningRequest) -> None: ...
+    def on_step(self, scheduler: Scheduler) -> None: ...
+
+
+class NullListener:
+    def on_admit(self, request: RunningRequest, match: MatchResult) -> None:
+        return
+
+    def on_evict(self, result: EvictResult) -> None:
+        return
+
+    def on_retract(self, request: RunningRequest) -> None:
+        return
+
+    def on_finish(self, request: RunningRequest) -> None:
+        return
+
+    def on_step(self, scheduler: Scheduler) -> None:
+        return

@@ -1,0 +1,105 @@
+"""ReplayMetrics: listens to the scheduler and gathers what `uniradix replay` reports."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tqdm import tqdm
+
+from uniradix.cache import UnifiedRadixCache
+from uniradix.sim.batch import RunningRequest
+from uniradix.sim.scheduler import Scheduler
+from uniradix.types import ComponentType, EvictResult, MatchResult
+
+PROGRESS_MIN_REQUESTS = 500
+
+
+class ReplayMetrics:
+    """Counters per first admission (a retracted request's later admissions are recomputation,
+    counted apart), eviction totals, and per-pool usage after every step."""
+
+    def __init__(self, cache: UnifiedRadixCache, num_requests: int, progress: bool) -> None:
+        self.cache = cache
+        self.pools = list(cache.pools.capacities())
+        self.prompt_tokens = 0
+        self.hit_tokens = 0
+        self.component_hit_tokens = dict.fromkeys(self.pools, 0)
+        self.hit_lengths: list[int] = []
+        self.cumulative_hit_rate: list[float] = []
+        self.evicted = dict.fromkeys(self.pools, 0)
+        self.retractions = 0
+        self.recomputed_tokens = 0
+        self.finished = 0
+        self.decode_tokens = 0
+        self.timeline: dict[str, list[int]] = {p: [] for p in self.pools}
+        self.peak_used = dict.fromkeys(self.pools, 0)
+        self._bar = tqdm(
+            total=num_requests,
+            unit="req",
+            disable=not progress or num_requests < PROGRESS_MIN_REQUESTS,
+            leave=False,
+        )
+
+    def on_admit(self, request: RunningRequest, match: MatchResult) -> None:
+        if request.num_admissions > 1:
+            self.recomputed_tokens += request.prompt_len - match.device_prefix_len
+            return
+        self.prompt_tokens += request.prompt_len
+        self.hit_tokens += match.device_prefix_len
+        self.component_hit_tokens["full"] += match.full_kv_hit_length
+        self.hit_lengths.append(match.device_prefix_len)
+        self.cumulative_hit_rate.append(self.hit_tokens / self.prompt_tokens)
+
+    def on_evict(self, result: EvictResult) -> None:
+        self.evicted["full"] += result.num_tokens_evicted
+        for pool, num in (
+            ("swa", result.swa_num_tokens_evicted),
+            ("mamba", result.mamba_num_evicted),
+        ):
+            if pool in self.evicted:
+                self.evicted[pool] += num
+
+    def on_retract(self, request: RunningRequest) -> None:
+        self.retractions += 1
+
+    def on_finish(self, request: RunningRequest) -> None:
+        self.finished += 1
+        self.decode_tokens += request.spec.output_len
+        self._bar.update(1)
+
+    def on_step(self, scheduler: Scheduler) -> None:
+        capacity, free = self.cache.pools.capacities(), self.cache.pools.available()
+        for pool in self.pools:
+            used = capacity[pool] - free[pool]
+            self.timeline[pool].append(used)
+            if used > self.peak_used[pool]:
+                self.peak_used[pool] = used
+
+    def close(self) -> None:
+        self._bar.close()
+
+    def leaked(self) -> dict[str, int]:
+        """Per pool, after every request finished: slots neither free nor evictable."""
+        capacity, free = self.cache.pools.capacities(), self.cache.pools.available()
+        return {
+            p: capacity[p] - free[p] - self.cache.evictable_size(ComponentType[p.upper()])
+            for p in self.pools
+        }
+
+    def tombstones(self) -> int:
+        """Nodes where an auxiliary component's value is dropped while the node stays."""
+        aux = range(1, len(self.cache.components))
+        return sum(1 for node in self.cache.tree.nodes() for i in aux if node.data[i].value is None)
+
+    def components(self) -> dict[str, dict[str, Any]]:
+        capacity, free = self.cache.pools.capacities(), self.cache.pools.available()
+        return {
+            p: {
+                "capacity": capacity[p],
+                "peak_used": self.peak_used[p],
+                "final_used": capacity[p] - free[p],
+                "evicted": self.evicted[p],
+                "hit_tokens": self.component_hit_tokens[p],
+            }
+            for p in self.pools
+        }

@@ -1,0 +1,215 @@
+"""The replayer: a trace or workload through the real cache, driven by the scheduler with a
+runner that computes nothing, and the summary of what happened.
+
+The replay moves no tensor data, but every cache and pool call is the one an engine makes, so
+its hit rates are the engine's.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from uniradix.cache import UnifiedRadixCache
+from uniradix.components.registry import COMPONENT_REGISTRY
+from uniradix.factory import CacheConfig, build_cache
+from uniradix.sim.batch import ForwardBatch
+from uniradix.sim.compute import ModelShape
+from uniradix.sim.ideal import ideal_hits
+from uniradix.sim.metrics import ReplayMetrics
+from uniradix.sim.request_spec import RequestSpec
+from uniradix.sim.scheduler import Scheduler, SchedulerConfig
+from uniradix.sim.traces import load_trace
+from uniradix.sim.workloads import generate_workload
+from uniradix.types import ComponentType
+
+CONFIG_COMPONENTS: dict[str, tuple[ComponentType, ...]] = {
+    "full": (ComponentType.FULL,),
+    "swa": (ComponentType.FULL, ComponentType.SWA),
+    "mamba": (ComponentType.FULL, ComponentType.MAMBA),
+    "hybrid": (ComponentType.FULL, ComponentType.SWA, ComponentType.MAMBA),
+}
+REPLAY_COMPONENTS = frozenset({ComponentType.FULL})
+"""Component types the replayer knows how to size and drive."""
+
+
+class NullRunner:
+    """Computes nothing: each sampling entry returns the request's next predetermined output
+    token (`RequestSpec.output_ids`, drawn by a seeded generator)."""
+
+    def forward(self, batch: ForwardBatch) -> list[int]:
+        return [
+            int(e.request.spec.output_ids[e.request.num_output]) for e in batch.entries if e.samples
+        ]
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    workload: str = "multi_turn"
+    trace: str | None = None
+    trace_format: str = "mooncake"
+    config: str = "hybrid"
+    page_size: int = 1
+    full_tokens: int = 8192
+    swa_tokens: int | None = None
+    sliding_window: int = 1024
+    mamba_slots: int | None = None
+    max_running: int = 32
+    chunk_size: int = 2048
+    decode_reserve_ratio: float = 0.5
+    max_requests: int | None = None
+    seed: int = 0
+    check_invariants: bool = False
+    model: ModelShape = field(default_factory=ModelShape)
+    progress: bool = False
+
+
+@dataclass
+class ReplayResult:
+    summary: dict[str, Any]
+    notices: list[str]
+    hit_lengths: list[int]
+    cumulative_hit_rate: list[float]
+    ideal_cumulative_hit_rate: list[float]
+    timeline: dict[str, list[int]]
+
+
+def resolve_config(name: str) -> tuple[str, list[str]]:
+    """The config to run for `name`: its components that this build has, with a notice for
+    every one it lacks."""
+    if name not in CONFIG_COMPONENTS:
+        raise ValueError(f"unknown config {name!r}; choose from {sorted(CONFIG_COMPONENTS)}")
+    wanted = CONFIG_COMPONENTS[name]
+    have = tuple(c for c in wanted if c in COMPONENT_REGISTRY and c in REPLAY_COMPONENTS)
+    if have == wanted:
+        return name, []
+    effective = next(n for n, cs in CONFIG_COMPONENTS.items() if cs == have)
+    missing = ", ".join(c.name for c in wanted if c not in have)
+    return effective, [
+        f"--config {name}: component(s) {missing} not available in this build; "
+        f"using --config {effective}"
+    ]
+
+
+def load_specs(options: ReplayOptions) -> list[RequestSpec]:
+    if options.trace is not None:
+        return load_trace(options.trace, options.trace_format, options.max_requests, options.seed)
+    return generate_workload(options.workload, options.seed, options.max_requests)
+
+
+def admissible(specs: list[RequestSpec], capacity: int, page_size: int) -> list[RequestSpec]:
+    """The requests whose whole sequence fits the pool (a server rejects the others),
+    renumbered; a request that waited on a rejected one no longer waits."""
+    kept: dict[int, int] = {}
+    out: list[RequestSpec] = []
+    for spec in specs:
+        total = len(spec.prompt) + spec.output_len
+        if -(-total // page_size) * page_size > capacity:
+            continue
+        kept[spec.rid] = len(out)
+        after = None if spec.after is None else kept.get(spec.after)
+        out.append(replace(spec, rid=len(out), after=after))
+    return out
+
+
+def build_replay_cache(
+    options: ReplayOptions, config_name: str, max_context_len: int
+) -> UnifiedRadixCache:
+    if CONFIG_COMPONENTS[config_name] != (ComponentType.FULL,):
+        raise ValueError(f"config {config_name!r} is not wired into the replayer")
+    return build_cache(
+        CacheConfig(
+            full_tokens=options.full_tokens,
+            page_size=options.page_size,
+            max_running_requests=options.max_running,
+            max_context_len=max_context_len,
+        )
+    )
+
+
+def run_replay(options: ReplayOptions) -> ReplayResult:
+    """Replays `options`' requests; raises InvariantError on a broken invariant."""
+    config_name, notices = resolve_config(options.config)
+    loaded = load_specs(options)
+    ps = options.page_size
+    specs = admissible(loaded, options.full_tokens // ps * ps, ps)
+    if not specs:
+        raise ValueError(f"no request fits full_tokens={options.full_tokens}")
+    max_len = max(len(s.prompt) + s.output_len for s in specs)
+    cache = build_replay_cache(options, config_name, -(-max_len // ps) * ps)
+    t0 = time.perf_counter()
+    ideal = ideal_hits(specs, ps)
+    ideal_s = time.perf_counter() - t0
+    metrics = ReplayMetrics(cache, len(specs), options.progress)
+    config = SchedulerConfig(
+        options.max_running,
+        options.chunk_size,
+        options.decode_reserve_ratio,
+        options.check_invariants,
+    )
+    scheduler = Scheduler(cache, NullRunner(), specs, config, metrics)
+    t0 = time.perf_counter()
+    try:
+        scheduler.run()
+    finally:
+        metrics.close()
+    wall_s = time.perf_counter() - t0
+    scheduler.check_invariants()
+    summary = _summary(options, config_name, specs, len(loaded), ideal, metrics, scheduler)
+    summary.update(wall_s=wall_s, ideal_s=ideal_s, requests_per_s=len(specs) / max(wall_s, 1e-9))
+    ideal_rates, total_prompt, total_ideal = [], 0, 0
+    for spec, hit in zip(specs, ideal, strict=True):
+        total_prompt += len(spec.prompt)
+        total_ideal += hit
+        ideal_rates.append(total_ideal / total_prompt)
+    return ReplayResult(
+        summary,
+        notices,
+        metrics.hit_lengths,
+        metrics.cumulative_hit_rate,
+        ideal_rates,
+        metrics.timeline,
+    )
+
+
+def _summary(
+    options: ReplayOptions,
+    config_name: str,
+    specs: list[RequestSpec],
+    num_loaded: int,
+    ideal: list[int],
+    metrics: ReplayMetrics,
+    scheduler: Scheduler,
+) -> dict[str, Any]:
+    prompt_tokens, hit_tokens = metrics.prompt_tokens, metrics.hit_tokens
+    ideal_tokens = sum(ideal)
+    model = options.model
+    saved = sum(model.prefix_flops(h) for h in metrics.hit_lengths)
+    total = sum(model.prefix_flops(len(s.prompt)) for s in specs)
+    return {
+        "source": options.trace or options.workload,
+        "config": config_name,
+        "page_size": options.page_size,
+        "requests": metrics.finished,
+        "rejected": num_loaded - len(specs),
+        "prompt_tokens": prompt_tokens,
+        "hit_tokens": hit_tokens,
+        "hit_rate": hit_tokens / max(prompt_tokens, 1),
+        "ideal_hit_tokens": ideal_tokens,
+        "ideal_hit_rate": ideal_tokens / max(prompt_tokens, 1),
+        "decode_tokens": metrics.decode_tokens,
+        "retractions": metrics.retractions,
+        "recomputed_tokens": metrics.recomputed_tokens,
+        "components": metrics.components(),
+        "leaked": metrics.leaked(),
+        "tombstones": metrics.tombstones(),
+        "steps": scheduler.num_steps,
+        "invariant_checks": scheduler.num_invariant_checks,
+        "prefill_flops": {
+            "model": vars(model),
+            "total": total,
+            "saved": saved,
+            "saved_fraction": saved / total if total else 0.0,
+        },
+    }

@@ -1,0 +1,104 @@
+"""Replay reports: the JSON summary, a Markdown summary and PNG plots.
+
+Plots need matplotlib (`pip install uniradix[plots]`); without it `write_report` writes the
+JSON and Markdown files and raises `RuntimeError` saying what is missing.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from uniradix.sim.replay import ReplayResult
+
+MAX_PLOT_POINTS = 4000
+
+
+def summary_json(result: ReplayResult) -> str:
+    return json.dumps(result.summary, sort_keys=True)
+
+
+def markdown_summary(result: ReplayResult) -> str:
+    s = result.summary
+    flops = s["prefill_flops"]
+    lines = [
+        f"# uniradix replay: {s['source']} ({s['config']}, page size {s['page_size']})",
+        "",
+        "| metric | value |",
+        "|---|---|",
+        f"| requests | {s['requests']} ({s['rejected']} rejected as too long) |",
+        f"| prompt tokens | {s['prompt_tokens']} |",
+        f"| hit tokens | {s['hit_tokens']} ({s['hit_rate']:.2%}) |",
+        f"| ideal hit tokens (unbounded cache) | {s['ideal_hit_tokens']} "
+        f"({s['ideal_hit_rate']:.2%}) |",
+        f"| decode tokens | {s['decode_tokens']} |",
+        f"| retractions | {s['retractions']} ({s['recomputed_tokens']} tokens recomputed) |",
+        f"| tombstones at the end | {s['tombstones']} |",
+        f"| scheduler steps | {s['steps']} |",
+        f"| invariant checks | {s['invariant_checks']} |",
+        f"| wall time | {s['wall_s']:.2f} s ({s['requests_per_s']:.1f} requests/s) |",
+        f"| prefill FLOPs saved (estimate) | {flops['saved']:.3e} of {flops['total']:.3e} "
+        f"({flops['saved_fraction']:.2%}) |",
+        "",
+        "| pool | capacity | peak used | final used | evicted | hit tokens | leaked |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for pool, c in s["components"].items():
+        lines.append(
+            f"| {pool} | {c['capacity']} | {c['peak_used']} | {c['final_used']} | "
+            f"{c['evicted']} | {c['hit_tokens']} | {s['leaked'][pool]} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _thin(values: list[Any]) -> tuple[list[int], list[Any]]:
+    stride = max(1, len(values) // MAX_PLOT_POINTS)
+    xs = list(range(0, len(values), stride))
+    return xs, [values[i] for i in xs]
+
+
+def write_report(result: ReplayResult, directory: str | Path) -> list[Path]:
+    """Writes summary.json, summary.md and the plots into `directory`; returns the paths."""
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    written = [out / "summary.json", out / "summary.md"]
+    written[0].write_text(json.dumps(result.summary, indent=2, sort_keys=True) + "\n")
+    written[1].write_text(markdown_summary(result))
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise RuntimeError(
+            f"plots need matplotlib (pip install 'uniradix[plots]'); wrote only {written}"
+        ) from None
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(*_thin(result.cumulative_hit_rate), label="replay")
+    ax.plot(*_thin(result.ideal_cumulative_hit_rate), "--", label="ideal (unbounded cache)")
+    ax.set(xlabel="requests admitted", ylabel="cumulative hit rate", ylim=(0, 1))
+    ax.legend()
+    written.append(out / "hit_rate.png")
+    fig.savefig(written[-1], dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for pool, used in result.timeline.items():
+        capacity = result.summary["components"][pool]["capacity"]
+        xs, ys = _thin(used)
+        ax.plot(xs, [u / capacity for u in ys], label=f"{pool} ({capacity} slots)")
+    ax.set(xlabel="scheduler step", ylabel="pool occupancy", ylim=(0, 1.05))
+    ax.legend()
+    written.append(out / "occupancy.png")
+    fig.savefig(written[-1], dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.hist(result.hit_lengths, bins=50)
+    ax.set(xlabel="hit length (tokens)", ylabel="requests")
+    written.append(out / "hit_lengths.png")
+    fig.savefig(written[-1], dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    return written

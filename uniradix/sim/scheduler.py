@@ -1,0 +1,343 @@
+"""Scheduler: drives a `UnifiedRadixCache` as a serving engine's scheduler does, one step at a
+time, and hands each batch to a `ModelRunner`. The replayer plugs in a runner that computes
+nothing; an engine plugs in its model. Both see exactly the same cache and pool calls.
+
+One step, as in a prefill-first continuous-batching server:
+
+1. Prefill, if anything can be prefilled: continue the chunked request, then admit waiting
+   requests in arrival order (among those whose `after` request has finished) while the
+   chunk budget, the running cap and memory allow. Admission = `match_prefix` on the prompt
+   minus its last token, `inc_lock_ref`, a request row, then allocation (evicting when short;
+   when still short the request waits, and so does everyone behind it). A prompt longer than
+   the budget is prefilled in page-aligned chunks, one chunked request at a time;
+   `cache_unfinished_req` publishes each chunk. The last chunk samples the first output.
+2. Otherwise decode: one token for every prefilled request, allocating a page whenever a
+   request's next position crosses into a new one. When memory stays short after evicting,
+   requests are retracted (fewest outputs first, then longest prompt): their KV is dropped
+   (`cache_finished_req(is_insert=False)`) and they go back to the queue with their outputs
+   so far as part of the prompt.
+3. A request that has all its outputs is finished with `cache_finished_req`.
+
+Admission keeps room for decoding: a request is admitted only if its remaining prompt plus
+`decode_reserve_ratio` of its outputs fits in free + evictable memory, after the same reserve
+for every running request.
+
+Time is not simulated: requests are served in arrival order as fast as memory allows (a
+saturated server); timestamps only order them.
+
+Hook points for the other components are the methods `_free_out_of_window`,
+`_release_window`, `_mamba_chunk_end` and `held_by_requests`: no-ops (or full-only) while the
+cache has only full attention, which has nothing out of window and no state checkpoints.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+
+from uniradix.cache import UnifiedRadixCache
+from uniradix.sim.batch import (
+    ForwardBatch,
+    ForwardEntry,
+    ModelRunner,
+    NullListener,
+    RunningRequest,
+    SchedulerListener,
+)
+from uniradix.sim.request_spec import RequestSpec
+from uniradix.types import EvictParams, MatchPrefixParams, Req
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    max_running: int = 64
+    chunk_size: int = 4096
+    decode_reserve_ratio: float = 0.5
+    check_invariants: bool = False
+
+    def __post_init__(self) -> None:
+        if self.max_running < 1 or self.chunk_size < 1:
+            raise ValueError(
+                f"max_running={self.max_running} and chunk_size={self.chunk_size} must be >= 1"
+            )
+        if not 0.0 <= self.decode_reserve_ratio <= 1.0:
+            raise ValueError(f"decode_reserve_ratio={self.decode_reserve_ratio} not in [0, 1]")
+
+
+class SchedulerStalled(RuntimeError):
+    """No request could make progress although work remains (a pool too small)."""
+
+
+class Scheduler:
+    def __init__(
+        self,
+        cache: UnifiedRadixCache,
+        runner: ModelRunner,
+        specs: list[RequestSpec],
+        config: SchedulerConfig | None = None,
+        listener: SchedulerListener | None = None,
+    ) -> None:
+        self.cache = cache
+        self.runner = runner
+        self.config = config or SchedulerConfig()
+        self.listener: SchedulerListener = listener or NullListener()
+        self.page_size = cache.page_size
+        if self.config.chunk_size < self.page_size:
+            raise ValueError(
+                f"chunk_size={self.config.chunk_size} is less than one page ({self.page_size})"
+            )
+        self.specs = specs
+        self.running: list[RunningRequest] = []
+        self.chunked: RunningRequest | None = None
+        self.num_steps = 0
+        self.num_invariant_checks = 0
+        self._finished = [False] * len(specs)
+        self._ready: list[int] = []  # heap of rids: arrival order
+        self._blocked: dict[int, list[int]] = {}
+        self._retracted: dict[int, RunningRequest] = {}
+        for i, spec in enumerate(specs):
+            if spec.rid != i:
+                raise ValueError(
+                    f"specs must be numbered 0, 1, ... in order; #{i} has rid {spec.rid}"
+                )
+            if spec.after is None:
+                self._ready.append(i)
+            else:
+                self._blocked.setdefault(spec.after, []).append(i)
+
+    # ------------------------------------------------------------------ driving
+    @property
+    def done(self) -> bool:
+        return not self.running and not self._ready and not self._blocked
+
+    def run(self) -> None:
+        while not self.done:
+            self.step()
+
+    def step(self) -> None:
+        """One scheduling step (a prefill batch, else a decode batch), then the checks."""
+        progressed = self._prefill_step() or self._decode_step()
+        if not progressed and not self.done:
+            raise SchedulerStalled(
+                f"no progress: {len(self.running)} running, {len(self._ready)} ready, "
+                f"free={self.cache.pools.kv_allocator.available_size()}, "
+                f"evictable={self.cache.evictable_size()}"
+            )
+        self.num_steps += 1
+        if self.config.check_invariants:
+            self.check_invariants()
+        self.listener.on_step(self)
+
+    def check_invariants(self) -> None:
+        self.cache.check_invariants(self.held_by_requests())
+        self.num_invariant_checks += 1
+
+    # ------------------------------------------------------------------ hook points
+    def held_by_requests(self) -> dict[str, int]:
+        """Slots per pool that running requests hold privately (not yet the tree's).
+        SWA subtracts what `_free_out_of_window` gave back; Mamba adds request state slots."""
+        return {
+            "full": sum(r.req.kv_allocated_len - r.req.cache_protected_len for r in self.running)
+        }
+
+    def _free_out_of_window(self, request: RunningRequest) -> None:
+        """After each prefill chunk and decode step: SWA frees the request's slots that fell
+        out of the sliding window (`cache.free_out_of_window_slots(req)`). Full: nothing."""
+        return
+
+    def _release_window(self, request: RunningRequest) -> None:
+        """Before a request leaves (finish or retraction): SWA releases its window lock
+        (`cache.release_window_lock(req)`). Full: nothing."""
+        return
+
+    def _mamba_chunk_end(self, request: RunningRequest, start: int, end: int) -> int:
+        """Where the prefill chunk `[start, end)` must stop so a Mamba state is checkpointed
+        where an engine saves one (the match's `mamba_branching_seqlen`, chunk boundaries).
+        Full: no state, the chunk is unchanged."""
+        return end
+
+    # ------------------------------------------------------------------ memory
+    def _page_ceil(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.page_size) * self.page_size
+
+    def _alloc_row_slots(self, request: RunningRequest, end: int) -> bool:
+        """Allocates whole pages so row positions `[0, end)` have slots; False when short
+        even after evicting."""
+        req = request.req
+        need = self._page_ceil(end) - req.kv_allocated_len
+        if need <= 0:
+            return True
+        allocator = self.cache.pools.kv_allocator
+        short = need - allocator.available_size()
+        if short > 0:
+            self.listener.on_evict(self.cache.evict(EvictParams(num_tokens=short)))
+        slots = allocator.alloc(need)
+        if slots is None:
+            return False
+        assert req.req_pool_idx is not None
+        self.cache.pools.req_to_token_pool.write(req.req_pool_idx, req.kv_allocated_len, slots)
+        req.kv_allocated_len += need
+        return True
+
+    def _reserved(self) -> int:
+        """Memory the running requests will still allocate (decode part scaled)."""
+        ratio = self.config.decode_reserve_ratio
+        total = 0
+        for r in self.running:
+            total += max(0, self._page_ceil(r.prompt_len) - r.req.kv_allocated_len)
+            total += math.ceil(ratio * (r.spec.output_len - r.num_output))
+        return total
+
+    # ------------------------------------------------------------------ prefill
+    def _prefill_step(self) -> bool:
+        budget = self.config.chunk_size
+        entries: list[ForwardEntry] = []
+        if self.chunked is not None:
+            entry = self._next_chunk(self.chunked, budget)
+            if entry is None:
+                return False
+            entries.append(entry)
+            budget -= entry.end - entry.start
+        while self.chunked is None and budget > 0 and self._ready:
+            if len(self.running) >= self.config.max_running:
+                break
+            entry = self._admit(heapq.heappop(self._ready), budget)
+            if entry is None:
+                break
+            entries.append(entry)
+            budget -= entry.end - entry.start
+        if not entries:
+            return False
+        tokens = iter(self.runner.forward(ForwardBatch(False, entries)))
+        for e in entries:
+            self._after_prefill(e, next(tokens) if e.samples else None)
+        return True
+
+    def _next_chunk(self, request: RunningRequest, budget: int) -> ForwardEntry | None:
+        """The next chunk of `request`'s prompt within `budget`, with its slots allocated;
+        None when nothing fits. Sets or clears `self.chunked`."""
+        start, prompt_len = request.req.kv_committed_len, request.prompt_len
+        end = (
+            prompt_len
+            if prompt_len - start <= budget
+            else start + budget // self.page_size * self.page_size
+        )
+        end = self._mamba_chunk_end(request, start, end)
+        if end <= start or not self._alloc_row_slots(request, end):
+            return None
+        self.chunked = None if end == prompt_len else request
+        return ForwardEntry(request, start, end, samples=end == prompt_len)
+
+    def _admit(self, rid: int, budget: int) -> ForwardEntry | None:
+        """Admits request `rid` with its first chunk; None (and `rid` back in the queue) when
+        it does not fit."""
+        cache, pools = self.cache, self.cache.pools
+        row = pools.req_to_token_pool.alloc()
+        if row is None:
+            heapq.heappush(self._ready, rid)
+            return None
+        spec = self.specs[rid]
+        previous = self._retracted.get(rid)
+        tokens = previous.req.token_ids if previous else spec.prompt.token_ids().tolist()
+        req = Req(token_ids=tokens, req_pool_idx=row)
+        match = cache.match_prefix(MatchPrefixParams(cache.make_key(tokens[:-1]), req=req))
+        req.lock = cache.inc_lock_ref(match.last_device_node)
+        req.last_node = match.last_device_node
+        pools.req_to_token_pool.write(row, 0, match.device_indices)
+        hit = match.device_prefix_len
+        req.cache_protected_len = req.kv_committed_len = req.kv_allocated_len = hit
+        request = RunningRequest(spec, req, len(tokens))
+        if previous is not None:
+            request.num_output = previous.num_output
+            request.num_admissions = previous.num_admissions + 1
+        room = pools.kv_allocator.available_size() + cache.evictable_size() - self._reserved()
+        need = self._page_ceil(len(tokens)) - hit
+        need += math.ceil(self.config.decode_reserve_ratio * (spec.output_len - request.num_output))
+        entry = self._next_chunk(request, budget) if need <= room else None
+        if entry is None:
+            cache.cache_finished_req(req, is_insert=False)
+            heapq.heappush(self._ready, rid)
+            return None
+        self._retracted.pop(rid, None)
+        self.running.append(request)
+        self.listener.on_admit(request, match)
+        return entry
+
+    def _after_prefill(self, entry: ForwardEntry, token: int | None) -> None:
+        request = entry.request
+        request.req.kv_committed_len = entry.end
+        if token is None:
+            self.cache.cache_unfinished_req(request.req, chunked=True)
+            self._free_out_of_window(request)
+            return
+        request.prefilled = True
+        self._append_output(request, token)
+        if request.num_output < request.spec.output_len:
+            self.cache.cache_unfinished_req(request.req)
+            self._free_out_of_window(request)
+
+    # ------------------------------------------------------------------ decode
+    def _decode_step(self) -> bool:
+        decoding = [r for r in self.running if r.prefilled]
+        if not decoding:
+            return False
+        retracted = False
+        while not self._decode_fits(decoding):
+            victim = min(decoding, key=lambda r: (r.num_output, -r.prompt_len))
+            decoding.remove(victim)
+            self._retract(victim)
+            retracted = True
+        entries = []
+        for r in decoding:
+            position = len(r.req.token_ids) - 1
+            ok = self._alloc_row_slots(r, position + 1)
+            assert ok, "decode allocation failed after _decode_fits"
+            entries.append(ForwardEntry(r, position, position + 1, samples=True))
+        if not entries:
+            return retracted
+        tokens = self.runner.forward(ForwardBatch(True, entries))
+        for e, token in zip(entries, tokens, strict=True):
+            e.request.req.kv_committed_len = e.end
+            self._append_output(e.request, token)
+            if e.request.num_output < e.request.spec.output_len:
+                self._free_out_of_window(e.request)
+        return True
+
+    def _decode_fits(self, decoding: list[RunningRequest]) -> bool:
+        """Whether one more token for each of `decoding` fits, evicting if needed."""
+        need = self.page_size * sum(
+            1 for r in decoding if len(r.req.token_ids) - 1 >= r.req.kv_allocated_len
+        )
+        short = need - self.cache.pools.kv_allocator.available_size()
+        if short > 0:
+            self.listener.on_evict(self.cache.evict(EvictParams(num_tokens=short)))
+        return need <= self.cache.pools.kv_allocator.available_size()
+
+    def _retract(self, request: RunningRequest) -> None:
+        self._release_window(request)
+        self.running.remove(request)
+        saved = Req(token_ids=request.req.token_ids)
+        self.cache.cache_finished_req(request.req, is_insert=False)
+        request.req = saved
+        request.prefilled = False
+        self._retracted[request.spec.rid] = request
+        heapq.heappush(self._ready, request.spec.rid)
+        self.listener.on_retract(request)
+
+    # ------------------------------------------------------------------ finish
+    def _append_output(self, request: RunningRequest, token: int) -> None:
+        request.req.token_ids.append(token)
+        request.num_output += 1
+        if request.num_output == request.spec.output_len:
+            self._finish(request)
+
+    def _finish(self, request: RunningRequest) -> None:
+        self._release_window(request)
+        self.cache.cache_finished_req(request.req)
+        self.running.remove(request)
+        rid = request.spec.rid
+        self._finished[rid] = True
+        for waiting in self._blocked.pop(rid, []):
+            heapq.heappush(self._ready, waiting)
+        self.listener.on_finish(request)

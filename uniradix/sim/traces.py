@@ -1,0 +1,126 @@
+"""Trace loaders: real request logs as `RequestSpec` lists in arrival order.
+
+Mooncake JSONL, one request a line::
+
+    {"timestamp": 40, "input_length": 23769, "output_length": 3, "hash_ids": [151, 152, ...]}
+
+`hash_ids` name the prompt's 512-token blocks (equal ids = equal blocks; the last block may be
+partial) and map to tokens as `BlockPrompt` documents. Plain token JSONL: each line is a list
+of token ids, or an object `{"token_ids": [...], "output_length": n}`.
+
+Traces carry no output tokens: they are drawn from a generator seeded with `seed`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from uniradix.sim.request_spec import BlockPrompt, RequestSpec, TokenPrompt
+from uniradix.sim.workloads import VOCAB_SIZE
+
+MOONCAKE_BLOCK_SIZE = 512
+TRACE_FORMATS = ("mooncake", "tokens")
+
+
+def _lines(path: Path, max_requests: int | None) -> Iterator[tuple[int, Any]]:
+    count = 0
+    with path.open() as f:
+        for lineno, line in enumerate(f, 1):
+            if max_requests is not None and count >= max_requests:
+                return
+            if not line.strip():
+                continue
+            try:
+                yield lineno, json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{lineno}: not JSON: {exc}") from None
+            count += 1
+
+
+def _int(row: dict[str, Any], field: str, where: str, minimum: int) -> int:
+    value = row.get(field)
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"{where}: {field} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def load_mooncake(
+    path: str | Path,
+    max_requests: int | None = None,
+    seed: int = 0,
+    block_size: int = MOONCAKE_BLOCK_SIZE,
+) -> list[RequestSpec]:
+    """Requests of a Mooncake trace, sorted by timestamp (stable)."""
+    path = Path(path)
+    rng = np.random.default_rng(seed)
+    rows = []
+    for lineno, row in _lines(path, max_requests):
+        where = f"{path}:{lineno}"
+        if not isinstance(row, dict):
+            raise ValueError(f"{where}: expected a JSON object, got {type(row).__name__}")
+        hash_ids = row.get("hash_ids")
+        if not isinstance(hash_ids, list) or not all(
+            isinstance(h, int) and not isinstance(h, bool) for h in hash_ids
+        ):
+            raise ValueError(f"{where}: hash_ids must be a list of integers, got {hash_ids!r:.80}")
+        try:
+            prompt = BlockPrompt(tuple(hash_ids), _int(row, "input_length", where, 1), block_size)
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
+        stamp = row.get("timestamp", 0)
+        if not isinstance(stamp, int | float) or isinstance(stamp, bool):
+            raise ValueError(f"{where}: timestamp must be a number, got {stamp!r}")
+        rows.append((float(stamp), prompt, _int(row, "output_length", where, 1)))
+    rows.sort(key=lambda r: r[0])
+    return [
+        RequestSpec(rid, prompt, rng.integers(0, VOCAB_SIZE, size=out, dtype=np.int64), stamp)
+        for rid, (stamp, prompt, out) in enumerate(rows)
+    ]
+
+
+def load_token_lists(
+    path: str | Path,
+    max_requests: int | None = None,
+    seed: int = 0,
+    output_len: int = 16,
+) -> list[RequestSpec]:
+    """Requests of a token-list JSONL in file order; `output_len` where a line gives none."""
+    path = Path(path)
+    rng = np.random.default_rng(seed)
+    specs: list[RequestSpec] = []
+    for lineno, row in _lines(path, max_requests):
+        where = f"{path}:{lineno}"
+        out = output_len
+        if isinstance(row, dict):
+            tokens = row.get("token_ids")
+            if "output_length" in row:
+                out = _int(row, "output_length", where, 1)
+        else:
+            tokens = row
+        if (
+            not isinstance(tokens, list)
+            or not tokens
+            or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in tokens)
+        ):
+            raise ValueError(
+                f"{where}: expected a non-empty list of token ids >= 0, got {tokens!r:.80}"
+            )
+        rid = len(specs)
+        outputs = rng.integers(0, VOCAB_SIZE, size=out, dtype=np.int64)
+        specs.append(RequestSpec(rid, TokenPrompt(tokens), outputs, float(rid)))
+    return specs
+
+
+def load_trace(
+    path: str | Path, trace_format: str, max_requests: int | None = None, seed: int = 0
+) -> list[RequestSpec]:
+    if trace_format == "mooncake":
+        return load_mooncake(path, max_requests, seed)
+    if trace_format == "tokens":
+        return load_token_lists(path, max_requests, seed)
+    raise ValueError(f"unknown trace format {trace_format!r}; choose from {TRACE_FORMATS}")
