@@ -49,7 +49,7 @@ def _replay_parser(commands: argparse._SubParsersAction) -> None:  # type: ignor
 def _replay(args: argparse.Namespace) -> int:
     from uniradix.errors import InvariantError
     from uniradix.sim.compute import ModelShape
-    from uniradix.sim.replay import ReplayOptions, resolve_config, run_replay
+    from uniradix.sim.replay import ReplayOptions, run_replay
     from uniradix.sim.report import markdown_summary, summary_json, write_report
 
     try:
@@ -68,8 +68,6 @@ def _replay(args: argparse.Namespace) -> int:
             ),
             progress=not args.no_progress,
         )
-        for notice in resolve_config(options.config)[1]:
-            print(f"uniradix replay: notice: {notice}", file=sys.stderr)
         result = run_replay(options)
     except InvariantError as exc:
         print(f"uniradix replay: {exc}", file=sys.stderr)

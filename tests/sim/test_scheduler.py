@@ -18,14 +18,13 @@ from uniradix.sim.replay import (
     NullRunner,
     ReplayOptions,
     admissible,
-    resolve_config,
     run_replay,
 )
 from uniradix.sim.request_spec import RequestSpec
 from uniradix.sim.scheduler import Scheduler, SchedulerConfig, SchedulerStalled
 from uniradix.sim.workloads import WORKLOADS
 
-EXISTING_CONFIGS = sorted({resolve_config(name)[0] for name in CONFIG_COMPONENTS})
+EXISTING_CONFIGS = sorted(CONFIG_COMPONENTS)
 SMALL = {
     "shared_prefix": dict(max_requests=40),
     "multi_turn": dict(max_requests=48),
@@ -127,7 +126,7 @@ def test_hits_equal_ideal_without_eviction(name: str, page_size: int) -> None:
     s = result.summary
     assert s["components"]["full"]["evicted"] == 0
     assert s["hit_tokens"] == s["ideal_hit_tokens"] > (0 if name != "random" else -1)
-    assert s["leaked"] == {"full": 0}
+    assert s["leaked"] == {"full": 0, "req": 0}
 
 
 @pytest.mark.parametrize("config", EXISTING_CONFIGS)
@@ -153,8 +152,10 @@ def test_small_pools_keep_invariants_and_leak_nothing(
     s = result.summary
     assert s["requests"] == SMALL[name]["max_requests"]
     assert s["invariant_checks"] == s["steps"] + 1
-    assert s["leaked"] == {"full": 0}
-    assert s["components"]["full"]["peak_used"] <= s["components"]["full"]["capacity"]
+    pools = {"full", "req"} | {c for c in ("swa", "mamba") if c in config or config == "hybrid"}
+    assert s["leaked"] == dict.fromkeys(pools, 0)
+    for pool in pools:
+        assert s["components"][pool]["peak_used"] <= s["components"][pool]["capacity"]
     assert s["hit_tokens"] <= s["prompt_tokens"]
 
 
@@ -184,7 +185,7 @@ def test_retraction_when_decode_cannot_allocate() -> None:
     )
     assert result.summary["retractions"] > 0
     assert result.summary["recomputed_tokens"] > 0
-    assert result.summary["leaked"] == {"full": 0}
+    assert result.summary["leaked"] == {"full": 0, "req": 0}
 
 
 def test_too_long_requests_are_rejected() -> None:

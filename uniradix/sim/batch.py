@@ -25,17 +25,21 @@ class RunningRequest:
     num_output: int = 0
     prefilled: bool = False
     num_admissions: int = 1
+    mamba_branch: int | None = None
 
 
 @dataclass(frozen=True)
 class ForwardEntry:
     """Compute the KV of `req.token_ids[start:end]` into row slots `[start, end)`; when
-    `samples`, also return the next token."""
+    `samples`, also return the next token. When `track_seqlen` is set (Mamba extra-buffer
+    mode), also copy the Mamba state after `token_ids[:track_seqlen]` into the request's
+    `cache.mamba_requests.track_slot(req)`; the scheduler commits it after the pass."""
 
     request: RunningRequest
     start: int
     end: int
     samples: bool
+    track_seqlen: int | None = None
 
 
 @dataclass(frozen=True)

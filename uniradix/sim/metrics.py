@@ -23,7 +23,7 @@ class ReplayMetrics:
         self.pools = list(cache.pools.capacities())
         self.prompt_tokens = 0
         self.hit_tokens = 0
-        self.component_hit_tokens = dict.fromkeys(self.pools, 0)
+        self.component_hit_tokens = dict.fromkeys((p for p in self.pools if p != "req"), 0)
         self.hit_lengths: list[int] = []
         self.cumulative_hit_rate: list[float] = []
         self.evicted = dict.fromkeys(self.pools, 0)
@@ -46,7 +46,12 @@ class ReplayMetrics:
             return
         self.prompt_tokens += request.prompt_len
         self.hit_tokens += match.device_prefix_len
-        self.component_hit_tokens["full"] += match.full_kv_hit_length
+        for pool in self.component_hit_tokens:
+            # Full KV counts everything it matched; the other components count the usable
+            # match, which every one of them accepted.
+            self.component_hit_tokens[pool] += (
+                match.full_kv_hit_length if pool == "full" else match.device_prefix_len
+            )
         self.hit_lengths.append(match.device_prefix_len)
         self.cumulative_hit_rate.append(self.hit_tokens / self.prompt_tokens)
 
@@ -81,10 +86,11 @@ class ReplayMetrics:
     def leaked(self) -> dict[str, int]:
         """Per pool, after every request finished: slots neither free nor evictable."""
         capacity, free = self.cache.pools.capacities(), self.cache.pools.available()
-        return {
-            p: capacity[p] - free[p] - self.cache.evictable_size(ComponentType[p.upper()])
-            for p in self.pools
-        }
+        return {p: capacity[p] - free[p] - self._evictable(p) for p in self.pools}
+
+    def _evictable(self, pool: str) -> int:
+        """Units of `pool` the tree holds unlocked (request rows are never the tree's)."""
+        return 0 if pool == "req" else self.cache.evictable_size(ComponentType[pool.upper()])
 
     def tombstones(self) -> int:
         """Nodes where an auxiliary component's value is dropped while the node stays."""
@@ -99,7 +105,7 @@ class ReplayMetrics:
                 "peak_used": self.peak_used[p],
                 "final_used": capacity[p] - free[p],
                 "evicted": self.evicted[p],
-                "hit_tokens": self.component_hit_tokens[p],
+                "hit_tokens": self.component_hit_tokens.get(p, 0),
             }
             for p in self.pools
         }

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from uniradix.cache import UnifiedRadixCache
-from uniradix.components.registry import COMPONENT_REGISTRY
 from uniradix.factory import CacheConfig, build_cache
 from uniradix.sim.batch import ForwardBatch
 from uniradix.sim.compute import ModelShape
@@ -30,8 +29,6 @@ CONFIG_COMPONENTS: dict[str, tuple[ComponentType, ...]] = {
     "mamba": (ComponentType.FULL, ComponentType.MAMBA),
     "hybrid": (ComponentType.FULL, ComponentType.SWA, ComponentType.MAMBA),
 }
-REPLAY_COMPONENTS = frozenset({ComponentType.FULL})
-"""Component types the replayer knows how to size and drive."""
 
 
 class NullRunner:
@@ -68,28 +65,10 @@ class ReplayOptions:
 @dataclass
 class ReplayResult:
     summary: dict[str, Any]
-    notices: list[str]
     hit_lengths: list[int]
     cumulative_hit_rate: list[float]
     ideal_cumulative_hit_rate: list[float]
     timeline: dict[str, list[int]]
-
-
-def resolve_config(name: str) -> tuple[str, list[str]]:
-    """The config to run for `name`: its components that this build has, with a notice for
-    every one it lacks."""
-    if name not in CONFIG_COMPONENTS:
-        raise ValueError(f"unknown config {name!r}; choose from {sorted(CONFIG_COMPONENTS)}")
-    wanted = CONFIG_COMPONENTS[name]
-    have = tuple(c for c in wanted if c in COMPONENT_REGISTRY and c in REPLAY_COMPONENTS)
-    if have == wanted:
-        return name, []
-    effective = next(n for n, cs in CONFIG_COMPONENTS.items() if cs == have)
-    missing = ", ".join(c.name for c in wanted if c not in have)
-    return effective, [
-        f"--config {name}: component(s) {missing} not available in this build; "
-        f"using --config {effective}"
-    ]
 
 
 def load_specs(options: ReplayOptions) -> list[RequestSpec]:
@@ -116,21 +95,30 @@ def admissible(specs: list[RequestSpec], capacity: int, page_size: int) -> list[
 def build_replay_cache(
     options: ReplayOptions, config_name: str, max_context_len: int
 ) -> UnifiedRadixCache:
-    if CONFIG_COMPONENTS[config_name] != (ComponentType.FULL,):
-        raise ValueError(f"config {config_name!r} is not wired into the replayer")
+    components = CONFIG_COMPONENTS[config_name]
+    swa = ComponentType.SWA in components
+    mamba = ComponentType.MAMBA in components
     return build_cache(
         CacheConfig(
             full_tokens=options.full_tokens,
             page_size=options.page_size,
             max_running_requests=options.max_running,
             max_context_len=max_context_len,
+            sliding_window=options.sliding_window if swa else None,
+            swa_tokens=(options.swa_tokens or options.full_tokens // 2) if swa else None,
+            mamba_slots=(options.mamba_slots or 4 * options.max_running) if mamba else None,
+            mamba_extra_buffer=mamba and options.page_size > 1,
         )
     )
 
 
 def run_replay(options: ReplayOptions) -> ReplayResult:
     """Replays `options`' requests; raises InvariantError on a broken invariant."""
-    config_name, notices = resolve_config(options.config)
+    if options.config not in CONFIG_COMPONENTS:
+        raise ValueError(
+            f"unknown config {options.config!r}; choose from {sorted(CONFIG_COMPONENTS)}"
+        )
+    config_name = options.config
     loaded = load_specs(options)
     ps = options.page_size
     specs = admissible(loaded, options.full_tokens // ps * ps, ps)
@@ -165,7 +153,6 @@ def run_replay(options: ReplayOptions) -> ReplayResult:
         ideal_rates.append(total_ideal / total_prompt)
     return ReplayResult(
         summary,
-        notices,
         metrics.hit_lengths,
         metrics.cumulative_hit_rate,
         ideal_rates,

@@ -25,9 +25,15 @@ for every running request.
 Time is not simulated: requests are served in arrival order as fast as memory allows (a
 saturated server); timestamps only order them.
 
-Hook points for the other components are the methods `_free_out_of_window`,
-`_release_window`, `_mamba_chunk_end` and `held_by_requests`: no-ops (or full-only) while the
-cache has only full attention, which has nothing out of window and no state checkpoints.
+Per-component steps, each a no-op for a cache without that component:
+
+- SWA: after each prefill chunk and decode step, `free_out_of_window_slots` frees the
+  request's SWA slots that left the window, and `release_window_lock` drops the window lock
+  of a prefix the decode has moved past (the full lock stays).
+- Mamba: admission needs a state slot (`match_prefix(..., req=req)` copies the matched state
+  into it); the first chunk stops at `mamba_branching_seqlen` so a checkpoint lands where a
+  branch starts; in extra-buffer mode each pass tracks the state at the last checkpoint-grid
+  position it crosses (`ForwardEntry.track_seqlen`), which `cache_unfinished_req` publishes.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ import math
 from dataclasses import dataclass
 
 from uniradix.cache import UnifiedRadixCache
+from uniradix.cache_mamba import MambaRequests
 from uniradix.sim.batch import (
     ForwardBatch,
     ForwardEntry,
@@ -135,27 +142,45 @@ class Scheduler:
 
     # ------------------------------------------------------------------ hook points
     def held_by_requests(self) -> dict[str, int]:
-        """Slots per pool that running requests hold privately (not yet the tree's).
-        SWA subtracts what `_free_out_of_window` gave back; Mamba adds request state slots."""
-        return {
-            "full": sum(r.req.kv_allocated_len - r.req.cache_protected_len for r in self.running)
-        }
+        """Units per pool that running requests hold privately (not yet the tree's): own KV
+        slots `[cache_protected_len, kv_allocated_len)`, of which SWA slots only from the
+        request's SWA cursor on; Mamba working and ping-pong slots; request rows."""
+        held = {"full": 0, "swa": 0, "mamba": 0, "req": len(self.running)}
+        mamba = self.cache.pools.mamba
+        for r in self.running:
+            req = r.req
+            held["full"] += req.kv_allocated_len - req.cache_protected_len
+            held["swa"] += req.kv_allocated_len - max(
+                req.cache_protected_len, req.swa_evicted_seqlen
+            )
+            if mamba is not None:
+                held["mamba"] += len(mamba.held_slots(req))
+        return held
 
     def _free_out_of_window(self, request: RunningRequest) -> None:
-        """After each prefill chunk and decode step: SWA frees the request's slots that fell
-        out of the sliding window (`cache.free_out_of_window_slots(req)`). Full: nothing."""
-        return
-
-    def _release_window(self, request: RunningRequest) -> None:
-        """Before a request leaves (finish or retraction): SWA releases its window lock
-        (`cache.release_window_lock(req)`). Full: nothing."""
-        return
+        """After each prefill chunk and decode step: frees the request's SWA slots that left
+        the window, and releases the window lock once the decode is past the cached prefix."""
+        self.cache.free_out_of_window_slots(request.req)
+        if request.prefilled:
+            self.cache.release_window_lock(request.req)
 
     def _mamba_chunk_end(self, request: RunningRequest, start: int, end: int) -> int:
-        """Where the prefill chunk `[start, end)` must stop so a Mamba state is checkpointed
-        where an engine saves one (the match's `mamba_branching_seqlen`, chunk boundaries).
-        Full: no state, the chunk is unchanged."""
-        return end
+        """Stops the chunk `[start, end)` at the match's `mamba_branching_seqlen`, so the
+        `cache_unfinished_req` after it checkpoints a state where the branch starts."""
+        branch = request.mamba_branch
+        return branch if branch is not None and start < branch < end else end
+
+    def _track_seqlen(self, start: int, end: int) -> int | None:
+        mamba = self.cache.mamba_requests
+        if not isinstance(mamba, MambaRequests) or not mamba.pool.extra_buffer:
+            return None
+        return mamba.checkpoint_seqlen(start, end)
+
+    def _commit_tracks(self, entries: list[ForwardEntry]) -> None:
+        mamba = self.cache.mamba_requests
+        for e in entries:
+            if e.track_seqlen is not None and isinstance(mamba, MambaRequests):
+                mamba.commit_track(e.request.req, e.track_seqlen)
 
     # ------------------------------------------------------------------ memory
     def _page_ceil(self, num_tokens: int) -> int:
@@ -168,17 +193,24 @@ class Scheduler:
         need = self._page_ceil(end) - req.kv_allocated_len
         if need <= 0:
             return True
-        allocator = self.cache.pools.kv_allocator
-        short = need - allocator.available_size()
-        if short > 0:
-            self.listener.on_evict(self.cache.evict(EvictParams(num_tokens=short)))
-        slots = allocator.alloc(need)
+        self._make_room(need)
+        slots = self.cache.pools.kv_allocator.alloc(need)
         if slots is None:
             return False
         assert req.req_pool_idx is not None
         self.cache.pools.req_to_token_pool.write(req.req_pool_idx, req.kv_allocated_len, slots)
         req.kv_allocated_len += need
         return True
+
+    def _make_room(self, num_tokens: int) -> None:
+        """Evicts so `num_tokens` slots are free in every KV pool (full, and SWA if any)."""
+        free = self.cache.pools.available()
+        params = EvictParams(
+            num_tokens=max(0, num_tokens - free["full"]),
+            swa_num_tokens=max(0, num_tokens - free.get("swa", num_tokens)),
+        )
+        if params.num_tokens or params.swa_num_tokens:
+            self.listener.on_evict(self.cache.evict(params))
 
     def _reserved(self) -> int:
         """Memory the running requests will still allocate (decode part scaled)."""
@@ -210,6 +242,7 @@ class Scheduler:
         if not entries:
             return False
         tokens = iter(self.runner.forward(ForwardBatch(False, entries)))
+        self._commit_tracks(entries)
         for e in entries:
             self._after_prefill(e, next(tokens) if e.samples else None)
         return True
@@ -227,7 +260,8 @@ class Scheduler:
         if end <= start or not self._alloc_row_slots(request, end):
             return None
         self.chunked = None if end == prompt_len else request
-        return ForwardEntry(request, start, end, samples=end == prompt_len)
+        track = self._track_seqlen(start, end)
+        return ForwardEntry(request, start, end, end == prompt_len, track)
 
     def _admit(self, rid: int, budget: int) -> ForwardEntry | None:
         """Admits request `rid` with its first chunk; None (and `rid` back in the queue) when
@@ -242,16 +276,23 @@ class Scheduler:
         tokens = previous.req.token_ids if previous else spec.prompt.token_ids().tolist()
         req = Req(token_ids=tokens, req_pool_idx=row)
         match = cache.match_prefix(MatchPrefixParams(cache.make_key(tokens[:-1]), req=req))
+        if pools.mamba is not None and req.mamba_pool_idx is None:
+            cache.release_req_slots(req)  # no Mamba slot to be had now: wait
+            pools.req_to_token_pool.free(row)
+            heapq.heappush(self._ready, rid)
+            return None
         req.lock = cache.inc_lock_ref(match.last_device_node)
         req.last_node = match.last_device_node
         pools.req_to_token_pool.write(row, 0, match.device_indices)
         hit = match.device_prefix_len
         req.cache_protected_len = req.kv_committed_len = req.kv_allocated_len = hit
-        request = RunningRequest(spec, req, len(tokens))
+        request = RunningRequest(spec, req, len(tokens), mamba_branch=match.mamba_branching_seqlen)
         if previous is not None:
             request.num_output = previous.num_output
             request.num_admissions = previous.num_admissions + 1
-        room = pools.kv_allocator.available_size() + cache.evictable_size() - self._reserved()
+        # Full KV is what a request keeps whole; SWA slots are freed out of the window as the
+        # request goes, so the SWA pool is checked chunk by chunk, not here.
+        room = pools.available()["full"] + cache.evictable_size() - self._reserved()
         need = self._page_ceil(len(tokens)) - hit
         need += math.ceil(self.config.decode_reserve_ratio * (spec.output_len - request.num_output))
         entry = self._next_chunk(request, budget) if need <= room else None
@@ -293,10 +334,12 @@ class Scheduler:
             position = len(r.req.token_ids) - 1
             ok = self._alloc_row_slots(r, position + 1)
             assert ok, "decode allocation failed after _decode_fits"
-            entries.append(ForwardEntry(r, position, position + 1, samples=True))
+            track = self._track_seqlen(position, position + 1)
+            entries.append(ForwardEntry(r, position, position + 1, True, track))
         if not entries:
             return retracted
         tokens = self.runner.forward(ForwardBatch(True, entries))
+        self._commit_tracks(entries)
         for e, token in zip(entries, tokens, strict=True):
             e.request.req.kv_committed_len = e.end
             self._append_output(e.request, token)
@@ -309,13 +352,10 @@ class Scheduler:
         need = self.page_size * sum(
             1 for r in decoding if len(r.req.token_ids) - 1 >= r.req.kv_allocated_len
         )
-        short = need - self.cache.pools.kv_allocator.available_size()
-        if short > 0:
-            self.listener.on_evict(self.cache.evict(EvictParams(num_tokens=short)))
+        self._make_room(need)
         return need <= self.cache.pools.kv_allocator.available_size()
 
     def _retract(self, request: RunningRequest) -> None:
-        self._release_window(request)
         self.running.remove(request)
         saved = Req(token_ids=request.req.token_ids)
         self.cache.cache_finished_req(request.req, is_insert=False)
@@ -333,7 +373,6 @@ class Scheduler:
             self._finish(request)
 
     def _finish(self, request: RunningRequest) -> None:
-        self._release_window(request)
         self.cache.cache_finished_req(request.req)
         self.running.remove(request)
         rid = request.spec.rid
