@@ -169,7 +169,7 @@ class UnifiedRadixCache:
         target, prefix_len, is_new = self.tree.insert(
             key, on_overlap, params.inserted_len, params.priority
         )
-        leaf_value = value[prefix_len:] if is_new else None
+        leaf_value = value[prefix_len:].copy() if is_new else None  # never view a request row
         mamba = self._by_type.get(ComponentType.MAMBA)
         mamba_exist = mamba is not None and (target is self.tree.root or mamba.has_value(target))
         for c in self.components:

@@ -21,9 +21,12 @@ from uniradix.types import FreeKind, FreeSlots, InsertParams, Slots
 
 
 def checked_value(params: InsertParams, page_size: int) -> Slots:
-    """A host copy of `params.value` (or the key's units when it is None), after checking it
-    is whole pages and that `params.mamba_value`, if any, is one state slot. The copy makes the
-    tree own its slots rather than view the caller's request row."""
+    """`params.value` as host slots (or the key's units when it is None), after checking it
+    is whole pages and that `params.mamba_value`, if any, is one state slot.
+
+    On the CPU the result may view the caller's tensor (a request row): the cache copies
+    what the tree keeps. Only `value[prev_prefix_len:]` is checked for whole pages: below it
+    are the tree's own slots handed back, which the tree neither adopts nor frees."""
     mamba = params.mamba_value
     if mamba is not None and (
         not isinstance(mamba, torch.Tensor) or mamba.dtype != torch.int64 or mamba.shape != (1,)
@@ -33,16 +36,18 @@ def checked_value(params: InsertParams, page_size: int) -> Slots:
         return np.array(params.key.tolist(), dtype=np.int64)
     if not isinstance(params.value, torch.Tensor) or params.value.dtype != torch.int64:
         raise TypeError(f"value must be a 1-D int64 tensor, got {params.value!r:.80}")
-    value = to_numpy(params.value).copy()
+    value = to_numpy(params.value)
     if value.shape[0] != len(params.key):
         raise ValueError(f"value has {value.shape[0]} slots for a key of {len(params.key)} units")
     n = len(params.key) // page_size * page_size
-    if page_size > 1 and n:
-        pages = value[:n].reshape(-1, page_size)
+    first = min(max(params.prev_prefix_len, 0) // page_size * page_size, n)
+    if page_size > 1 and first < n:
+        pages = value[first:n].reshape(-1, page_size)
         starts = pages[:, :1]
         if (starts % page_size).any() or (pages - starts != _offsets(page_size)).any():
             raise ValueError(
-                f"value is not made of whole pages of {page_size} slots: {value[:n].tolist()[:32]}"
+                f"value is not made of whole pages of {page_size} slots: "
+                f"{value[first:n].tolist()[:32]}"
             )
     return value
 
