@@ -53,7 +53,8 @@ class EngineConfig:
 @dataclass
 class GenerateResult:
     """`tokens[i]` and `logits[i]` (`[max_new_tokens, vocab]`, CPU) are prompt `i`'s outputs
-    and the rows they were chosen from. Tombstone and out-of-window figures are peaks over
+    and the rows they were chosen from. `hit_lengths` are the prefix hits in admission order
+    (first admissions only, as `hit_tokens`). Tombstone and out-of-window figures are peaks over
     the steps; `evicted_tokens` counts the scheduler's evictions per pool; `leaked` is, per
     pool, what is neither free nor evictable once every request finished (must be 0)."""
 
@@ -61,6 +62,7 @@ class GenerateResult:
     logits: list[torch.Tensor]
     prompt_tokens: int
     hit_tokens: int
+    hit_lengths: list[int]
     evicted_tokens: dict[str, int]
     retractions: int
     recomputed_tokens: int
@@ -145,6 +147,7 @@ class Engine:
             ],
             prompt_tokens=metrics.prompt_tokens,
             hit_tokens=metrics.hit_tokens,
+            hit_lengths=metrics.hit_lengths,
             evicted_tokens=dict(metrics.evicted),
             retractions=metrics.retractions,
             recomputed_tokens=metrics.recomputed_tokens,
