@@ -132,7 +132,9 @@ class Engine:
             self.cache,
             runner,
             specs,
-            SchedulerConfig(c.max_running, c.chunk_size, c.decode_reserve_ratio, c.check_invariants),
+            SchedulerConfig(
+                c.max_running, c.chunk_size, c.decode_reserve_ratio, c.check_invariants
+            ),
             metrics,
         )
         t0 = time.perf_counter()
@@ -142,8 +144,7 @@ class Engine:
         return GenerateResult(
             tokens=[metrics.outputs[s.rid] for s in specs],
             logits=[
-                torch.stack([runner.logits[s.rid][i] for i in range(max_new_tokens)])
-                for s in specs
+                torch.stack([runner.logits[s.rid][i] for i in range(max_new_tokens)]) for s in specs
             ],
             prompt_tokens=metrics.prompt_tokens,
             hit_tokens=metrics.hit_tokens,

@@ -95,7 +95,9 @@ def run_generate(options: GenerateOptions) -> dict[str, Any]:
     """Generates for `options`' prompts; with `verify`, also without the cache. Returns the
     summary `uniradix generate --json` prints."""
     if options.config not in CONFIG_PATTERNS:
-        raise ValueError(f"unknown config {options.config!r}; choose from {sorted(CONFIG_PATTERNS)}")
+        raise ValueError(
+            f"unknown config {options.config!r}; choose from {sorted(CONFIG_PATTERNS)}"
+        )
     if options.dtype not in DTYPES:
         raise ValueError(f"unknown dtype {options.dtype!r}; choose from {sorted(DTYPES)}")
     model_config = ModelConfig(

@@ -25,6 +25,7 @@ from uniradix.cache import UnifiedRadixCache
 from uniradix.cache_mamba import MambaRequests
 from uniradix.engine.model import TinyHybridModel
 from uniradix.engine.pool_state import PoolLayout
+from uniradix.engine.state import RequestState
 from uniradix.sim.batch import ForwardBatch, ForwardEntry
 
 
@@ -77,7 +78,7 @@ class PoolRunner:
                     f"{len(e.request.req.token_ids)} tokens"
                 )
         ids = torch.tensor([e.request.req.token_ids[e.start] for e in entries], dtype=torch.int64)
-        stores = [self.layout.state(e.request.req) for e in entries]
+        stores: list[RequestState] = [self.layout.state(e.request.req) for e in entries]
         logits = self.model.decode(ids, [e.start for e in entries], stores)
         for e in entries:
             if e.track_seqlen is not None:
