@@ -91,17 +91,90 @@ def _replay(args: argparse.Namespace) -> int:
     return status
 
 
+def _generate_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from uniradix.engine.run import CONFIG_PATTERNS, DTYPES, GenerateOptions
+
+    d = GenerateOptions()
+    p = commands.add_parser(
+        "generate",
+        help="generate with the tiny reference model on the cache's pools",
+        description="Greedy generation with the tiny hybrid model, its KV and states in the "
+        "cache's pools. Exit status 1 when --verify finds a mismatch or a pool leaks.",
+    )
+    p.add_argument("--config", choices=sorted(CONFIG_PATTERNS), default=d.config)
+    p.add_argument("--prompts", help="JSONL file, one list of token ids per line")
+    for flag, default, what in [
+        ("--num-prompts", d.num_prompts, "generated prompts"),
+        ("--prompt-len", d.prompt_len, "tokens per generated prompt"),
+        ("--shared-prefix-len", d.shared_prefix_len, "tokens all generated prompts share"),
+        ("--seed", d.seed, "seed of the generated prompts"),
+        ("--max-new-tokens", d.max_new_tokens, "tokens generated per prompt"),
+        ("--full-tokens", d.full_tokens, "full-attention KV pool size (tokens)"),
+        ("--swa-tokens", d.swa_tokens, "SWA KV pool size (tokens)"),
+        ("--mamba-slots", d.mamba_slots, "Mamba state slots"),
+        ("--page-size", d.page_size, "tokens per page"),
+        ("--chunk-size", d.chunk_size, "prefill tokens per step"),
+        ("--max-running", d.max_running, "cap on running requests"),
+        ("--sliding-window", d.sliding_window, "SWA window of the model (tokens)"),
+    ]:
+        p.add_argument(flag, type=int, default=default, help=f"{what} (default {default})")
+    p.add_argument("--dtype", choices=sorted(DTYPES), default=d.dtype)
+    p.add_argument("--device", default=d.device)
+    p.add_argument("--verify", action="store_true", help="also run without the cache, compare")
+    p.add_argument("--check-invariants", action="store_true", help="after every step")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _generate(args: argparse.Namespace) -> int:
+    import json
+
+    import torch
+
+    from uniradix.engine.run import GenerateOptions, run_generate, text_summary
+    from uniradix.errors import InvariantError
+
+    options = GenerateOptions(**{k: getattr(args, k) for k in GenerateOptions.__dataclass_fields__})
+    # The tiny model's tensors are too small for intra-op threads: on a busy machine their
+    # barrier waits made a run 200x slower.
+    torch.set_num_threads(1)
+    try:
+        summary = run_generate(options)
+    except InvariantError as exc:
+        print(f"uniradix generate: {exc}", file=sys.stderr)
+        return 1
+    except (ValueError, OSError) as exc:
+        print(f"uniradix generate: error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(summary) if args.json else text_summary(summary))
+    status = 0
+    leaked = {pool: n for pool, n in summary["leaked"].items() if n}
+    if leaked:
+        print(f"uniradix generate: leaked slots per pool: {leaked}", file=sys.stderr)
+        status = 1
+    if summary["mismatches"]:
+        print(
+            f"uniradix generate: prompts {summary['mismatched_prompts']} differ from the "
+            "no-cache run",
+            file=sys.stderr,
+        )
+        status = 1
+    return status
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="uniradix", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("demo", help="a few requests sharing prefixes, narrated")
     _replay_parser(commands)
+    _generate_parser(commands)
     args = parser.parse_args(argv)
     if args.command == "demo":
         from uniradix.demo import run_demo
 
         run_demo()
         return 0
+    if args.command == "generate":
+        return _generate(args)
     return _replay(args)
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from uniradix.cache import UnifiedRadixCache
 from uniradix.memory.allocator import TokenSlotAllocator
 from uniradix.memory.kv_pool import KVPool
@@ -27,6 +29,9 @@ class CacheConfig:
     With `mamba_slots` set, the model also has Mamba layers: `mamba_slots` state slots are
     shared by running requests (1 each, 3 with `mamba_extra_buffer`, which page_size > 1
     needs) and the tree's checkpoints.
+
+    `kv_dtype` and `mamba_dtype` are the element types of the KV and Mamba state tensors
+    (an engine verifying against a float64 reference stores float64).
     """
 
     full_tokens: int = 65536
@@ -39,6 +44,7 @@ class CacheConfig:
     num_full_layers: int = 0
     num_kv_heads: int = 1
     head_dim: int = 1
+    kv_dtype: torch.dtype = torch.float32
     sliding_window: int | None = None
     swa_tokens: int | None = None
     num_swa_layers: int = 0
@@ -49,6 +55,7 @@ class CacheConfig:
     num_mamba_layers: int = 0
     mamba_conv_shape: tuple[int, ...] = (1,)
     mamba_temporal_shape: tuple[int, ...] = (1,)
+    mamba_dtype: torch.dtype = torch.float32
 
     def components(self) -> tuple[ComponentType, ...]:
         """FULL first, then the auxiliary components in cascade order (SWA, MAMBA)."""
@@ -67,6 +74,7 @@ class CacheConfig:
             self.num_mamba_layers,
             self.mamba_conv_shape,
             self.mamba_temporal_shape,
+            dtype=self.mamba_dtype,
             device=self.device,
         )
         allocator = MambaSlotAllocator(self.mamba_slots, self.device)
@@ -111,5 +119,6 @@ def _kv_pool(config: CacheConfig, capacity: int, num_layers: int) -> KVPool:
         num_layers,
         config.num_kv_heads,
         config.head_dim,
+        dtype=config.kv_dtype,
         device=config.device,
     )

@@ -92,6 +92,14 @@ class RequestSpec:
         if self.after is not None and not 0 <= self.after < self.rid:
             raise ValueError(f"request {self.rid}: after={self.after} is not an earlier request")
 
+    @classmethod
+    def for_generation(cls, rid: int, prompt: Prompt, output_len: int) -> RequestSpec:
+        """A request whose outputs a model will choose (an engine's): `output_ids` only
+        fixes their number (zeros, which a computing runner never reads)."""
+        if output_len < 1:
+            raise ValueError(f"request {rid}: output_len must be >= 1, got {output_len}")
+        return cls(rid, prompt, np.zeros(output_len, dtype=np.int64))
+
     @property
     def output_len(self) -> int:
         return int(self.output_ids.shape[0])
