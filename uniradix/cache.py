@@ -193,12 +193,8 @@ class UnifiedRadixCache:
     # ------------------------------------------------------------------ evict
     def evict(self, params: EvictParams) -> EvictResult:
         """Evicts at least the requested units per component where evictable ones exist."""
-        wanted = {
-            ComponentType.FULL: params.num_tokens,
-            ComponentType.SWA: params.swa_num_tokens,
-            ComponentType.MAMBA: params.mamba_num,
-        }
-        for ct, num in wanted.items():
+        wanted = (params.num_tokens, params.swa_num_tokens, params.mamba_num)  # by ComponentType
+        for ct, num in zip(ComponentType, wanted, strict=True):
             if not isinstance(num, int) or num < 0:
                 raise ValueError(
                     f"EvictParams for {ct.name} must be a non-negative int, got {num!r}"
@@ -206,6 +202,8 @@ class UnifiedRadixCache:
         tracker = [0] * len(self.components)
         for c in self.components:
             want = wanted[c.component_type]
+            if want == 0:
+                continue
             candidates = c.eviction_candidates()
             while tracker[c.index] < want:
                 victim = next(candidates, None)
@@ -217,8 +215,10 @@ class UnifiedRadixCache:
                 else:
                     self._evict_internal(victim, c, actions, tracker)
                 self._apply(actions)
-        done = {c.component_type: tracker[c.index] for c in self.components}
-        return EvictResult(*(done.get(ct, 0) for ct in wanted))
+        done = [0, 0, 0]
+        for c in self.components:
+            done[c.component_type] = tracker[c.index]
+        return EvictResult(*done)
 
     def _evict_leaf(self, node: TreeNode, actions: list[FreeSlots], tracker: list[int]) -> None:
         # Auxiliary components first: their frees may need the full slots still present.
