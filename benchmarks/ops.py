@@ -156,17 +156,21 @@ def _rss_bytes() -> int:
 
 
 def measure(
-    make_adapter: Callable[[], CacheAdapter], stream: Callable[[], Iterable[Request]]
+    make_adapter: Callable[[], CacheAdapter],
+    stream: Callable[[], Iterable[Request]],
+    heap: bool = True,
 ) -> dict[str, Any]:
-    """A timed pass, then an untimed pass on a fresh cache under tracemalloc: the Python heap
-    the cache grew by (pools are built before tracing starts, torch storage is invisible to
-    tracemalloc on both sides) per token cached at the end. RSS growth over the timed pass
-    is reported too: it also sees native heaps such as SGLang's Rust tree core."""
+    """A timed pass, then (with `heap`) an untimed pass on a fresh cache under tracemalloc:
+    the Python heap the cache grew by (pools are built before tracing starts, torch storage
+    is invisible to tracemalloc on both sides) per token cached at the end. RSS growth over
+    the timed pass is reported too: it also sees native heaps such as SGLang's Rust core."""
     adapter = make_adapter()
     gc.collect()
     rss0 = _rss_bytes()
     out = play(adapter, stream())
     out["rss_growth_mb"] = (_rss_bytes() - rss0) / 2**20
+    if not heap:
+        return out
     del adapter
     gc.collect()
     adapter = make_adapter()
