@@ -232,14 +232,23 @@ def _array(tokens: list[int]) -> Any:
 
 
 def run_job(job: dict[str, Any]) -> dict[str, Any]:
-    config, ps, pool = job["config"], job["page_size"], job["pool_tokens"]
+    config, ps = job["config"], job["page_size"]
+    built: list[str] = []
+
+    def make(pool_tokens: int) -> SGLangAdapter:
+        cache = build_cache(config, ps, pool_tokens)
+        built.append(type(cache.tree_core).__name__)
+        return SGLangAdapter(cache, ps)
+
     if job["kind"] == "scale":
         from benchmarks.scale import run_scale
 
-        return run_scale(lambda size: SGLangAdapter(build_cache(config, ps, size), ps), job)
-    spec = StreamSpec(**job["stream"])
-    out = measure(lambda: SGLangAdapter(build_cache(config, ps, pool), ps), lambda: requests(spec))
-    out["tree_core_class"] = type(build_cache(config, ps, ps).tree_core).__name__
+        out = run_scale(make, job)
+    else:
+        spec = StreamSpec(**job["stream"])
+        pool = job["pool_tokens"]
+        out = measure(lambda: make(pool), lambda: requests(spec), heap=job.get("heap", True))
+    out["tree_core_class"] = built[0]
     return out
 
 
