@@ -1,0 +1,186 @@
+"""Plays a request stream against any cache through a small adapter, timing each call.
+
+The same function drives uniradix (project environment) and SGLang (`.peer-venv`), so both
+execute the identical call sequence documented in `benchmarks/streams.py`. The adapter only
+builds parameter objects and reads results, outside the timed region; the timed region is
+the cache call itself (`cache.match_prefix`, `cache.inc_lock_ref`, `cache.evict`,
+`cache.insert`, `cache.dec_lock_ref`, which both libraries name alike) plus the slot gather
+(`prefix_indices`) and the allocation (`alloc`).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+import tracemalloc
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
+
+import torch
+
+from benchmarks.streams import Request, StreamDigest
+
+OPS = ("match", "prefix_indices", "lock", "evict", "alloc", "insert", "unlock")
+
+
+class CacheAdapter(Protocol):
+    """What `play` needs from one side; `cache` exposes the five timed tree calls."""
+
+    cache: Any
+    page_size: int
+
+    def match_params(self, prompt: list[int]) -> Any: ...
+    def matched(self, result: Any) -> tuple[int, Any]: ...
+    def prefix_indices(self, result: Any, node: Any, num_tokens: int) -> torch.Tensor: ...
+    def evict_params(self, num_tokens: int) -> Any | None: ...
+    def alloc(self, num_tokens: int) -> torch.Tensor | None: ...
+    def alloc_state(self) -> tuple[bool, torch.Tensor | None]: ...
+    def insert_params(
+        self, tokens: list[int], value: torch.Tensor, prev_len: int, state: torch.Tensor | None
+    ) -> Any: ...
+    def after_insert(self, result: Any, state: torch.Tensor | None) -> None: ...
+    def dec_params(self, receipt: Any) -> Any: ...
+    def free(self, slots: torch.Tensor) -> None: ...
+    def cached_tokens(self) -> int: ...
+    def check(self) -> None: ...
+
+
+def _percentile(sorted_ns: list[int], q: float) -> float:
+    return sorted_ns[min(len(sorted_ns) - 1, int(q * len(sorted_ns)))] / 1000.0
+
+
+def summarize(times_ns: dict[str, list[int]]) -> dict[str, dict[str, float]]:
+    """Per op: calls, median and p99 in microseconds, total in milliseconds."""
+    out: dict[str, dict[str, float]] = {}
+    for op, values in times_ns.items():
+        if not values:
+            continue
+        values.sort()
+        out[op] = {
+            "count": len(values),
+            "median_us": _percentile(values, 0.5),
+            "p99_us": _percentile(values, 0.99),
+            "total_ms": sum(values) / 1e6,
+        }
+    return out
+
+
+def play(adapter: CacheAdapter, stream: Iterable[Request]) -> dict[str, Any]:
+    """Serves every request of `stream` in order; returns timings, hit rate and counts."""
+    cache, ps = adapter.cache, adapter.page_size
+    times: dict[str, list[int]] = {op: [] for op in OPS}
+    clock = time.perf_counter_ns
+    digest = StreamDigest()
+    prompt_tokens = hit_tokens = failed = num = 0
+    wall_ns = 0
+    for req in stream:
+        digest.update(req)
+        num += 1
+        prompt_tokens += req.prompt_len
+        total = len(req.tokens)
+        aligned = total // ps * ps
+        match_p = adapter.match_params(req.tokens[: req.prompt_len])
+        insert_key = req.tokens[:aligned]
+        start = clock()
+
+        t0 = clock()
+        result = cache.match_prefix(match_p)
+        t1 = clock()
+        times["match"].append(t1 - t0)
+        matched, node = adapter.matched(result)
+        hit_tokens += matched
+
+        t0 = clock()
+        prefix = adapter.prefix_indices(result, node, matched)
+        t1 = clock()
+        times["prefix_indices"].append(t1 - t0)
+
+        t0 = clock()
+        receipt = cache.inc_lock_ref(node)
+        t1 = clock()
+        times["lock"].append(t1 - t0)
+        dec_p = adapter.dec_params(receipt)
+
+        need = -(-(total - matched) // ps) * ps
+        evict_p = adapter.evict_params(need)
+        if evict_p is not None:
+            t0 = clock()
+            cache.evict(evict_p)
+            t1 = clock()
+            times["evict"].append(t1 - t0)
+
+        t0 = clock()
+        slots = adapter.alloc(need)
+        t1 = clock()
+        times["alloc"].append(t1 - t0)
+        has_state, state = adapter.alloc_state() if slots is not None else (False, None)
+        if slots is None or not has_state:
+            failed += 1
+            if slots is not None:
+                adapter.free(slots)
+            cache.dec_lock_ref(node, dec_p)
+            wall_ns += clock() - start
+            continue
+
+        value = torch.cat([prefix, slots[: aligned - matched]])
+        insert_p = adapter.insert_params(insert_key, value, matched, state)
+        t0 = clock()
+        inserted = cache.insert(insert_p)
+        t1 = clock()
+        times["insert"].append(t1 - t0)
+        adapter.after_insert(inserted, state)
+        if aligned - matched < need:
+            adapter.free(slots[aligned - matched :])
+
+        t0 = clock()
+        cache.dec_lock_ref(node, dec_p)
+        t1 = clock()
+        times["unlock"].append(t1 - t0)
+        wall_ns += clock() - start
+    adapter.check()
+    return {
+        "requests": num,
+        "failed": failed,
+        "stream_digest": digest.hexdigest(),
+        "hit_rate": hit_tokens / prompt_tokens if prompt_tokens else 0.0,
+        "wall_s": wall_ns / 1e9,
+        "cached_tokens": adapter.cached_tokens(),
+        "ops": summarize(times),
+    }
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def measure(
+    make_adapter: Callable[[], CacheAdapter],
+    stream: Callable[[], Iterable[Request]],
+    heap: bool = True,
+) -> dict[str, Any]:
+    """A timed pass, then (with `heap`) an untimed pass on a fresh cache under tracemalloc:
+    the Python heap the cache grew by (pools are built before tracing starts, torch storage
+    is invisible to tracemalloc on both sides) per token cached at the end. RSS growth over
+    the timed pass is reported too: it also sees native heaps such as SGLang's Rust core."""
+    adapter = make_adapter()
+    gc.collect()
+    rss0 = _rss_bytes()
+    out = play(adapter, stream())
+    out["rss_growth_mb"] = (_rss_bytes() - rss0) / 2**20
+    if not heap:
+        return out
+    del adapter
+    gc.collect()
+    adapter = make_adapter()
+    gc.collect()
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    traced = play(adapter, stream())
+    gc.collect()
+    grown = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    cached = traced["cached_tokens"]
+    out["heap_bytes_per_cached_token"] = grown / cached if cached else 0.0
+    return out

@@ -1,0 +1,154 @@
+"""uniradix vs SGLang 0.5.23 UnifiedRadixCache (Python and Rust tree cores), one command:
+
+    python3 -m benchmarks.side_by_side            # everything, ~10 min on 2 cores
+    python3 -m benchmarks.side_by_side --quick    # scale 0.2, no trace, small scale bench
+
+It creates `.peer-venv` with SGLang when missing (`benchmarks/peer/setup_sglang.sh`), runs the
+SGLang side once per tree core as a subprocess there (`benchmarks/peer/sglang_driver.py`),
+runs the uniradix side in this process, and writes `benchmarks/results/side_by_side.json`
+and `.md`. Parts: `streams` (chat, fewshot, random; page 1 and 16; 65,536-token pool, so
+eviction runs), `mooncake` (the synthetic trace, page 16, pools of 1M and 4M tokens) and
+`scale` (`benchmarks/scale.py`). A configuration uniradix has no adapter for yet
+(`benchmarks/uniradix_side.ADAPTERS`) is reported for SGLang only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.ops import measure
+from benchmarks.report import render
+from benchmarks.scale import run_scale
+from benchmarks.streams import StreamSpec, requests
+from benchmarks.uniradix_side import ADAPTERS
+
+REPO = Path(__file__).resolve().parents[1]
+PEER_PYTHON = REPO / ".peer-venv" / "bin" / "python"
+TRACE = Path("/work/shared/reference/mooncake_synthetic_trace.jsonl")
+CONFIGS = ("full", "full+swa", "full+mamba")
+CORES = ("python", "rust")
+
+
+def jobs(args: argparse.Namespace) -> list[dict[str, Any]]:
+    scale = 0.2 if args.quick else 1.0
+    out: list[dict[str, Any]] = []
+    for config in args.configs:
+        if "streams" in args.parts:
+            for workload in ("chat", "fewshot", "random"):
+                for page in (1, 16):
+                    stream = StreamSpec(workload, seed=args.seed, scale=scale).to_dict()
+                    out.append(_job("streams", config, page, 65536, stream))
+        if "mooncake" in args.parts and not args.quick:
+            for pool in (1 << 20, 1 << 22):
+                stream = StreamSpec("mooncake", trace_path=str(args.trace)).to_dict()
+                out.append(_job("mooncake", config, 16, pool, stream, heap=False))
+        if "scale" in args.parts and config == "full":
+            job = _job("scale", config, 1, 0, None, kind="scale")
+            if args.quick:
+                job.update(sizes=[10_000, 100_000], queries=30)
+            out.append(job)
+    return out
+
+
+def _job(
+    part: str,
+    config: str,
+    page: int,
+    pool: int,
+    stream: dict[str, Any] | None,
+    kind: str = "stream",
+    heap: bool = True,
+) -> dict[str, Any]:
+    return {
+        "part": part,
+        "kind": kind,
+        "config": config,
+        "page_size": page,
+        "pool_tokens": pool,
+        "stream": stream,
+        "heap": heap,
+    }
+
+
+def run_uniradix(job: dict[str, Any]) -> dict[str, Any] | None:
+    build = ADAPTERS.get(job["config"])
+    if build is None:
+        return None
+    ps = job["page_size"]
+    if job["kind"] == "scale":
+        return run_scale(lambda size: build(ps, size), job)
+    spec = StreamSpec(**job["stream"])
+    return measure(lambda: build(ps, job["pool_tokens"]), lambda: requests(spec), heap=job["heap"])
+
+
+def run_sglang(core: str, job_list: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if not PEER_PYTHON.exists():
+        subprocess.run(["bash", str(REPO / "benchmarks/peer/setup_sglang.sh")], check=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        jobs_file, out_file = Path(tmp, "jobs.json"), Path(tmp, "out.json")
+        jobs_file.write_text(json.dumps(job_list))
+        env = {**os.environ, "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND": core}
+        driver = REPO / "benchmarks/peer/sglang_driver.py"
+        subprocess.run(
+            [str(PEER_PYTHON), "-W", "ignore", str(driver), str(jobs_file), str(out_file)],
+            check=True,
+            env=env,
+            cwd=REPO,
+        )
+        results: list[dict[str, Any]] = json.loads(out_file.read_text())
+    return results
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--parts", default="streams,mooncake,scale")
+    parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument("--cores", default=",".join(CORES))
+    parser.add_argument("--trace", type=Path, default=TRACE)
+    parser.add_argument("--no-sglang", action="store_true", help="uniradix side only")
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks/results/side_by_side")
+    args = parser.parse_args(argv)
+    args.parts = args.parts.split(",")
+    args.configs = args.configs.split(",")
+    job_list = jobs(args)
+    results: list[dict[str, Any]] = [{"job": job, "sides": {}} for job in job_list]
+    for entry in results:
+        t0 = time.perf_counter()
+        side = run_uniradix(entry["job"])
+        if side is not None:
+            entry["sides"]["uniradix"] = side
+            print(f"uniradix {_label(entry['job'])}: {time.perf_counter() - t0:.1f}s")
+    if not args.no_sglang:
+        for core in args.cores.split(","):
+            for entry, side in zip(results, run_sglang(core, job_list), strict=True):
+                entry["sides"][f"sglang_{core}"] = side
+    doc = {
+        "machine": {"platform": platform.platform(), "python": sys.version.split()[0]},
+        "command": "python3 -m benchmarks.side_by_side " + " ".join(argv or sys.argv[1:]),
+        "results": results,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.with_suffix(".json").write_text(json.dumps(doc, indent=1))
+    table = render(doc)
+    args.out.with_suffix(".md").write_text(table)
+    print(table)
+
+
+def _label(job: dict[str, Any]) -> str:
+    stream = job["stream"] or {}
+    return f"{job['part']} {job['config']} {stream.get('workload', '')} page {job['page_size']}"
+
+
+if __name__ == "__main__":
+    main()
