@@ -88,6 +88,14 @@ class UnifiedRadixCache:
             c.attach_pools(pools)
         self._by_type = {c.component_type: c for c in self.components}
         self._aux = self.components[1:]
+        self._validating = [
+            c
+            for c in self.components
+            if type(c).match_validator is not TreeComponent.match_validator
+        ]
+        self._insert_checkers = [
+            c for c in self.components if type(c).check_insert is not TreeComponent.check_insert
+        ]
         self._finalizers = [
             c for c in self.components if type(c).finalize_match is not TreeComponent.finalize_match
         ]
@@ -109,14 +117,16 @@ class UnifiedRadixCache:
         """The key this cache uses for `token_ids` (bigram view when EAGLE is on)."""
         return RadixKey(token_ids, extra_key, is_bigram=self.settings.is_eagle)
 
-    def _aligned(self, key: RadixKey) -> RadixKey:
+    def _aligned_len(self, key: RadixKey) -> int:
+        """Units of `key` in whole pages (the tree reads no further; no copy is made)."""
         if not isinstance(key, RadixKey):
             raise TypeError(f"key must be a RadixKey, got {type(key).__name__}")
         if key.is_bigram != self.settings.is_eagle:
             raise ValueError(
                 f"key is_bigram={key.is_bigram} but the cache has is_eagle={self.settings.is_eagle}"
             )
-        return key.page_aligned(self.page_size)
+        n = len(key)
+        return n - n % self.page_size
 
     # ------------------------------------------------------------------ match
     def match_prefix(self, params: MatchPrefixParams) -> MatchResult:
@@ -126,9 +136,9 @@ class UnifiedRadixCache:
         `params.req` on a Mamba cache, gives the request its state slots (copy-on-write of
         the matched state, evicting Mamba states if short; see `uniradix.cache_mamba`).
         """
-        key = self._aligned(params.key)
-        validators = [v for c in self.components if (v := c.match_validator()) is not None]
-        walk = self.tree.match(key, validators)
+        num_units = self._aligned_len(params.key)
+        validators = [v for c in self._validating if (v := c.match_validator()) is not None]
+        walk = self.tree.match(params.key, num_units, validators)
         accepted = walk.path[: walk.num_accepted]
         self.tree.touch_path(accepted)
         slots = self._concat([n.data[0].value for n in accepted])
@@ -142,13 +152,14 @@ class UnifiedRadixCache:
     # ------------------------------------------------------------------ insert
     def insert(self, params: InsertParams) -> InsertResult:
         """Caches `params.key` -> `params.value`; frees the value's duplicate slots."""
-        key = self._aligned(params.key)
-        value = checked_value(params, self.page_size)[: len(key)]
+        key = params.key
+        num_units = self._aligned_len(key)
+        value = checked_value(params, self.page_size)[:num_units]
         if not 0 <= params.prev_prefix_len <= len(params.key):
             raise ValueError(
                 f"prev_prefix_len={params.prev_prefix_len} outside [0, {len(params.key)}]"
             )
-        for c in self.components:
+        for c in self._insert_checkers:
             c.check_insert(value, params)
         actions: list[FreeSlots] = []
         prev, swa_cursor, aux = params.prev_prefix_len, params.swa_evicted_seqlen, self._aux
@@ -167,7 +178,7 @@ class UnifiedRadixCache:
                 )
 
         target, prefix_len, is_new = self.tree.insert(
-            key, on_overlap, params.inserted_len, params.priority
+            key, num_units, on_overlap, params.inserted_len, params.priority
         )
         leaf_value = value[prefix_len:].copy() if is_new else None  # never view a request row
         mamba = self._by_type.get(ComponentType.MAMBA)

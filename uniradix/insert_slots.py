@@ -42,9 +42,10 @@ def checked_value(params: InsertParams, page_size: int) -> Slots:
     n = len(params.key) // page_size * page_size
     first = min(max(params.prev_prefix_len, 0) // page_size * page_size, n)
     if page_size > 1 and first < n:
-        pages = value[first:n].reshape(-1, page_size)
-        starts = pages[:, :1]
-        if (starts % page_size).any() or (pages - starts != _offsets(page_size)).any():
+        # Whole pages: each row minus 0..ps-1 is one constant, a multiple of the page size.
+        # (count_nonzero is several times cheaper than .any() on small arrays.)
+        starts = value[first:n].reshape(-1, page_size) - _offsets(page_size)
+        if np.count_nonzero(starts - starts[:, :1]) or np.count_nonzero(starts[:, 0] % page_size):
             raise ValueError(
                 f"value is not made of whole pages of {page_size} slots: "
                 f"{value[first:n].tolist()[:32]}"

@@ -63,12 +63,13 @@ class TreeCore:
         return self._time
 
     # ------------------------------------------------------------------ match
-    def match(self, key: RadixKey, validators: Sequence[Validator]) -> MatchWalk:
-        """Walks `key` (page aligned) from the root. Splits a node where the key ends or
-        diverges inside it. Every validator sees every path node in order (they may be
-        stateful); the match is usable up to the deepest node all of them accepted."""
+    def match(self, key: RadixKey, num_units: int, validators: Sequence[Validator]) -> MatchWalk:
+        """Walks the first `num_units` (whole pages) of `key` from the root. Splits a node
+        where the key ends or diverges inside it. Every validator sees every path node in
+        order (they may be stateful); the match is usable up to the deepest node all of them
+        accepted."""
         units, ps, ns = key.units, self.page_size, key.extra_key
-        n_bytes = len(units)
+        n_bytes = num_units * UNIT_BYTES
         page_bytes = ps * UNIT_BYTES
         node, off, path = self.root, 0, []
         while off < n_bytes:
@@ -77,12 +78,12 @@ class TreeCore:
             if child is None:
                 break
             edge = child.key
-            if units.startswith(edge, off):
+            if units.startswith(edge, off, n_bytes):
                 path.append(child)
                 off += len(edge)
                 node = child
                 continue
-            p = common_prefix_len(edge, units[off : off + len(edge)])
+            p = common_prefix_len(edge, units[off : min(off + len(edge), n_bytes)])
             p -= p % ps
             path.append(self.split(child, p))
             off += p * UNIT_BYTES
@@ -113,18 +114,20 @@ class TreeCore:
     def insert(
         self,
         key: RadixKey,
+        num_units: int,
         on_overlap: OverlapHook,
         inserted_len: int = 0,
         priority: int = 0,
     ) -> tuple[TreeNode, int, bool]:
-        """Walks `key` (page aligned), splitting where it diverges, calls `on_overlap` for
-        each node the key already covers, and appends a new leaf for the rest.
+        """Walks the first `num_units` (whole pages) of `key`, splitting where it diverges,
+        calls `on_overlap` for each node the key already covers, and appends a new leaf for
+        the rest.
 
         Returns (target node ending the key, units already present, whether it is a new leaf).
         The new leaf carries no component data: the caller commits it.
         """
         units, ps, ns = key.units, self.page_size, key.extra_key
-        n_bytes = len(units)
+        n_bytes = num_units * UNIT_BYTES
         page_bytes = ps * UNIT_BYTES
         node, off = self.root, 0
         while off < n_bytes:
@@ -133,10 +136,10 @@ class TreeCore:
             if child is None:
                 break
             edge = child.key
-            if units.startswith(edge, off):
+            if units.startswith(edge, off, n_bytes):
                 p = len(edge) // UNIT_BYTES
             else:
-                p = common_prefix_len(edge, units[off : off + len(edge)])
+                p = common_prefix_len(edge, units[off : min(off + len(edge), n_bytes)])
             if p * UNIT_BYTES < len(edge):
                 p -= p % ps
                 child = self.split(child, p)
@@ -150,7 +153,7 @@ class TreeCore:
             node = child
         if off == n_bytes:
             return node, off // UNIT_BYTES, False
-        leaf = self._new_node(units[off:], ns, node)
+        leaf = self._new_node(units[off:n_bytes], ns, node)
         leaf.priority = priority
         node.children[leaf.child_key(ps)] = leaf
         self.leaves.discard(node)
