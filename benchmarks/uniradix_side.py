@@ -1,9 +1,9 @@
 """The uniradix side of the side-by-side benchmark: one adapter per model configuration.
 
-`ADAPTERS` maps a configuration name to a builder `(page_size, pool_tokens) -> adapter`.
-Only `full` is registered here; SWA and Mamba adapters register themselves under `full+swa`
-and `full+mamba` (same pool sizes as `benchmarks/peer/sglang_driver.py`: SWA pool =
-full pool, window 128; 512 Mamba state slots) by adding a builder to `ADAPTERS`.
+`ADAPTERS` maps a configuration name to a builder `(page_size, pool_tokens) -> adapter`, with
+the pool sizes of `benchmarks/peer/sglang_driver.py`: for `full+swa` an SWA pool as large as
+the full pool and a window of 128; for `full+mamba` 512 state slots, a checkpoint grid of 64,
+and the ping-pong extra buffer at page sizes above 1.
 """
 
 from __future__ import annotations
@@ -87,4 +87,79 @@ def build_full(page_size: int, pool_tokens: int) -> FullAdapter:
     )
 
 
-ADAPTERS: dict[str, Callable[[int, int], Any]] = {"full": build_full}
+SWA_WINDOW = 128
+MAMBA_SLOTS = 512
+
+
+class HybridAdapter(FullAdapter):
+    """uniradix with SWA or Mamba next to full attention: evicts every short pool and hands
+    each insert a fresh Mamba state slot, freed again when the tree already had one."""
+
+    def __init__(self, cache: UnifiedRadixCache) -> None:
+        super().__init__(cache)
+        self._mamba = cache.pools.mamba
+
+    def evict_params(self, num_tokens: int) -> EvictParams | None:
+        free = self.cache.pools.available()
+        params = EvictParams(
+            num_tokens=max(0, num_tokens - free["full"]),
+            swa_num_tokens=max(0, num_tokens - free.get("swa", num_tokens)),
+            mamba_num=int(free.get("mamba", 1) < 1),
+        )
+        return params if params != EvictParams() else None
+
+    def alloc_state(self) -> tuple[bool, torch.Tensor | None]:
+        if self._mamba is None:
+            return True, None
+        slot = self._mamba.allocator.alloc(1)
+        return slot is not None, slot
+
+    def insert_params(
+        self, tokens: list[int], value: torch.Tensor, prev_len: int, state: torch.Tensor | None
+    ) -> InsertParams:
+        return InsertParams(RadixKey(tokens), value, prev_prefix_len=prev_len, mamba_value=state)
+
+    def after_insert(self, result: InsertResult, state: torch.Tensor | None) -> None:
+        if state is not None and result.mamba_exist and self._mamba is not None:
+            self._mamba.allocator.free(state)
+
+    def check(self) -> None:
+        self.cache.check_invariants(dict.fromkeys(self.cache.pools.capacities(), 0))
+
+
+def build_swa(page_size: int, pool_tokens: int) -> HybridAdapter:
+    return HybridAdapter(
+        build_cache(
+            CacheConfig(
+                full_tokens=pool_tokens,
+                page_size=page_size,
+                max_running_requests=1,
+                max_context_len=16,
+                sliding_window=SWA_WINDOW,
+                swa_tokens=pool_tokens,
+            )
+        )
+    )
+
+
+def build_mamba(page_size: int, pool_tokens: int) -> HybridAdapter:
+    return HybridAdapter(
+        build_cache(
+            CacheConfig(
+                full_tokens=pool_tokens,
+                page_size=page_size,
+                max_running_requests=1,
+                max_context_len=16,
+                mamba_slots=MAMBA_SLOTS,
+                mamba_extra_buffer=page_size > 1,
+                mamba_cache_chunk_size=64,
+            )
+        )
+    )
+
+
+ADAPTERS: dict[str, Callable[[int, int], Any]] = {
+    "full": build_full,
+    "full+swa": build_swa,
+    "full+mamba": build_mamba,
+}

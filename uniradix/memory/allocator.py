@@ -76,8 +76,12 @@ class TokenSlotAllocator:
     def free(self, indices: torch.Tensor | Slots) -> None:
         """Gives back the pages holding `indices` (a partial page frees its whole page)."""
         slots = to_numpy(indices)
-        if slots.size == 0:
-            return
+        if slots.size:
+            self.free_pages(self.checked_pages(slots))
+
+    def checked_pages(self, slots: Slots) -> Slots:
+        """The distinct pages holding `slots` (non-empty), all allocated; raises otherwise
+        (at page size 1 a slot given twice is an error too). Changes nothing."""
         # np.unique/any cost ~15 µs on small arrays; sort + count_nonzero does the same in ~4.
         pages = slots // self.page_size if self.page_size > 1 else slots.copy()
         pages.sort()
@@ -99,6 +103,10 @@ class TokenSlotAllocator:
                 f"free: pages {pages[~in_use][:8].tolist()} are not allocated "
                 "(freed twice, or never allocated)"
             )
+        return pages
+
+    def free_pages(self, pages: Slots) -> None:
+        """Gives back `pages`, which `checked_pages` returned (distinct, allocated)."""
         self._in_use[pages] = False
         top = self._top
         self._stack[top : top + pages.size] = pages[::-1]

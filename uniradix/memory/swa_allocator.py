@@ -82,36 +82,41 @@ class SWASlotAllocator:
     # ------------------------------------------------------------------ free
     def free(self, full: torch.Tensor | Slots) -> None:
         """Frees full slots and whatever SWA peers they still have."""
-        slots = self._checked(full)
-        pages, peers = self._peers(slots)
-        mapped = peers > 0
-        self._check_full_allocated(slots)
-        self._release_peers(pages[mapped], peers[mapped])
-        self.full.free(slots)
+        pages = self._pages(full)
+        if pages.size:
+            peers = self._peers(pages)
+            mapped = peers[peers > 0]
+            if mapped.size:
+                self.swa.free(mapped)
+            self._unmap(pages)
+            self.full.free_pages(pages)
 
     def free_full_only(self, full: torch.Tensor | Slots) -> None:
         """Frees full slots whose SWA peers were freed already; raises if one still has one
         (freeing it here would leak the peer)."""
-        slots = self._checked(full)
-        _, peers = self._peers(slots)
-        if np.count_nonzero(peers):
-            raise ValueError(
-                f"free_full_only: slots {slots[:8].tolist()} still have SWA peers "
-                f"{peers[peers > 0][:8].tolist()}; free them with free()"
-            )
-        self.full.free(slots)
+        pages = self._pages(full)
+        if pages.size:
+            peers = self._peers(pages)
+            if np.count_nonzero(peers):
+                raise ValueError(
+                    f"free_full_only: pages {pages[peers > 0][:8].tolist()} still have SWA "
+                    f"peers {peers[peers > 0][:8].tolist()}; free them with free()"
+                )
+            self.full.free_pages(pages)
 
     def free_swa(self, full: torch.Tensor | Slots) -> None:
         """Frees only the SWA peers of full slots (the full slots stay allocated); raises if a
         peer is already gone, which would be a double free."""
-        slots = self._checked(full)
-        pages, peers = self._peers(slots)
-        if np.count_nonzero(peers) != peers.size:
-            raise ValueError(
-                f"free_swa: some of full slots {slots[:8].tolist()} have no SWA peer (freed twice?)"
-            )
-        self._check_full_allocated(slots)
-        self._release_peers(pages, peers)
+        pages = self._pages(full)
+        if pages.size:
+            peers = self._peers(pages)
+            if np.count_nonzero(peers) != peers.size:
+                raise ValueError(
+                    f"free_swa: pages {pages[peers == 0][:8].tolist()} have no SWA peer "
+                    "(freed twice?)"
+                )
+            self.swa.free(peers)
+            self._unmap(pages)
 
     def move_swa(self, kept_and_incoming: torch.Tensor | Slots) -> None:
         """Row 0 (`kept`) are full slots without SWA peers, row 1 (`incoming`) full slots with
@@ -126,18 +131,17 @@ class SWASlotAllocator:
         )
         if both.ndim != 2 or both.shape[0] != 2:
             raise ValueError(f"move_swa needs a 2 x n array, got {tuple(both.shape)}")
-        kept, incoming = self._checked(both[0]), self._checked(both[1])
-        peers = self.full_to_swa[incoming]
-        if np.count_nonzero(self.full_to_swa[kept]) or np.count_nonzero(peers) != peers.size:
+        kept, incoming = to_numpy(both[0]), to_numpy(both[1])
+        kept_pages, incoming_pages = self._pages(kept), self._pages(incoming)
+        peers = self._peers(incoming_pages)
+        if np.count_nonzero(self._peers(kept_pages)) or np.count_nonzero(peers) != peers.size:
             raise ValueError(
                 f"move_swa: kept slots {kept[:8].tolist()} must have no SWA peers and incoming "
                 f"slots {incoming[:8].tolist()} must all have one"
             )
-        self._check_full_allocated(incoming)
-        self._check_full_allocated(kept)
-        self.full_to_swa[kept] = peers
-        self.full_to_swa[self._page_slots(self._pages(incoming))] = 0
-        self.full.free(incoming)
+        self.full_to_swa[kept] = self.full_to_swa[incoming]
+        self._unmap(incoming_pages)
+        self.full.free_pages(incoming_pages)
 
     # ------------------------------------------------------------------ state
     def is_allocated(self, full: torch.Tensor | Slots) -> npt.NDArray[np.bool_]:
@@ -158,23 +162,18 @@ class SWASlotAllocator:
             )
         return slots
 
-    def _check_full_allocated(self, full: Slots) -> None:
-        if not self.full.is_allocated(full).all():
-            raise ValueError(f"full slots {full[:8].tolist()} are not all allocated")
-        if self.page_size == 1 and np.unique(full).size != full.size:
-            raise ValueError(f"duplicate full slots in one call: {full[:8].tolist()}")
+    def _pages(self, full: torch.Tensor | Slots) -> Slots:
+        """Distinct allocated full pages of `full` (raises otherwise; changes nothing)."""
+        slots = to_numpy(full)
+        return self.full.checked_pages(slots) if slots.size else slots
 
-    def _pages(self, full: Slots) -> Slots:
-        return np.unique(full // self.page_size)
+    def _peers(self, pages: Slots) -> Slots:
+        """The first SWA slot of each full page's peer page (0 = none)."""
+        return self.full_to_swa[pages * self.page_size if self.page_size > 1 else pages]
 
-    def _page_slots(self, pages: Slots) -> Slots:
-        return (pages[:, None] * self.page_size + self._page_offsets).reshape(-1)
-
-    def _peers(self, full: Slots) -> tuple[Slots, Slots]:
-        """Distinct pages of `full` and the first SWA slot of each page's peer (0 = none)."""
-        pages = self._pages(full)
-        return pages, self.full_to_swa[pages * self.page_size]
-
-    def _release_peers(self, pages: Slots, peers: Slots) -> None:
-        self.swa.free(peers)
-        self.full_to_swa[self._page_slots(pages)] = 0
+    def _unmap(self, pages: Slots) -> None:
+        if self.page_size == 1:
+            self.full_to_swa[pages] = 0
+        else:
+            slots = (pages[:, None] * self.page_size + self._page_offsets).reshape(-1)
+            self.full_to_swa[slots] = 0
