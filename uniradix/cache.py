@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -143,9 +144,14 @@ class UnifiedRadixCache:
         self.tree.touch_path(accepted)
         slots = self._concat([n.data[0].value for n in accepted])
         last = accepted[-1] if accepted else self.tree.root
-        result = MatchResult(self.to_device(slots), len(slots), last, walk.matched_len)
-        for c in self._finalizers:
-            result = result._replace(**c.finalize_match(walk, params))
+        indices = self.to_device(slots)
+        if self._finalizers:
+            extra: dict[str, Any] = {}
+            for c in self._finalizers:
+                extra.update(c.finalize_match(walk, params))
+            result = MatchResult(indices, len(slots), last, walk.matched_len, **extra)
+        else:
+            result = MatchResult(indices, len(slots), last, walk.matched_len)
         self.mamba_requests.after_match(params, result)
         return result
 

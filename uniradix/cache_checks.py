@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from uniradix.key import UNIT_BYTES
 from uniradix.memory.swa_allocator import SWASlotAllocator
 from uniradix.tree.node import TreeNode
 from uniradix.types import ComponentType, Slots
@@ -30,6 +31,8 @@ def check_cache_invariants(
         parent = node.parent
         if parent is None or parent.children.get(node.child_key(ps)) is not node:
             errors.append(f"{node} is not registered under its parent")
+        if node.num_tokens != len(node.key) // UNIT_BYTES:
+            errors.append(f"{node} num_tokens disagrees with its key ({len(node.key)} bytes)")
         if node.num_tokens == 0 or node.num_tokens % ps:
             errors.append(f"{node} has {node.num_tokens} units, not a positive multiple of {ps}")
         for child in node.children.values():

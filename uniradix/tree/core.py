@@ -173,6 +173,7 @@ class TreeCore:
         new.last_access_time = child.last_access_time
         parent.children[child.child_key(self.page_size)] = new
         child.key = child.key[cut:]
+        child.num_tokens -= split_len
         child.parent = new
         new.children[child.child_key(self.page_size)] = child
         for hook in self.split_hooks:

@@ -53,6 +53,7 @@ class TreeNode:
         "id",
         "key",
         "last_access_time",
+        "num_tokens",
         "parent",
         "priority",
     )
@@ -68,6 +69,7 @@ class TreeNode:
     ) -> None:
         self.id = node_id
         self.key = key
+        self.num_tokens = len(key) // UNIT_BYTES  # units on this edge; kept in step with key
         self.extra_key = extra_key
         self.parent = parent
         self.children: dict[ChildKey, TreeNode] = {}
@@ -76,11 +78,6 @@ class TreeNode:
         self.creation_time = time
         self.hit_count = 0
         self.priority = 0
-
-    @property
-    def num_tokens(self) -> int:
-        """Units on this edge (tokens, or bigrams for EAGLE keys)."""
-        return len(self.key) // UNIT_BYTES
 
     def child_key(self, page_size: int) -> ChildKey:
         page = self.key[: page_size * UNIT_BYTES]
