@@ -187,7 +187,7 @@ class SWAComponent(TreeComponent):
         else:
             # Running requests read the locked full slots: they stay, taking over the peers.
             actions.append(FreeSlots(FreeKind.SWA_MOVE, np.stack([full.value, incoming])))
-        self._publish(node, self.allocator.translate(incoming))
+        self._publish(node, self.allocator.peers_of(incoming))  # checked by check_insert
 
     def _publish(self, node: TreeNode, swa: Slots) -> None:
         node.data[self.index].value = swa
@@ -230,7 +230,7 @@ class SWAComponent(TreeComponent):
     def _peers_of(self, node: TreeNode) -> Slots:
         full = node.data[0].value
         assert full is not None
-        return self.allocator.translate(full)
+        return self.allocator.peers_of(full)
 
     # ------------------------------------------------------------------ evict
     def eviction_priority(self, is_leaf: bool) -> int:

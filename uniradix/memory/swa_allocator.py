@@ -75,9 +75,14 @@ class SWASlotAllocator:
         return full
 
     def translate(self, full: torch.Tensor | Slots) -> Slots:
-        """SWA peers of full slots (0 where the peer was freed)."""
-        slots = self._checked(full)
-        return self.full_to_swa[slots]
+        """SWA peers of full slots (0 where the peer was freed); raises on a slot outside the
+        pool."""
+        return self.peers_of(self._checked(full))
+
+    def peers_of(self, full: Slots) -> Slots:
+        """`translate` without the range check, for slots known to be in the pool (the
+        tree's own, or ones checked on entry): the check costs more than the lookup."""
+        return self.full_to_swa[full]
 
     # ------------------------------------------------------------------ free
     def free(self, full: torch.Tensor | Slots) -> None:
