@@ -10,8 +10,10 @@ python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.i
 python3 -m pytest -q -p no:cacheprovider -m cuda tests 2>&1 | tee "$OUT/cuda_tests.log" | tail -5
 status=${PIPESTATUS[0]}
 for config in full swa mamba hybrid; do
+  swa=()
+  [[ $config == swa || $config == hybrid ]] && swa=(--swa-tokens 96)
   python3 -m uniradix.cli generate --config "$config" --device cuda --verify --page-size 4 \
-    --num-prompts 10 --max-new-tokens 10 --full-tokens 160 --swa-tokens 96 --json \
+    --num-prompts 10 --max-new-tokens 10 --full-tokens 160 "${swa[@]}" --json \
     > "$OUT/generate_$config.json" || status=1
   python3 -c "import json, sys; d = json.load(open(sys.argv[1])); print(sys.argv[2], {k: d[k] for k in ('hit_tokens', 'evicted_tokens', 'retractions', 'mismatches', 'max_abs_logit_diff', 'leaked')})" "$OUT/generate_$config.json" "$config"
 done
