@@ -100,7 +100,7 @@ class UnifiedRadixCache:
         self._finalizers = [
             c for c in self.components if type(c).finalize_match is not TreeComponent.finalize_match
         ]
-        self._free: dict[FreeKind, Callable[[Slots], None]] = pools.free_functions()
+        self._free: dict[FreeKind, Callable[[Slots, bool], None]] = pools.free_functions()
         self._receipts: dict[int, IncLockRefResult] = {}
         self._receipt_ids = itertools.count(1)
         self.device = pools.kv_allocator.device
@@ -261,7 +261,7 @@ class UnifiedRadixCache:
 
     def _apply(self, actions: list[FreeSlots]) -> None:
         for action in actions:
-            self._free[action.kind](action.indices)
+            self._free[action.kind](action.indices, action.node_value)
 
     # ------------------------------------------------------------------ locks
     def inc_lock_ref(self, node: TreeNode) -> IncLockRefResult:

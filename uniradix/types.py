@@ -44,10 +44,15 @@ class FreeKind(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class FreeSlots:
-    """An instruction from the tree to the cache: give these slots back to their pool."""
+    """An instruction from the tree to the cache: give these slots back to their pool.
+
+    `node_value` marks the slots of one tree node's value: distinct whole pages by
+    construction (checked by `check_invariants`), so the allocator skips re-deriving that
+    (a sort of the whole array) and only checks that every page is still allocated."""
 
     kind: FreeKind
     indices: Slots
+    node_value: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,7 +50,7 @@ class FullComponent(TreeComponent):
         d = node.data[self.index]
         assert d.value is not None and d.lock_ref == 0, f"full eviction of locked {node}"
         num = int(d.value.shape[0])
-        actions.append(FreeSlots(FreeKind.KV, d.value))
+        actions.append(FreeSlots(FreeKind.KV, d.value, node_value=True))
         self.evictable_tokens -= num
         d.value = None
         return num

@@ -182,7 +182,7 @@ class SWAComponent(TreeComponent):
         assert full.value is not None
         if full.lock_ref == 0:
             # Adopt the incoming slots whole; the old full slots lost their peers long ago.
-            actions.append(FreeSlots(FreeKind.KV_FULL_ONLY, full.value))
+            actions.append(FreeSlots(FreeKind.KV_FULL_ONLY, full.value, node_value=True))
             full.value = incoming.copy()
         else:
             # Running requests read the locked full slots: they stay, taking over the peers.
@@ -245,7 +245,7 @@ class SWAComponent(TreeComponent):
         assert d.value is not None and d.lock_ref == 0, f"SWA eviction of locked {node}"
         assert full is not None
         # Freed through the full slots: the allocator frees their peers and clears the map.
-        actions.append(FreeSlots(FreeKind.SWA, full))
+        actions.append(FreeSlots(FreeKind.SWA, full, node_value=True))
         num = int(d.value.shape[0])
         self.evictable_tokens -= num
         d.value = None

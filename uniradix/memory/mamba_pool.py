@@ -24,83 +24,28 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from uniradix.memory.allocator import to_numpy
-from uniradix.types import Req, Slots
+from uniradix.memory.allocator import TokenSlotAllocator
+from uniradix.types import Req
 
 PING_PONG_SIZE = 2
 
 
-class MambaSlotAllocator:
-    """Hands out slots `1..num_slots`; freeing a slot twice, or one never handed out, raises.
-
-    Free slots form a stack (`alloc` takes the lowest first on a fresh allocator, `free`
-    pushes back), so the slots freed last are reused first and tests can pin exact slots.
-    """
+class MambaSlotAllocator(TokenSlotAllocator):
+    """Hands out Mamba state slots `1..num_slots` (a state is one slot: page size 1); freeing
+    a slot twice, or one never handed out, raises. As for KV slots, free slots form a stack,
+    so the slots freed last are reused first and tests can pin exact slots."""
 
     def __init__(self, num_slots: int, device: str = "cpu") -> None:
         if num_slots < 1:
             raise ValueError(f"num_slots must be >= 1, got {num_slots}")
-        self.capacity = num_slots
-        self.device = torch.device(device)
-        self._stack = np.arange(num_slots, 0, -1, dtype=np.int64)
-        self._top = num_slots
-        self._in_use = np.zeros(num_slots + 1, dtype=bool)
-
-    def available_size(self) -> int:
-        return self._top
-
-    def used_size(self) -> int:
-        return self.capacity - self._top
-
-    def alloc(self, num_slots: int) -> torch.Tensor | None:
-        """`num_slots` fresh slots as an int64 tensor, or None when short."""
-        if num_slots < 0:
-            raise ValueError(f"alloc({num_slots}): need a non-negative count")
-        if num_slots > self._top:
-            return None
-        slots = self._stack[self._top - num_slots : self._top][::-1].copy()
-        self._top -= num_slots
-        self._in_use[slots] = True
-        return torch.from_numpy(slots).to(self.device)
+        super().__init__(num_slots, 1, device)
 
     def alloc_one(self) -> int | None:
         slots = self.alloc(1)
         return None if slots is None else int(slots[0])
 
-    def free(self, indices: torch.Tensor | Slots) -> None:
-        slots = to_numpy(indices)
-        if slots.size == 0:
-            return
-        bad = (slots < 1) | (slots > self.capacity)
-        if bad.any():
-            raise ValueError(f"free: Mamba slots outside [1, {self.capacity}]: {slots[bad][:8]}")
-        if np.unique(slots).size != slots.size:
-            raise ValueError(f"free: duplicate Mamba slots in one call: {slots[:8].tolist()}")
-        not_in_use = ~self._in_use[slots]
-        if not_in_use.any():
-            raise ValueError(
-                f"free: Mamba slots {slots[not_in_use][:8].tolist()} are not allocated "
-                "(freed twice, or never allocated)"
-            )
-        self._in_use[slots] = False
-        top = self._top
-        self._stack[top : top + slots.size] = slots[::-1]
-        self._top = top + slots.size
-
     def free_slots(self, slots: Sequence[int]) -> None:
-        self.free(torch.tensor(list(slots), dtype=torch.int64))
-
-    def is_allocated(self, indices: torch.Tensor | Slots) -> np.ndarray:
-        slots = to_numpy(indices)
-        inside = (slots >= 1) & (slots <= self.capacity)
-        result = np.zeros(slots.shape, dtype=bool)
-        result[inside] = self._in_use[slots[inside]]
-        return result
-
-    def reset(self) -> None:
-        self._stack[:] = np.arange(self.capacity, 0, -1, dtype=np.int64)
-        self._top = self.capacity
-        self._in_use[:] = False
+        self.free(np.array(list(slots), dtype=np.int64))
 
 
 class MambaStatePool:

@@ -25,9 +25,9 @@ class CachePools:
     mamba: MambaReqPool | None = None
     swa_kv_pool: KVPool | None = None
 
-    def free_functions(self) -> dict[FreeKind, Callable[[Slots], None]]:
+    def free_functions(self) -> dict[FreeKind, Callable[[Slots, bool], None]]:
         a = self.kv_allocator
-        functions: dict[FreeKind, Callable[[Slots], None]]
+        functions: dict[FreeKind, Callable[[Slots, bool], None]]
         if isinstance(a, SWASlotAllocator):
             functions = {
                 FreeKind.KV: a.free,

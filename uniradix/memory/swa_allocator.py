@@ -85,9 +85,9 @@ class SWASlotAllocator:
         return self.full_to_swa[full]
 
     # ------------------------------------------------------------------ free
-    def free(self, full: torch.Tensor | Slots) -> None:
+    def free(self, full: torch.Tensor | Slots, node_value: bool = False) -> None:
         """Frees full slots and whatever SWA peers they still have."""
-        pages = self._pages(full)
+        pages = self._pages(full, node_value)
         if pages.size:
             peers = self._peers(pages)
             mapped = peers[peers > 0]
@@ -96,10 +96,10 @@ class SWASlotAllocator:
             self._unmap(pages)
             self.full.free_pages(pages)
 
-    def free_full_only(self, full: torch.Tensor | Slots) -> None:
+    def free_full_only(self, full: torch.Tensor | Slots, node_value: bool = False) -> None:
         """Frees full slots whose SWA peers were freed already; raises if one still has one
         (freeing it here would leak the peer)."""
-        pages = self._pages(full)
+        pages = self._pages(full, node_value)
         if pages.size:
             peers = self._peers(pages)
             if np.count_nonzero(peers):
@@ -109,10 +109,10 @@ class SWASlotAllocator:
                 )
             self.full.free_pages(pages)
 
-    def free_swa(self, full: torch.Tensor | Slots) -> None:
+    def free_swa(self, full: torch.Tensor | Slots, node_value: bool = False) -> None:
         """Frees only the SWA peers of full slots (the full slots stay allocated); raises if a
         peer is already gone, which would be a double free."""
-        pages = self._pages(full)
+        pages = self._pages(full, node_value)
         if pages.size:
             peers = self._peers(pages)
             if np.count_nonzero(peers) != peers.size:
@@ -123,12 +123,13 @@ class SWASlotAllocator:
             self.swa.free(peers)
             self._unmap(pages)
 
-    def move_swa(self, kept_and_incoming: torch.Tensor | Slots) -> None:
+    def move_swa(self, kept_and_incoming: torch.Tensor | Slots, node_value: bool = False) -> None:
         """Row 0 (`kept`) are full slots without SWA peers, row 1 (`incoming`) full slots with
         them, both whole pages in the same order: each kept slot takes over the SWA peer of
         the incoming slot at the same position, and the incoming full slots are freed.
 
-        Used when the tree recovers SWA KV for a node whose (locked) full slots must stay."""
+        Used when the tree recovers SWA KV for a node whose (locked) full slots must stay.
+        (`node_value` is accepted like every free function's and not needed here.)"""
         both = (
             kept_and_incoming.detach().cpu().numpy()
             if isinstance(kept_and_incoming, torch.Tensor)
@@ -167,10 +168,10 @@ class SWASlotAllocator:
             )
         return slots
 
-    def _pages(self, full: torch.Tensor | Slots) -> Slots:
+    def _pages(self, full: torch.Tensor | Slots, node_value: bool = False) -> Slots:
         """Distinct allocated full pages of `full` (raises otherwise; changes nothing)."""
         slots = to_numpy(full)
-        return self.full.checked_pages(slots) if slots.size else slots
+        return self.full.checked_pages(slots, node_value) if slots.size else slots
 
     def _peers(self, pages: Slots) -> Slots:
         """The first SWA slot of each full page's peer page (0 = none)."""
