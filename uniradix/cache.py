@@ -31,6 +31,7 @@ from uniradix.cache_mamba import MambaRequests, NoMambaRequests
 from uniradix.components.base import TreeComponent
 from uniradix.components.registry import component_class
 from uniradix.errors import InvariantError
+from uniradix.eviction import evict_components
 from uniradix.insert_slots import checked_value, duplicate_frees
 from uniradix.key import RadixKey
 from uniradix.memory.allocator import to_numpy
@@ -193,7 +194,7 @@ class UnifiedRadixCache:
             c.commit_insert(target, is_new, leaf_value, params, actions)
         if is_new:
             self.tree.update_leaf(target)
-        self._apply(actions)
+        self.apply(actions)
         return InsertResult(prefix_len, target, mamba_exist)
 
     def _span_slots(self, node: TreeNode, num: int) -> Slots:
@@ -209,57 +210,12 @@ class UnifiedRadixCache:
 
     # ------------------------------------------------------------------ evict
     def evict(self, params: EvictParams) -> EvictResult:
-        """Evicts at least the requested units per component where evictable ones exist."""
-        wanted = (params.num_tokens, params.swa_num_tokens, params.mamba_num)  # by ComponentType
-        for ct, num in zip(ComponentType, wanted, strict=True):
-            if not isinstance(num, int) or num < 0:
-                raise ValueError(
-                    f"EvictParams for {ct.name} must be a non-negative int, got {num!r}"
-                )
-        tracker = [0] * len(self.components)
-        for c in self.components:
-            want = wanted[c.component_type]
-            if want == 0:
-                continue
-            candidates = c.eviction_candidates()
-            while tracker[c.index] < want:
-                victim = next(candidates, None)
-                if victim is None:
-                    break
-                actions: list[FreeSlots] = []
-                if victim in self.tree.leaves:
-                    self._evict_leaf(victim, actions, tracker)
-                else:
-                    self._evict_internal(victim, c, actions, tracker)
-                self._apply(actions)
-        done = [0, 0, 0]
-        for c in self.components:
-            done[c.component_type] = tracker[c.index]
-        return EvictResult(*done)
+        """Evicts at least the requested units per component where evictable ones exist
+        (see `uniradix.eviction`); frees are applied after every step."""
+        return evict_components(self, params)
 
-    def _evict_leaf(self, node: TreeNode, actions: list[FreeSlots], tracker: list[int]) -> None:
-        # Auxiliary components first: their frees may need the full slots still present.
-        for c in reversed(self.components):
-            if c.has_value(node):
-                tracker[c.index] += c.evict_node(node, actions)
-        self.tree.remove_leaf(node)
-
-    def _evict_internal(
-        self, node: TreeNode, trigger: TreeComponent, actions: list[FreeSlots], tracker: list[int]
-    ) -> None:
-        """Tombstones `trigger` on `node` and cascades to the unlocked components of lower or
-        equal priority (never to a locked one, never to the base component)."""
-        limit = trigger.eviction_priority(is_leaf=False)
-        for c in reversed(self._aux):
-            if c is trigger or (
-                c.has_value(node)
-                and node.data[c.index].lock_ref == 0
-                and c.eviction_priority(is_leaf=False) <= limit
-            ):
-                tracker[c.index] += c.evict_node(node, actions)
-        self.tree.update_leaf(node)
-
-    def _apply(self, actions: list[FreeSlots]) -> None:
+    def apply(self, actions: list[FreeSlots]) -> None:
+        """Executes the tree's frees, in order."""
         for action in actions:
             self._free[action.kind](action.indices, action.node_value)
 
@@ -332,7 +288,7 @@ class UnifiedRadixCache:
         row = to_numpy(self.pools.req_to_token_pool.read(req.req_pool_idx, 0, req.kv_committed_len))
         actions: list[FreeSlots] = []
         freed = sum(c.free_out_of_window(req, row, actions) for c in self._aux)
-        self._apply(actions)
+        self.apply(actions)
         return freed
 
     def release_window_lock(self, req: Req) -> None:
