@@ -33,7 +33,7 @@ from benchmarks.uniradix_side import ADAPTERS
 
 REPO = Path(__file__).resolve().parents[1]
 PEER_PYTHON = REPO / ".peer-venv" / "bin" / "python"
-TRACE = Path("/work/shared/reference/mooncake_synthetic_trace.jsonl")
+TRACE = Path(__file__).resolve().parents[2] / "shared/reference/mooncake_synthetic_trace.jsonl"
 CONFIGS = ("full", "full+swa", "full+mamba")
 CORES = ("python", "rust")
 

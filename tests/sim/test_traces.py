@@ -7,7 +7,8 @@ import pytest
 from uniradix.sim.request_spec import BlockPrompt
 from uniradix.sim.traces import load_mooncake, load_token_lists, load_trace
 
-REFERENCE = Path("/work/shared/reference/mooncake_synthetic_trace.jsonl")
+# The checkout sits next to shared/ (so does CI's fresh clone).
+REFERENCE = Path(__file__).resolve().parents[3] / "shared/reference/mooncake_synthetic_trace.jsonl"
 
 
 def _write(path: Path, rows: list[object]) -> Path:
