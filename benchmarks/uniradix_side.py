@@ -74,17 +74,20 @@ class FullAdapter:
         self.cache.check_invariants({"full": 0})
 
 
-def build_full(page_size: int, pool_tokens: int) -> FullAdapter:
-    return FullAdapter(
-        build_cache(
-            CacheConfig(
-                full_tokens=pool_tokens,
-                page_size=page_size,
-                max_running_requests=1,
-                max_context_len=16,
-            )
+def _cache(page_size: int, pool_tokens: int, **sizes: Any) -> UnifiedRadixCache:
+    return build_cache(
+        CacheConfig(
+            full_tokens=pool_tokens,
+            page_size=page_size,
+            max_running_requests=1,
+            max_context_len=16,
+            **sizes,
         )
     )
+
+
+def build_full(page_size: int, pool_tokens: int) -> FullAdapter:
+    return FullAdapter(_cache(page_size, pool_tokens))
 
 
 SWA_WINDOW = 128
@@ -128,34 +131,17 @@ class HybridAdapter(FullAdapter):
 
 
 def build_swa(page_size: int, pool_tokens: int) -> HybridAdapter:
-    return HybridAdapter(
-        build_cache(
-            CacheConfig(
-                full_tokens=pool_tokens,
-                page_size=page_size,
-                max_running_requests=1,
-                max_context_len=16,
-                sliding_window=SWA_WINDOW,
-                swa_tokens=pool_tokens,
-            )
-        )
-    )
+    sizes = {"sliding_window": SWA_WINDOW, "swa_tokens": pool_tokens}
+    return HybridAdapter(_cache(page_size, pool_tokens, **sizes))
 
 
 def build_mamba(page_size: int, pool_tokens: int) -> HybridAdapter:
-    return HybridAdapter(
-        build_cache(
-            CacheConfig(
-                full_tokens=pool_tokens,
-                page_size=page_size,
-                max_running_requests=1,
-                max_context_len=16,
-                mamba_slots=MAMBA_SLOTS,
-                mamba_extra_buffer=page_size > 1,
-                mamba_cache_chunk_size=64,
-            )
-        )
-    )
+    sizes = {
+        "mamba_slots": MAMBA_SLOTS,
+        "mamba_extra_buffer": page_size > 1,
+        "mamba_cache_chunk_size": 64,
+    }
+    return HybridAdapter(_cache(page_size, pool_tokens, **sizes))
 
 
 ADAPTERS: dict[str, Callable[[int, int], Any]] = {
