@@ -31,7 +31,9 @@ def to_numpy(indices: torch.Tensor | Slots) -> Slots:
         raise TypeError(f"indices must be a torch.Tensor, got {type(indices).__name__}")
     if indices.dtype not in (torch.int64, torch.int32) or indices.dim() != 1:
         raise TypeError(f"indices must be a 1-D int64 or int32 tensor, got {indices.dtype}")
-    return indices.detach().cpu().numpy().astype(np.int64, copy=False)
+    # Integer tensors never require grad, so .numpy() needs no detach on the CPU.
+    host = indices.numpy() if indices.is_cpu else indices.cpu().numpy()
+    return host.astype(np.int64, copy=False)
 
 
 class TokenSlotAllocator:

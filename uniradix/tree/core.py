@@ -191,12 +191,12 @@ class TreeCore:
         return parent
 
     def is_evictable_leaf(self, node: TreeNode) -> bool:
-        return (
-            node.parent is not None
-            and not node.children
-            and node.data[0].value is not None
-            and all(d.lock_ref == 0 for d in node.data)
-        )
+        if node.parent is None or node.children or node.data[0].value is None:
+            return False
+        for d in node.data:  # a loop: this runs on every insert, lock and unlock
+            if d.lock_ref:
+                return False
+        return True
 
     def update_leaf(self, node: TreeNode) -> None:
         """Re-evaluates `node`'s membership of the evictable leaf set."""
