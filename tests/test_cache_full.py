@@ -159,3 +159,14 @@ def test_duplicates_freed_on_insert_but_never_below_prev_prefix_len():
     r = cache.insert(InsertParams(RadixKey([1, 2, 3, 4, 5, 6]), value, prev_prefix_len=4))
     assert r.prefix_len == 4 and a.available_size() == 64 - 6
     cache.check_invariants({"full": 0})
+
+
+def test_a_split_refreshes_the_child_like_the_reference():
+    cache = make_cache()
+    insert_fresh(cache, [1, 2, 3, 4])  # oldest
+    insert_fresh(cache, [9, 9])
+    match(cache, [1, 2, 5])  # splits [1,2,3,4]: the child [3,4] becomes the most recent leaf
+    assert cache.evict(EvictParams(num_tokens=2)).num_tokens_evicted == 2
+    assert match(cache, [9, 9]).device_prefix_len == 0
+    assert match(cache, [1, 2, 3, 4]).device_prefix_len == 4
+    cache.check_invariants({"full": 0})

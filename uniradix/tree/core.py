@@ -170,7 +170,9 @@ class TreeCore:
         new.priority = child.priority
         new.hit_count = child.hit_count
         new.creation_time = child.creation_time
-        new.last_access_time = child.last_access_time
+        # As in the reference: the parent's access time is fresh, and the child's fresher.
+        child.last_access_time = self.tick()
+        self.leaves.refresh(child)
         parent.children[child.child_key(self.page_size)] = new
         child.key = child.key[cut:]
         child.num_tokens -= split_len
