@@ -12,20 +12,12 @@ import dataclasses
 import pytest
 import torch
 
-from uniradix.engine import ModelConfig, TinyHybridModel
+from tests.engine.tiny import TINY
+from uniradix.engine import TinyHybridModel
 from uniradix.engine.engine import Engine, EngineConfig, GenerateResult, verify
 from uniradix.engine.run import CONFIG_PATTERNS, generated_prompts
 
-WINDOW = 4
-MODEL = ModelConfig(
-    hidden_size=32,
-    head_dim=8,
-    intermediate_size=64,
-    sliding_window=WINDOW,
-    d_state=4,
-    d_conv=3,
-    dtype=torch.float64,
-)
+MODEL = TINY
 MAX_NEW_TOKENS = 7  # > WINDOW + 1: decoding frees SWA slots that left the window
 
 

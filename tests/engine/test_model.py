@@ -8,21 +8,10 @@ import dataclasses
 import pytest
 import torch
 
+from tests.engine.tiny import TINY, WINDOW
 from uniradix.engine import DenseRequestState, ModelConfig, TinyHybridModel, reference_generate
 
-WINDOW = 4
-CONFIG = ModelConfig(
-    hidden_size=32,
-    layer_pattern="FSMFSM",
-    num_heads=4,
-    num_kv_heads=2,
-    head_dim=8,
-    intermediate_size=64,
-    sliding_window=WINDOW,
-    d_state=4,
-    d_conv=3,
-    dtype=torch.float64,
-)
+CONFIG = TINY
 PATTERNS = ["F", "S", "M", "FSM", "MSF"]
 PROMPT = torch.tensor([7, 3, 500, 42, 42, 9, 0, 511, 120, 33, 64, 5, 18, 77, 301, 2, 90, 11, 6])
 

@@ -81,6 +81,11 @@ class TreeComponent(ABC):
         else:
             self.evictable_tokens += num
 
+    def _protect(self, num: int) -> None:
+        """`num` units were locked (negative: unlocked): move them between the ledgers."""
+        self.evictable_tokens -= num
+        self.protected_tokens += num
+
     def _debit(self, node: TreeNode, num: int) -> None:
         if node.data[self.index].lock_ref > 0:
             self.protected_tokens -= num

@@ -63,8 +63,7 @@ class FullComponent(TreeComponent):
                 assert d.value is not None, f"full lock on evicted {n}"
                 delta += d.value.shape[0]
             d.lock_ref += 1
-        self.evictable_tokens -= delta
-        self.protected_tokens += delta
+        self._protect(delta)
         return delta, None
 
     def unlock(self, node: TreeNode, marker: int | None) -> None:
@@ -75,8 +74,7 @@ class FullComponent(TreeComponent):
             d.lock_ref -= 1
             if d.lock_ref == 0 and d.value is not None:
                 delta += d.value.shape[0]
-        self.evictable_tokens += delta
-        self.protected_tokens -= delta
+        self._protect(-delta)
 
     def check_invariants(self, errors: list[str]) -> None:
         super().check_invariants(errors)

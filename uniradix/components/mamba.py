@@ -144,8 +144,7 @@ class MambaComponent(TreeComponent):
         d = node.data[self.index]
         delta = 0
         if d.lock_ref == 0 and d.value is not None:
-            self.evictable_tokens -= 1
-            self.protected_tokens += 1
+            self._protect(1)
             delta = 1
         d.lock_ref += 1
         return delta, None
@@ -157,8 +156,7 @@ class MambaComponent(TreeComponent):
         assert d.lock_ref > 0, f"Mamba release of {node} with lock_ref=0"
         d.lock_ref -= 1
         if d.lock_ref == 0 and d.value is not None:
-            self.protected_tokens -= 1
-            self.evictable_tokens += 1
+            self._protect(-1)
 
     # ------------------------------------------------------------------ checks
     def check_invariants(self, errors: list[str]) -> None:

@@ -269,8 +269,7 @@ class SWAComponent(TreeComponent):
                     d.metadata[_UUID] = next(self._uuids)
                 marker = d.metadata[_UUID]
                 break
-        self.evictable_tokens -= moved
-        self.protected_tokens += moved
+        self._protect(moved)
         return moved, marker
 
     def unlock(self, node: TreeNode, marker: int | None) -> None:
@@ -290,8 +289,7 @@ class SWAComponent(TreeComponent):
                     d.metadata.pop(_UUID, None)
             if at_boundary:
                 break
-        self.evictable_tokens += moved
-        self.protected_tokens -= moved
+        self._protect(-moved)
 
     def release_window_lock(self, req: Req, node: TreeNode, marker: int | None) -> bool:
         """Releases the window lock once every cached position of `req` has left its window
