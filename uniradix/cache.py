@@ -36,6 +36,7 @@ from uniradix.insert_slots import checked_value, duplicate_frees
 from uniradix.key import RadixKey
 from uniradix.memory.allocator import to_numpy
 from uniradix.memory.pools import CachePools
+from uniradix.tiers.null import NoHostTier
 from uniradix.tree.core import TreeCore
 from uniradix.tree.node import TreeNode
 from uniradix.tree.policy import eviction_policy
@@ -90,6 +91,13 @@ class UnifiedRadixCache:
             c.attach_pools(pools)
         self._by_type = {c.component_type: c for c in self.components}
         self._aux = self.components[1:]
+        # insert_overlap hooks: the auxiliary components, and a base one that overrides it
+        self._overlapping = [
+            c
+            for c in self.components
+            if c.index or type(c).insert_overlap is not TreeComponent.insert_overlap
+        ]
+        self.host_tier: NoHostTier = NoHostTier()  # `uniradix.tiers.controller` attaches one
         self._validating = [
             c
             for c in self.components
@@ -169,7 +177,8 @@ class UnifiedRadixCache:
         for c in self._insert_checkers:
             c.check_insert(value, params)
         actions: list[FreeSlots] = []
-        prev, swa_cursor, aux = params.prev_prefix_len, params.swa_evicted_seqlen, self._aux
+        prev, swa_cursor = params.prev_prefix_len, params.swa_evicted_seqlen
+        aux = self._overlapping
 
         def on_overlap(node: TreeNode, offset: int, num: int) -> None:
             adopted_from = num
@@ -195,6 +204,7 @@ class UnifiedRadixCache:
         if is_new:
             self.tree.update_leaf(target)
         self.apply(actions)
+        self.host_tier.after_insert(target)
         return InsertResult(prefix_len, target, mamba_exist)
 
     def _span_slots(self, node: TreeNode, num: int) -> Slots:
@@ -354,6 +364,7 @@ class UnifiedRadixCache:
             c.reset()
         self._receipts.clear()
         self.pools.reset()
+        self.host_tier.reset()
 
     def pretty_print(self) -> str:
         text = format_tree(self)
@@ -368,6 +379,7 @@ class UnifiedRadixCache:
         `free + evictable + protected + held == capacity` exactly per named pool.
         """
         errors = check_cache_invariants(self, held_by_requests)
+        self.host_tier.check_invariants(errors)
         if errors:
             raise InvariantError("cache invariants violated:\n  " + "\n  ".join(errors))
 

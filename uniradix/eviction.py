@@ -38,7 +38,11 @@ def evict_components(cache: UnifiedRadixCache, params: EvictParams) -> EvictResu
                 break
             actions: list[FreeSlots] = []
             if victim in leaves:
-                _evict_leaf(cache, victim, actions, tracker)
+                demoted = cache.host_tier.evict_leaf(victim, actions)
+                if demoted:  # backed up: the node stays, host-only
+                    tracker[0] += demoted
+                else:
+                    _evict_leaf(cache, victim, actions, tracker)
             else:
                 _evict_internal(cache, victim, c, actions, tracker)
             cache.apply(actions)

@@ -7,12 +7,16 @@ from dataclasses import dataclass
 import torch
 
 from uniradix.cache import UnifiedRadixCache
+from uniradix.components.full_host import HostFullComponent
 from uniradix.memory.allocator import TokenSlotAllocator
+from uniradix.memory.host_pools import HostPools, host_capacity
 from uniradix.memory.kv_pool import KVPool
 from uniradix.memory.mamba_pool import MambaReqPool, MambaSlotAllocator, MambaStatePool
 from uniradix.memory.pools import CachePools
 from uniradix.memory.req_pool import ReqToTokenPool
 from uniradix.memory.swa_allocator import SWASlotAllocator
+from uniradix.tiers.controller import HostTier
+from uniradix.tiers.transfer import SyncTransferEngine
 from uniradix.types import CacheSettings, ComponentType
 
 
@@ -56,6 +60,17 @@ class CacheConfig:
     mamba_conv_shape: tuple[int, ...] = (1,)
     mamba_temporal_shape: tuple[int, ...] = (1,)
     mamba_dtype: torch.dtype = torch.float32
+    host_tokens: int | None = None
+    hicache_ratio: float | None = None
+    write_policy: str = "write_through"
+    load_back_threshold: int = 1
+
+    @property
+    def has_host_tier(self) -> bool:
+        """With `host_tokens` (or `hicache_ratio` x `full_tokens`) the cache gets an L2 host
+        tier (`uniradix.tiers`) driven by `write_policy`; load-backs shorter than
+        `load_back_threshold` tokens are skipped."""
+        return self.host_tokens is not None or self.hicache_ratio is not None
 
     def components(self) -> tuple[ComponentType, ...]:
         """FULL first, then the auxiliary components in cascade order (SWA, MAMBA)."""
@@ -109,7 +124,30 @@ def build_cache(config: CacheConfig | None = None) -> UnifiedRadixCache:
         mamba_cache_chunk_size=config.mamba_cache_chunk_size,
         mamba_max_states_per_path=config.mamba_max_states_per_path,
     )
-    return UnifiedRadixCache(pools, settings, config.components())
+    if not config.has_host_tier:
+        return UnifiedRadixCache(pools, settings, config.components())
+    return attach_host_tier(
+        UnifiedRadixCache(
+            pools, settings, config.components(), {ComponentType.FULL: HostFullComponent}
+        ),
+        config,
+    )
+
+
+def attach_host_tier(cache: UnifiedRadixCache, config: CacheConfig) -> UnifiedRadixCache:
+    """Gives `cache` (built with a `HostFullComponent`) the host tier `config` describes,
+    with a synchronous transfer engine."""
+    capacity = host_capacity(
+        cache.pools.kv_allocator.capacity, config.host_tokens, config.hicache_ratio
+    )
+    HostTier(
+        cache,
+        HostPools(capacity, config.page_size),
+        SyncTransferEngine(),
+        config.write_policy,
+        load_back_threshold=config.load_back_threshold,
+    )
+    return cache
 
 
 def _kv_pool(config: CacheConfig, capacity: int, num_layers: int) -> KVPool:

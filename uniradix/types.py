@@ -88,7 +88,11 @@ class MatchResult(NamedTuple):
     may evict. `full_kv_hit_length` counts every full-KV unit the walk matched, even past the
     point where another component (SWA window, Mamba state) stopped the usable match.
     `mamba_branching_seqlen`, when set, is where the engine should checkpoint a Mamba state so
-    the next request sharing this prefix can resume from it. (A typed NamedTuple rather
+    the next request sharing this prefix can resume from it. With a host tier,
+    `host_hit_length` units past the device prefix are on the host only, ending at
+    `last_host_node` (usable after a load-back); `best_match_node` is the deepest usable node
+    on any tier (both are `last_device_node` when the host adds nothing, None without a host
+    tier). (A typed NamedTuple rather
     than a dataclass: it is built on every lookup, and this is 3x cheaper to construct.)
     """
 
@@ -97,6 +101,9 @@ class MatchResult(NamedTuple):
     last_device_node: TreeNode
     full_kv_hit_length: int
     mamba_branching_seqlen: int | None = None
+    host_hit_length: int = 0
+    last_host_node: TreeNode | None = None
+    best_match_node: TreeNode | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -193,8 +193,13 @@ class TreeCore:
         return parent
 
     def is_evictable_leaf(self, node: TreeNode) -> bool:
-        if node.parent is None or node.children or node.data[0].value is None:
+        """An unlocked node with base data on the device and no child that has any (children
+        whose base data left the device, e.g. for a host tier, do not count)."""
+        if node.parent is None or node.data[0].value is None:
             return False
+        for child in node.children.values():
+            if child.data[0].value is not None:
+                return False
         for d in node.data:  # noqa: SIM110 (a generator costs more; runs on every insert and lock)
             if d.lock_ref:
                 return False

@@ -1,0 +1,301 @@
+"""HostTier: the controller of the L2 host tier (the reference's `HybridCacheController`).
+
+The tree and its components decide; this controller executes: it allocates and frees host
+slots, builds one `CopyOp` batch per node chain, submits it to a `TransferEngine` and commits
+on the ack. Acks are drained at points the scheduler chooses (`writing_check`,
+`loading_check`); until then the node chain of a write is device-locked (its device slots
+are being read) and marked `metadata["write"] = ticket`, the chain of a load is
+device-locked (its device slots are being written) and marked `metadata["load"] = ticket`.
+A split copies the mark to both fragments, so an ack clears the whole chain.
+
+Write policies (`uniradix.tiers.write_policy`): an insert backs up its node and every
+ancestor without a host copy, root-first, in one batch (write-through); write-back backs up
+a device-leaf victim at eviction and waits for it, so the victim is demoted, not lost. A
+host pool too full for a write evicts host leaves first; if still short the write is
+skipped (write-through: the node stays device-only; write-back: its eviction is a real loss,
+counted in `stats.lost_tokens`).
+
+Load-back lives in `uniradix.tiers.load_back`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from uniradix.components.full_host import HostFullComponent
+from uniradix.memory.allocator import to_numpy
+from uniradix.memory.host_pools import HostPools
+from uniradix.tiers import load_back as loads
+from uniradix.tiers.host_checks import check_host_tier
+from uniradix.tiers.null import NoHostTier
+from uniradix.tiers.transfer import CopyOp, Direction, TransferEngine
+from uniradix.tiers.write_policy import WritePolicy
+from uniradix.tree.node import TreeNode
+from uniradix.types import ComponentType, FreeSlots, IncLockRefResult, MatchResult, Slots
+
+if TYPE_CHECKING:
+    from uniradix.cache import UnifiedRadixCache
+
+
+@dataclass
+class HostTierStats:
+    """Units (tokens) moved or dropped by the host tier since the cache was built."""
+
+    written_tokens: int = 0  # D->H backups submitted
+    loaded_tokens: int = 0  # H->D load-backs submitted
+    demoted_tokens: int = 0  # device copies dropped with the host copy kept
+    lost_tokens: int = 0  # device evictions of data with no host copy (real losses)
+    host_evicted_tokens: int = 0  # host-only data dropped by host eviction
+    write_skipped_tokens: int = 0  # backups the host pool could not take
+    load_skipped: int = 0  # load-backs declined (threshold, quota)
+    load_failed: int = 0  # load-backs that found no device room
+
+    def as_dict(self) -> dict[str, int]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+class HostTier(NoHostTier):
+    enabled = True
+
+    def __init__(
+        self,
+        cache: UnifiedRadixCache,
+        host_pools: HostPools,
+        engine: TransferEngine,
+        write_policy: WritePolicy | str = WritePolicy.WRITE_THROUGH,
+        selective_hits: int = 2,
+        load_back_threshold: int = 1,
+    ) -> None:
+        full = cache.component(ComponentType.FULL)
+        if not isinstance(full, HostFullComponent):
+            raise TypeError(f"a host tier needs a HostFullComponent, got {type(full).__name__}")
+        if len(cache.components) != 1:
+            raise ValueError(
+                "the host tier covers full attention only so far; got components "
+                f"{[c.name for c in cache.components]}"
+            )
+        if selective_hits < 1 or load_back_threshold < 1:
+            raise ValueError(
+                f"selective_hits={selective_hits} and load_back_threshold={load_back_threshold} "
+                "must be >= 1"
+            )
+        if host_pools.full.page_size != cache.page_size:
+            raise ValueError(
+                f"host page_size={host_pools.full.page_size} != cache page_size={cache.page_size}"
+            )
+        self.cache = cache
+        self.full = full
+        self.host_pools = host_pools
+        self.engine = engine
+        self.policy = WritePolicy.parse(write_policy)
+        self.threshold = self.policy.backup_threshold(selective_hits)
+        self.load_back_threshold = load_back_threshold
+        self.stats = HostTierStats()
+        self.writes: dict[int, tuple[TreeNode, IncLockRefResult]] = {}
+        self.loads: dict[int, tuple[TreeNode, IncLockRefResult]] = {}
+        self._acked: set[int] = set()
+        self._committed_early: set[int] = set()
+        cache.host_tier = self
+
+    # ------------------------------------------------------------------ writes
+    def after_insert(self, node: TreeNode) -> None:
+        """Write-through: backs up the inserted node's chain once it is hot enough."""
+        if self.threshold is None or node.parent is None:
+            return
+        anchor: TreeNode | None = node
+        while anchor is not None and anchor.parent is not None:
+            if anchor.hit_count >= self.threshold:
+                break
+            anchor = anchor.parent
+        if anchor is None or anchor.parent is None:
+            return
+        chain = self.unbacked_chain(anchor)
+        if chain:
+            self._write(chain, anchor, lock=True)
+
+    def unbacked_chain(self, node: TreeNode) -> list[TreeNode]:
+        """`node` and its ancestors without a host copy, root-first."""
+        chain = []
+        for n in self.cache.tree.path_to_root(node):
+            if n.data[0].host_value is None:
+                chain.append(n)
+        chain.reverse()
+        return chain
+
+    def _write(self, chain: list[TreeNode], anchor: TreeNode, lock: bool) -> int | None:
+        num = sum(n.num_tokens for n in chain)
+        host = self.alloc_host(num)
+        if host is None:
+            self.stats.write_skipped_tokens += num
+            return None
+        values = [n.data[0].value for n in chain]
+        src = np.concatenate(values) if len(values) > 1 else values[0]  # type: ignore[arg-type]
+        assert src is not None
+        start = 0
+        for n in chain:
+            self.full.commit_backup(n, host[start : start + n.num_tokens])
+            start += n.num_tokens
+        ticket = self.engine.submit([CopyOp("full", Direction.D2H, src, host)])
+        self.stats.written_tokens += num
+        for n in chain:
+            n.data[0].metadata = {"write": ticket}
+        if lock:
+            self.writes[ticket] = (anchor, self.cache.inc_lock_ref(anchor))
+        return ticket
+
+    def alloc_host(self, num_tokens: int) -> Slots | None:
+        """`num_tokens` host slots, evicting host leaves when short; None if still short."""
+        pool = self.host_pools.full
+        short = num_tokens - pool.available_size()
+        if short > 0:
+            self.evict_host(short)
+        slots = pool.alloc(num_tokens)
+        if slots is None:
+            return None
+        self.host_pools.note_usage()
+        return to_numpy(slots)
+
+    def writing_check(self) -> None:
+        """Commits every acked write: clears the chain's marks and releases its lock."""
+        self._poll()
+        for ticket in [t for t in self.writes if t in self._acked]:
+            anchor, receipt = self.writes.pop(ticket)
+            self._acked.discard(ticket)
+            self._clear_marks(anchor, "write", ticket)
+            self.cache.dec_lock_ref(anchor, receipt)
+
+    def _poll(self) -> None:
+        for ticket in self.engine.poll():
+            if ticket in self._committed_early:
+                self._committed_early.discard(ticket)
+            else:
+                self._acked.add(ticket)
+
+    def _clear_marks(self, anchor: TreeNode, kind: str, ticket: int) -> None:
+        for n in self.cache.tree.path_to_root(anchor):
+            meta = n.data[0].metadata
+            if meta is None or meta.get(kind) != ticket:
+                break
+            n.data[0].metadata = None
+
+    # ------------------------------------------------------------------ device eviction
+    def evict_leaf(self, node: TreeNode, actions: list[FreeSlots]) -> int:
+        """Device eviction of the unlocked device leaf `node`: demotes it when it has (or,
+        under write-back, can get) a host copy and returns its units; otherwise drops its
+        host-only descendants and returns 0, and the caller deletes it."""
+        d = node.data[0]
+        if d.host_value is None and self.policy is WritePolicy.WRITE_BACK:
+            ticket = self._write([node], node, lock=False)
+            if ticket is not None:
+                self.engine.wait(ticket)  # the device slots are freed right after this
+                self._committed_early.add(ticket)
+                self._clear_marks(node, "write", ticket)
+        if d.host_value is not None:
+            num = self.full.demote(node, actions)
+            self.stats.demoted_tokens += num
+            return num
+        self.stats.lost_tokens += node.num_tokens
+        for child in list(node.children.values()):
+            self._drop_host_subtree(child)
+        return 0
+
+    def _drop_host_subtree(self, node: TreeNode) -> None:
+        """Frees a host-only subtree bottom-up (its device parent is being deleted)."""
+        for child in list(node.children.values()):
+            self._drop_host_subtree(child)
+        self._evict_host_leaf(node)
+
+    # ------------------------------------------------------------------ host eviction
+    def evict_host(self, num_tokens: int) -> int:
+        """Frees at least `num_tokens` host slots where host leaves allow: host-only leaves
+        in eviction-policy order; a parent left childless and host-only follows. Returns
+        the units freed."""
+        if not isinstance(num_tokens, int) or num_tokens < 0:
+            raise ValueError(
+                f"evict_host: num_tokens must be a non-negative int, got {num_tokens!r}"
+            )
+        freed = 0
+        while freed < num_tokens:
+            node = self.full.host_leaves.pop()
+            if node is None:
+                break
+            freed += self._evict_host_leaf(node)
+        return freed
+
+    def _evict_host_leaf(self, node: TreeNode) -> int:
+        slots = self.full.evict_host_node(node)
+        self.host_pools.full.free(slots, node_value=True)
+        parent = self.cache.tree.remove_leaf(node)
+        self.full.update_host_leaf(parent)
+        self.stats.host_evicted_tokens += node.num_tokens
+        return node.num_tokens
+
+    # ------------------------------------------------------------------ load-back
+    def load_back(self, match: MatchResult, mem_quota: int | None = None) -> MatchResult:
+        return loads.load_back(self, match, mem_quota)
+
+    def init_load_back(self, node: TreeNode, mem_quota: int | None = None) -> loads.LoadBackResult:
+        return loads.init_load_back(self, node, mem_quota)
+
+    def loading_check(self) -> None:
+        """Commits every acked load: clears the chain's marks and releases its lock."""
+        self._poll()
+        for ticket in [t for t in self.loads if t in self._acked]:
+            anchor, receipt = self.loads.pop(ticket)
+            self._acked.discard(ticket)
+            self._clear_marks(anchor, "load", ticket)
+            self.cache.dec_lock_ref(anchor, receipt)
+
+    def wait_loads(self) -> None:
+        """Blocks until every submitted load-back has landed, and commits them."""
+        for ticket in list(self.loads):
+            self.engine.wait(ticket)
+        self.loading_check()
+
+    def drain(self) -> None:
+        """Blocks until every write and load finished, and commits them all."""
+        for ticket in [*self.writes, *self.loads]:
+            self.engine.wait(ticket)
+        self.writing_check()
+        self.loading_check()
+
+    # ------------------------------------------------------------------ state
+    def host_usage(self) -> dict[str, int]:
+        """Host full slots by state: free, evictable (host-only, unpinned, or a backed
+        node's copy), protected (pinned) and in flight (a pending write)."""
+        usage = {"free": self.host_pools.full.available_size(), "evictable": 0}
+        usage |= {"protected": 0, "in_flight": 0}
+        for n in self.cache.tree.nodes():
+            d = n.data[0]
+            if d.host_value is None:
+                continue
+            if d.metadata is not None and "write" in d.metadata:
+                usage["in_flight"] += n.num_tokens
+            elif d.host_lock_ref:
+                usage["protected"] += n.num_tokens
+            else:
+                usage["evictable"] += n.num_tokens
+        return usage
+
+    def reset(self) -> None:
+        """Forgets every transfer (the cache's reset emptied the tree) and the host pools."""
+        self.drain_engine()
+        self.writes.clear()
+        self.loads.clear()
+        self._acked.clear()
+        self._committed_early.clear()
+        self.host_pools.reset()
+
+    def drain_engine(self) -> None:
+        for ticket in [*self.writes, *self.loads]:
+            self.engine.wait(ticket)
+        self.engine.poll()
+
+    def close(self) -> None:
+        self.engine.close()
+
+    def check_invariants(self, errors: list[str]) -> None:
+        check_host_tier(self, errors)

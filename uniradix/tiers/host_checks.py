@@ -1,0 +1,61 @@
+"""Invariant checks of the host tier: host pool identity, host data rules, transfer marks."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from uniradix.tiers.write_policy import WritePolicy
+
+if TYPE_CHECKING:
+    from uniradix.tiers.controller import HostTier
+
+
+def check_host_tier(tier: HostTier, errors: list[str]) -> None:
+    """Appends a message per broken rule:
+
+    - host pool: tree host slots distinct and allocated, `free + held by the tree ==
+      capacity` (every host slot belongs to a node from allocation to free);
+    - write-through policies: a node with host data has a parent with host data;
+    - a node is marked by at most one transfer, and only by one in flight: a write mark on a
+      device node, a load mark on a device node; each in-flight anchor is in the tree and
+      device-locked.
+    """
+    tree, pool = tier.cache.tree, tier.host_pools.full
+    host = tier.full.host_values()
+    if np.unique(host).size != host.size:
+        errors.append("host_full: a host slot is held by two tree nodes")
+    if host.size and not pool.is_allocated(host).all():
+        errors.append("host_full: the tree holds host slots the host allocator considers free")
+    free = pool.available_size()
+    if free + host.size != pool.capacity:
+        errors.append(
+            f"host_full: free {free} + tree {host.size} = {free + host.size} "
+            f"!= capacity {pool.capacity}"
+        )
+    strict = tier.policy is not WritePolicy.WRITE_BACK
+    for node in tree.nodes():
+        d, parent = node.data[0], node.parent
+        if (
+            strict
+            and d.host_value is not None
+            and parent is not None
+            and parent is not tree.root
+            and parent.data[0].host_value is None
+        ):
+            errors.append(f"host_full: {node} has host data but its parent {parent} has none")
+        meta = d.metadata
+        if meta is None:
+            continue
+        if "write" in meta and "load" in meta:
+            errors.append(f"host_full: {node} is pending a write and a load")
+        for kind, pending in (("write", tier.writes), ("load", tier.loads)):
+            if kind in meta and meta[kind] not in pending:
+                errors.append(f"host_full: {node} marked by {kind} {meta[kind]}, not in flight")
+        if d.value is None:
+            errors.append(f"host_full: host-only {node} carries a transfer mark {meta}")
+    for kind, pending in (("write", tier.writes), ("load", tier.loads)):
+        for ticket, (anchor, _) in pending.items():
+            if not tree.in_tree(anchor) or anchor.data[0].lock_ref == 0:
+                errors.append(f"host_full: {kind} {ticket} anchor {anchor} not in tree or unlocked")

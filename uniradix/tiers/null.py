@@ -1,0 +1,45 @@
+"""NoHostTier: the host tier of a cache that has none (a null object).
+
+Every hook the cache and the scheduler call is a no-op, so a cache without a host tier does
+no extra work per operation beyond one method call.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from uniradix.tree.node import TreeNode
+    from uniradix.types import FreeSlots, MatchResult
+
+
+class NoHostTier:
+    enabled = False
+
+    def after_insert(self, node: TreeNode) -> None:
+        return
+
+    def evict_leaf(self, node: TreeNode, actions: list[FreeSlots]) -> int:
+        """Units demoted instead of deleted (0: the caller deletes the leaf)."""
+        return 0
+
+    def load_back(self, match: MatchResult, mem_quota: int | None = None) -> MatchResult:
+        return match
+
+    def writing_check(self) -> None:
+        return
+
+    def loading_check(self) -> None:
+        return
+
+    def wait_loads(self) -> None:
+        return
+
+    def check_invariants(self, errors: list[str]) -> None:
+        return
+
+    def reset(self) -> None:
+        return
+
+    def close(self) -> None:
+        return
