@@ -40,6 +40,15 @@ def _replay_parser(commands: argparse._SubParsersAction) -> None:  # type: ignor
     ]:
         p.add_argument(flag, type=int, default=default, help=f"{what} (default {default})")
     p.add_argument("--decode-reserve-ratio", type=float, default=d.decode_reserve_ratio)
+    host = p.add_mutually_exclusive_group()
+    host.add_argument("--host-tokens", type=int, help="host tier (L2) size in tokens")
+    host.add_argument("--hicache-ratio", type=float, help="host tier size / device pool size")
+    p.add_argument(
+        "--write-policy",
+        choices=["write_through", "write_through_selective", "write_back"],
+        default=d.write_policy,
+        help="when device KV gets its host copy (with a host tier)",
+    )
     p.add_argument("--check-invariants", action="store_true", help="after every step")
     p.add_argument("--json", action="store_true", help="print only the JSON summary")
     p.add_argument("--report", metavar="DIR", help="write summary.json, summary.md, plots")

@@ -26,6 +26,7 @@ class RunningRequest:
     prefilled: bool = False
     num_admissions: int = 1
     mamba_branch: int | None = None
+    host_hit_tokens: int = 0  # prefix tokens loaded back from the host tier at admission
 
 
 @dataclass(frozen=True)

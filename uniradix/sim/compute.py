@@ -26,6 +26,12 @@ class ModelShape:
             raise ValueError(f"invalid model shape {self}")
 
     @property
+    def kv_bytes_per_token(self) -> int:
+        """Bytes of full-attention KV per token: K and V, bf16, one hidden size per layer
+        (no GQA); the unit of the replay's host-tier transfer volumes."""
+        return 2 * 2 * self.hidden_size * self.full_layers
+
+    @property
     def num_layers(self) -> int:
         return self.full_layers + self.swa_layers + self.mamba_layers
 

@@ -23,9 +23,11 @@ class ReplayMetrics:
         self.pools = list(cache.pools.capacities())
         self.prompt_tokens = 0
         self.hit_tokens = 0
+        self.host_hit_tokens = 0  # part of hit_tokens loaded back from the host tier
         self.component_hit_tokens = dict.fromkeys((p for p in self.pools if p != "req"), 0)
         self.hit_lengths: list[int] = []
         self.cumulative_hit_rate: list[float] = []
+        self.cumulative_host_hit_rate: list[float] = []  # the host tier's share of it
         self.evicted = dict.fromkeys(self.pools, 0)
         self.retractions = 0
         self.recomputed_tokens = 0
@@ -46,6 +48,7 @@ class ReplayMetrics:
             return
         self.prompt_tokens += request.prompt_len
         self.hit_tokens += match.device_prefix_len
+        self.host_hit_tokens += request.host_hit_tokens
         for pool in self.component_hit_tokens:
             # Full KV counts everything it matched; the other components count the usable
             # match, which every one of them accepted.
@@ -54,6 +57,7 @@ class ReplayMetrics:
             )
         self.hit_lengths.append(match.device_prefix_len)
         self.cumulative_hit_rate.append(self.hit_tokens / self.prompt_tokens)
+        self.cumulative_host_hit_rate.append(self.host_hit_tokens / self.prompt_tokens)
 
     def on_evict(self, result: EvictResult) -> None:
         self.evicted["full"] += result.num_tokens_evicted

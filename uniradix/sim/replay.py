@@ -15,6 +15,7 @@ from uniradix.cache import UnifiedRadixCache
 from uniradix.factory import CacheConfig, build_cache
 from uniradix.sim.batch import ForwardBatch
 from uniradix.sim.compute import ModelShape
+from uniradix.sim.host_summary import host_summary
 from uniradix.sim.ideal import ideal_hits
 from uniradix.sim.metrics import ReplayMetrics
 from uniradix.sim.request_spec import RequestSpec
@@ -59,6 +60,9 @@ class ReplayOptions:
     seed: int = 0
     check_invariants: bool = False
     model: ModelShape = field(default_factory=ModelShape)
+    host_tokens: int | None = None
+    hicache_ratio: float | None = None
+    write_policy: str = "write_through"
     progress: bool = False
 
 
@@ -69,6 +73,7 @@ class ReplayResult:
     cumulative_hit_rate: list[float]
     ideal_cumulative_hit_rate: list[float]
     timeline: dict[str, list[int]]
+    cumulative_host_hit_rate: list[float] = field(default_factory=list)
 
 
 def load_specs(options: ReplayOptions) -> list[RequestSpec]:
@@ -108,6 +113,9 @@ def build_replay_cache(
             swa_tokens=(options.swa_tokens or options.full_tokens // 2) if swa else None,
             mamba_slots=(options.mamba_slots or 4 * options.max_running) if mamba else None,
             mamba_extra_buffer=mamba and options.page_size > 1,
+            host_tokens=options.host_tokens,
+            hicache_ratio=options.hicache_ratio,
+            write_policy=options.write_policy,
         )
     )
 
@@ -142,6 +150,7 @@ def run_replay(options: ReplayOptions) -> ReplayResult:
         scheduler.run()
     finally:
         metrics.close()
+    cache.host_tier.drain()  # the last steps' backups land before the leak check
     wall_s = time.perf_counter() - t0
     scheduler.check_invariants()
     summary = _summary(options, config_name, specs, len(loaded), ideal, metrics, scheduler)
@@ -157,6 +166,7 @@ def run_replay(options: ReplayOptions) -> ReplayResult:
         metrics.cumulative_hit_rate,
         ideal_rates,
         metrics.timeline,
+        metrics.cumulative_host_hit_rate,
     )
 
 
@@ -174,6 +184,12 @@ def _summary(
     model = options.model
     saved = sum(model.prefix_flops(h) for h in metrics.hit_lengths)
     total = sum(model.prefix_flops(len(s.prompt)) for s in specs)
+    host = host_summary(
+        scheduler.cache, hit_tokens, metrics.host_hit_tokens, model.kv_bytes_per_token
+    )
+    components, leaked = metrics.components(), metrics.leaked()
+    components.update(host.pop("host_components", {}))
+    leaked.update(host.pop("host_leaked", {}))
     return {
         "source": options.trace or options.workload,
         "config": config_name,
@@ -183,13 +199,14 @@ def _summary(
         "prompt_tokens": prompt_tokens,
         "hit_tokens": hit_tokens,
         "hit_rate": hit_tokens / max(prompt_tokens, 1),
+        **host,
         "ideal_hit_tokens": ideal_tokens,
         "ideal_hit_rate": ideal_tokens / max(prompt_tokens, 1),
         "decode_tokens": metrics.decode_tokens,
         "retractions": metrics.retractions,
         "recomputed_tokens": metrics.recomputed_tokens,
-        "components": metrics.components(),
-        "leaked": metrics.leaked(),
+        "components": components,
+        "leaked": leaked,
         "tombstones": metrics.tombstones(),
         "steps": scheduler.num_steps,
         "invariant_checks": scheduler.num_invariant_checks,

@@ -30,6 +30,8 @@ def markdown_summary(result: ReplayResult) -> str:
         f"| requests | {s['requests']} ({s['rejected']} rejected as too long) |",
         f"| prompt tokens | {s['prompt_tokens']} |",
         f"| hit tokens | {s['hit_tokens']} ({s['hit_rate']:.2%}) |",
+        f"| hit tokens by tier | device {s['hit_tokens_by_tier']['device']}, "
+        f"host {s['hit_tokens_by_tier']['host']} |",
         f"| ideal hit tokens (unbounded cache) | {s['ideal_hit_tokens']} "
         f"({s['ideal_hit_rate']:.2%}) |",
         f"| decode tokens | {s['decode_tokens']} |",
@@ -56,6 +58,20 @@ def _thin(values: list[Any]) -> tuple[list[int], list[Any]]:
     stride = max(1, len(values) // MAX_PLOT_POINTS)
     xs = list(range(0, len(values), stride))
     return xs, [values[i] for i in xs]
+
+
+def _plot_hits_by_tier(plt: Any, result: ReplayResult, path: Path) -> Path:
+    """Cumulative hit rate split into hits found on the device and hits loaded back."""
+    xs, total = _thin(result.cumulative_hit_rate)
+    _, host = _thin(result.cumulative_host_hit_rate)
+    device = [t - h for t, h in zip(total, host, strict=True)]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.stackplot(xs, device, host, labels=["device (L1)", "host (L2), loaded back"])
+    ax.set(xlabel="requests admitted", ylabel="cumulative hit rate", ylim=(0, 1))
+    ax.legend(loc="lower right")
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    return path
 
 
 def write_report(result: ReplayResult, directory: str | Path) -> list[Path]:
@@ -94,6 +110,9 @@ def write_report(result: ReplayResult, directory: str | Path) -> list[Path]:
     written.append(out / "occupancy.png")
     fig.savefig(written[-1], dpi=100, bbox_inches="tight")
     plt.close(fig)
+
+    if "host_tier" in result.summary:
+        written.append(_plot_hits_by_tier(plt, result, out / "hits_by_tier.png"))
 
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.hist(result.hit_lengths, bins=50)

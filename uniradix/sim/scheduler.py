@@ -53,7 +53,7 @@ from uniradix.sim.batch import (
     SchedulerListener,
 )
 from uniradix.sim.request_spec import RequestSpec
-from uniradix.types import EvictParams, MatchPrefixParams, Req
+from uniradix.types import EvictParams, MatchPrefixParams, MatchResult, Req
 
 
 @dataclass(frozen=True)
@@ -124,6 +124,9 @@ class Scheduler:
 
     def step(self) -> None:
         """One scheduling step (a prefill batch, else a decode batch), then the checks."""
+        host = self.cache.host_tier  # commit the host tier's finished transfers
+        host.writing_check()
+        host.loading_check()
         progressed = self._prefill_step() or self._decode_step()
         if not progressed and not self.done:
             raise SchedulerStalled(
@@ -241,6 +244,7 @@ class Scheduler:
             budget -= entry.end - entry.start
         if not entries:
             return False
+        self.cache.host_tier.wait_loads()  # loaded-back prefixes must land before compute
         tokens = iter(self.runner.forward(ForwardBatch(False, entries)))
         self._commit_tracks(entries)
         for e in entries:
@@ -281,12 +285,18 @@ class Scheduler:
             pools.req_to_token_pool.free(row)
             heapq.heappush(self._ready, rid)
             return None
+        device_hit = match.device_prefix_len
+        if match.host_hit_length:
+            match = self._load_back(
+                match, spec.output_len - (previous.num_output if previous else 0), len(tokens)
+            )
         req.lock = cache.inc_lock_ref(match.last_device_node)
         req.last_node = match.last_device_node
         pools.req_to_token_pool.write(row, 0, match.device_indices)
         hit = match.device_prefix_len
         req.cache_protected_len = req.kv_committed_len = req.kv_allocated_len = hit
         request = RunningRequest(spec, req, len(tokens), mamba_branch=match.mamba_branching_seqlen)
+        request.host_hit_tokens = hit - device_hit
         if previous is not None:
             request.num_output = previous.num_output
             request.num_admissions = previous.num_admissions + 1
@@ -304,6 +314,15 @@ class Scheduler:
         self.running.append(request)
         self.listener.on_admit(request, match)
         return entry
+
+    def _load_back(self, match: MatchResult, outputs_left: int, prompt_len: int) -> MatchResult:
+        """Loads the match's host hit back to the device when the whole request would fit
+        (the loaded tokens are slots it would allocate anyway); otherwise `match`."""
+        cache = self.cache
+        room = cache.pools.available()["full"] + cache.evictable_size() - self._reserved()
+        need = self._page_ceil(prompt_len) - match.device_prefix_len - match.host_hit_length
+        need += math.ceil(self.config.decode_reserve_ratio * outputs_left)
+        return cache.host_tier.load_back(match, max(0, room - need))
 
     def _after_prefill(self, entry: ForwardEntry, token: int | None) -> None:
         request = entry.request

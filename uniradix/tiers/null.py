@@ -35,6 +35,10 @@ class NoHostTier:
     def wait_loads(self) -> None:
         return
 
+    def drain(self) -> None:
+        """Waits for and commits every transfer in flight."""
+        return
+
     def check_invariants(self, errors: list[str]) -> None:
         return
 

@@ -1,0 +1,73 @@
+"""Hit rates with an L2 host tier against device-only caches, on the public Mooncake trace
+(full attention, page 16): device 1M + host 4M (write_through) and device 1M + host 3M
+(write_back) against device-only 1M and 4M, plus transfer volumes, demotions and losses.
+
+    .venv/bin/python benchmarks/bench_host_tier.py [--max-requests N] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from uniradix.sim.replay import ReplayOptions, run_replay
+
+TRACE = Path(__file__).resolve().parents[2] / "shared/reference/mooncake_synthetic_trace.jsonl"
+M = 1 << 20
+RUNS = [  # (label, device tokens, host tokens, write policy)
+    ("device 1M", M, None, "write_through"),
+    ("device 4M", 4 * M, None, "write_through"),
+    ("1M + host 4M, write_through", M, 4 * M, "write_through"),
+    ("1M + host 3M, write_back", M, 3 * M, "write_back"),
+]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trace", default=str(TRACE))
+    parser.add_argument("--config", default="full")
+    parser.add_argument("--page-size", type=int, default=16)
+    parser.add_argument("--max-running", type=int, default=64)
+    parser.add_argument("--chunk-size", type=int, default=8192)
+    parser.add_argument("--max-requests", type=int, default=None)
+    parser.add_argument("--json", help="also write the summaries to this file")
+    args = parser.parse_args()
+    rows = []
+    print(
+        f"{'run':>30} {'hit':>7} {'device':>7} {'host':>7} {'demoted':>9} {'lost':>9} {'wall_s':>7}"
+    )
+    for label, device, host, policy in RUNS:
+        options = ReplayOptions(
+            trace=args.trace,
+            config=args.config,
+            page_size=args.page_size,
+            full_tokens=device,
+            max_running=args.max_running,
+            chunk_size=args.chunk_size,
+            max_requests=args.max_requests,
+            host_tokens=host,
+            write_policy=policy,
+        )
+        s = run_replay(options).summary
+        prompt = max(s["prompt_tokens"], 1)
+        tiers = s["hit_tokens_by_tier"]
+        stats = s.get("host_tier", {})
+        print(
+            f"{label:>30} {s['hit_rate']:7.4f} {tiers['device'] / prompt:7.4f} "
+            f"{tiers['host'] / prompt:7.4f} {stats.get('demoted_tokens', 0):9d} "
+            f"{stats.get('lost_tokens', 0):9d} {s['wall_s']:7.1f}",
+            flush=True,
+        )
+        rows.append({"run": label, **s})
+        if any(s["leaked"].values()):
+            print(f"leaked: {s['leaked']}", file=sys.stderr)
+            return 1
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
