@@ -9,18 +9,23 @@ same, so the controller's bookkeeping is identical with and without tensors.
 
 Contract: `submit` never blocks on a copy it could defer; every ticket is returned by
 `poll` exactly once, after all of its copies finished; `wait(ticket)` blocks until it has
-finished (it is still returned by `poll` afterwards).
+finished (it is still returned by `poll` afterwards). A batch whose copy raised is still
+returned by `poll` (the exception is logged, the rest of the batch skipped) and then once by
+`failed()`: the controller treats it as a miss and releases what it reserved.
 """
 
 from __future__ import annotations
 
 import enum
 import itertools
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from uniradix.types import Slots
+
+log = logging.getLogger(__name__)
 
 
 class Direction(enum.Enum):
@@ -66,6 +71,10 @@ class TransferEngine(Protocol):
         """Tickets whose copies all finished since the last poll, each exactly once."""
         ...
 
+    def failed(self) -> list[int]:
+        """Tickets already returned by `poll` whose batch raised, each exactly once."""
+        ...
+
     def wait(self, ticket: int) -> None:
         """Blocks until `ticket`'s copies finished."""
         ...
@@ -83,19 +92,31 @@ class SyncTransferEngine:
         self.bytes_moved = {Direction.D2H: 0, Direction.H2D: 0}
         self._tickets = itertools.count(1)
         self._done: list[int] = []
+        self._raised: set[int] = set()
+        self._failed: list[int] = []
 
     def submit(self, ops: Sequence[CopyOp]) -> int:
-        for op in ops:
-            copier = self.copiers.get(op.pool)
-            if copier is not None:
-                self.bytes_moved[op.direction] += copier.copy(op.direction, op.src, op.dst)
         ticket = next(self._tickets)
+        try:
+            for op in ops:
+                copier = self.copiers.get(op.pool)
+                if copier is not None:
+                    self.bytes_moved[op.direction] += copier.copy(op.direction, op.src, op.dst)
+        except Exception:
+            log.exception("transfer batch %d failed", ticket)
+            self._raised.add(ticket)
         self._done.append(ticket)
         return ticket
 
     def poll(self) -> list[int]:
         done, self._done = self._done, []
+        self._failed += [ticket for ticket in done if ticket in self._raised]
+        self._raised.difference_update(done)
         return done
+
+    def failed(self) -> list[int]:
+        failed, self._failed = self._failed, []
+        return failed
 
     def wait(self, ticket: int) -> None:
         return
