@@ -44,8 +44,13 @@ def chat_stream(num_requests: int, seed: int = 0) -> list[list[int]]:
     return stream
 
 
-def run(page_size: int, pool_tokens: int, num_requests: int) -> dict[str, float]:
-    cache = build_cache(CacheConfig(full_tokens=pool_tokens, page_size=page_size))
+def run(
+    page_size: int, pool_tokens: int, num_requests: int, host_tokens: int | None = None
+) -> dict[str, float]:
+    config = CacheConfig(full_tokens=pool_tokens, page_size=page_size)
+    if host_tokens is not None:  # an L2 host tier, write-through, synchronous transfers
+        config = CacheConfig(full_tokens=pool_tokens, page_size=page_size, host_tokens=host_tokens)
+    cache = build_cache(config)
     allocator = cache.pools.kv_allocator
     times: dict[str, list[float]] = {"match_prefix": [], "insert": [], "evict": []}
     hit = total = 0
@@ -70,6 +75,8 @@ def run(page_size: int, pool_tokens: int, num_requests: int) -> dict[str, float]
         cache.insert(InsertParams(key, value, prev_prefix_len=m.device_prefix_len))
         times["insert"].append(clock() - t0)
         cache.dec_lock_ref(m.last_device_node, receipt)
+        if host_tokens is not None:
+            cache.host_tier.writing_check()  # untimed: the scheduler's drain point
     cache.check_invariants({"full": 0})
     out = {f"{op}_median_us": statistics.median(v) / 1000 for op, v in times.items() if v}
     out |= {f"{op}_p99_us": sorted(v)[int(len(v) * 0.99)] / 1000 for op, v in times.items() if v}
@@ -83,9 +90,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--pool-tokens", type=int, default=100_000)
+    parser.add_argument("--host-tokens", type=int, help="with an L2 host tier of this size")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    results = {f"page_{ps}": run(ps, args.pool_tokens, args.requests) for ps in (1, 16)}
+    results = {
+        f"page_{ps}": run(ps, args.pool_tokens, args.requests, args.host_tokens) for ps in (1, 16)
+    }
     if args.json:
         print(json.dumps(results, indent=2))
         return

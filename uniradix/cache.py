@@ -204,7 +204,8 @@ class UnifiedRadixCache:
         if is_new:
             self.tree.update_leaf(target)
         self.apply(actions)
-        self.host_tier.after_insert(target)
+        if self.host_tier.enabled:
+            self.host_tier.after_insert(target)
         return InsertResult(prefix_len, target, mamba_exist)
 
     def _span_slots(self, node: TreeNode, num: int) -> Slots:

@@ -129,6 +129,14 @@ def _generate_parser(commands: argparse._SubParsersAction) -> None:  # type: ign
         p.add_argument(flag, type=int, default=default, help=f"{what} (default {default})")
     p.add_argument("--dtype", choices=sorted(DTYPES), default=d.dtype)
     p.add_argument("--device", default=d.device)
+    p.add_argument("--host-tokens", type=int, help="host tier (L2) size in tokens (full only)")
+    p.add_argument(
+        "--write-policy",
+        choices=["write_through", "write_through_selective", "write_back"],
+        default=d.write_policy,
+    )
+    p.add_argument("--host-layout", choices=["layer_first", "page_first"], default=d.host_layout)
+    p.add_argument("--host-engine", choices=["sync", "thread", "cuda"], default=d.host_engine)
     p.add_argument("--verify", action="store_true", help="also run without the cache, compare")
     p.add_argument("--check-invariants", action="store_true", help="after every step")
     p.add_argument("--json", action="store_true", help="print one JSON object")

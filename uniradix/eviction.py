@@ -27,6 +27,7 @@ def evict_components(cache: UnifiedRadixCache, params: EvictParams) -> EvictResu
             raise ValueError(f"EvictParams for {ct.name} must be a non-negative int, got {num!r}")
     tracker = [0] * len(cache.components)
     leaves = cache.tree.leaves
+    demote = cache.host_tier.evict_leaf if cache.host_tier.enabled else None
     for c in cache.components:
         want = wanted[c.component_type]
         if want == 0:
@@ -38,7 +39,7 @@ def evict_components(cache: UnifiedRadixCache, params: EvictParams) -> EvictResu
                 break
             actions: list[FreeSlots] = []
             if victim in leaves:
-                demoted = cache.host_tier.evict_leaf(victim, actions)
+                demoted = 0 if demote is None else demote(victim, actions)
                 if demoted:  # backed up: the node stays, host-only
                     tracker[0] += demoted
                 else:

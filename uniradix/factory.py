@@ -9,14 +9,12 @@ import torch
 from uniradix.cache import UnifiedRadixCache
 from uniradix.components.full_host import HostFullComponent
 from uniradix.memory.allocator import TokenSlotAllocator
-from uniradix.memory.host_pools import HostPools, host_capacity
 from uniradix.memory.kv_pool import KVPool
 from uniradix.memory.mamba_pool import MambaReqPool, MambaSlotAllocator, MambaStatePool
 from uniradix.memory.pools import CachePools
 from uniradix.memory.req_pool import ReqToTokenPool
 from uniradix.memory.swa_allocator import SWASlotAllocator
-from uniradix.tiers.controller import HostTier
-from uniradix.tiers.transfer import SyncTransferEngine
+from uniradix.tiers.setup import attach_host_tier
 from uniradix.types import CacheSettings, ComponentType
 
 
@@ -64,12 +62,16 @@ class CacheConfig:
     hicache_ratio: float | None = None
     write_policy: str = "write_through"
     load_back_threshold: int = 1
+    host_layout: str = "layer_first"
+    host_engine: str = "sync"
 
     @property
     def has_host_tier(self) -> bool:
         """With `host_tokens` (or `hicache_ratio` x `full_tokens`) the cache gets an L2 host
         tier (`uniradix.tiers`) driven by `write_policy`; load-backs shorter than
-        `load_back_threshold` tokens are skipped."""
+        `load_back_threshold` tokens are skipped. With model layers the host holds real
+        tensors in `host_layout` ("layer_first" or "page_first"), moved by `host_engine`
+        ("sync", "thread" or "cuda"; see `uniradix.tiers.setup`)."""
         return self.host_tokens is not None or self.hicache_ratio is not None
 
     def components(self) -> tuple[ComponentType, ...]:
@@ -126,27 +128,10 @@ def build_cache(config: CacheConfig | None = None) -> UnifiedRadixCache:
     )
     if not config.has_host_tier:
         return UnifiedRadixCache(pools, settings, config.components())
-    return attach_host_tier(
-        UnifiedRadixCache(
-            pools, settings, config.components(), {ComponentType.FULL: HostFullComponent}
-        ),
-        config,
+    cache = UnifiedRadixCache(
+        pools, settings, config.components(), {ComponentType.FULL: HostFullComponent}
     )
-
-
-def attach_host_tier(cache: UnifiedRadixCache, config: CacheConfig) -> UnifiedRadixCache:
-    """Gives `cache` (built with a `HostFullComponent`) the host tier `config` describes,
-    with a synchronous transfer engine."""
-    capacity = host_capacity(
-        cache.pools.kv_allocator.capacity, config.host_tokens, config.hicache_ratio
-    )
-    HostTier(
-        cache,
-        HostPools(capacity, config.page_size),
-        SyncTransferEngine(),
-        config.write_policy,
-        load_back_threshold=config.load_back_threshold,
-    )
+    attach_host_tier(cache, config)
     return cache
 
 

@@ -105,3 +105,15 @@ def test_load_prompts_rejects_what_is_not_a_list_of_ids(tmp_path: Path) -> None:
     path.write_text("\n")
     with pytest.raises(ValueError, match="no prompts"):
         load_prompts(str(path))
+
+
+def test_generate_with_a_host_tier_verifies(capsys) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from uniradix.cli import main
+
+    argv = ["generate", "--config", "full", "--full-tokens", "48", "--host-tokens", "128"]
+    argv += ["--num-prompts", "6", "--max-new-tokens", "3", "--host-engine", "thread"]
+    assert main([*argv, "--page-size", "4", "--verify", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["mismatches"] == 0 and "host_hit_tokens" in summary

@@ -31,6 +31,9 @@ class HeldEngine:
         done, self._released = self._released, []
         return done
 
+    def failed(self) -> list[int]:
+        return []
+
     def wait(self, ticket: int) -> None:
         if ticket in self.held:
             self.release(ticket)

@@ -48,6 +48,10 @@ class EngineConfig:
     max_context_len: int = 2048
     decode_reserve_ratio: float = 0.5
     check_invariants: bool = False
+    host_tokens: int | None = None  # an L2 host tier (full attention) of this many tokens
+    host_layout: str = "layer_first"
+    host_engine: str = "sync"
+    write_policy: str = "write_through"
 
 
 @dataclass
@@ -72,6 +76,7 @@ class GenerateResult:
     leaked: dict[str, int]
     steps: int
     wall_s: float
+    host_hit_tokens: int = 0  # part of hit_tokens loaded back from the host tier
 
 
 class EngineMetrics(ReplayMetrics):
@@ -139,6 +144,7 @@ class Engine:
         )
         t0 = time.perf_counter()
         scheduler.run()
+        self.cache.host_tier.drain()
         wall_s = time.perf_counter() - t0
         scheduler.check_invariants()
         return GenerateResult(
@@ -158,6 +164,7 @@ class Engine:
             leaked=metrics.leaked(),
             steps=scheduler.num_steps,
             wall_s=wall_s,
+            host_hit_tokens=metrics.host_hit_tokens,
         )
 
     def _specs(self, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> list[RequestSpec]:
@@ -212,6 +219,10 @@ def build_engine_cache(model: TinyHybridModel, config: EngineConfig) -> UnifiedR
             mamba_conv_shape=m.conv_state_shape,
             mamba_temporal_shape=m.ssm_state_shape,
             mamba_dtype=m.dtype,
+            host_tokens=config.host_tokens,
+            host_layout=config.host_layout,
+            host_engine=config.host_engine,
+            write_policy=config.write_policy,
         )
     )
 

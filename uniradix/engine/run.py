@@ -47,6 +47,10 @@ class GenerateOptions:
     device: str = "cpu"
     verify: bool = False
     check_invariants: bool = False
+    host_tokens: int | None = None
+    write_policy: str = "write_through"
+    host_layout: str = "layer_first"
+    host_engine: str = "sync"
 
 
 def generated_prompts(
@@ -129,6 +133,10 @@ def run_generate(options: GenerateOptions) -> dict[str, Any]:
             max_running=options.max_running,
             max_context_len=-(-longest // options.page_size) * options.page_size,
             check_invariants=options.check_invariants,
+            host_tokens=options.host_tokens,
+            host_layout=options.host_layout,
+            host_engine=options.host_engine,
+            write_policy=options.write_policy,
         ),
     )
     result = engine.generate(prompts, options.max_new_tokens)
@@ -145,6 +153,7 @@ def run_generate(options: GenerateOptions) -> dict[str, Any]:
         "prompt_tokens": result.prompt_tokens,
         "hit_tokens": result.hit_tokens,
         "hit_rate": result.hit_tokens / max(result.prompt_tokens, 1),
+        "host_hit_tokens": result.host_hit_tokens,
         "evicted_tokens": result.evicted_tokens,
         "retractions": result.retractions,
         "recomputed_tokens": result.recomputed_tokens,

@@ -129,6 +129,9 @@ class Scheduler:
         host.loading_check()
         progressed = self._prefill_step() or self._decode_step()
         if not progressed and not self.done:
+            host.drain()  # memory may be locked by backups still in flight: wait for them
+            progressed = self._prefill_step() or self._decode_step()
+        if not progressed and not self.done:
             raise SchedulerStalled(
                 f"no progress: {len(self.running)} running, {len(self._ready)} ready, "
                 f"free={self.cache.pools.kv_allocator.available_size()}, "

@@ -168,7 +168,13 @@ class HostTier(NoHostTier):
             self.cache.dec_lock_ref(anchor, receipt)
 
     def _poll(self) -> None:
-        for ticket in self.engine.poll():
+        done = self.engine.poll()
+        failed = self.engine.failed()
+        if failed:
+            # Degrading a failed copy to a miss (drop the host copies, or the loaded device
+            # values a request may already hold) is not implemented yet: fail loudly.
+            raise RuntimeError(f"host tier: transfer batches {failed} failed")
+        for ticket in done:
             if ticket in self._committed_early:
                 self._committed_early.discard(ticket)
             else:

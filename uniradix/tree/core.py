@@ -197,9 +197,10 @@ class TreeCore:
         whose base data left the device, e.g. for a host tier, do not count)."""
         if node.parent is None or node.data[0].value is None:
             return False
-        for child in node.children.values():
-            if child.data[0].value is not None:
-                return False
+        if node.children:
+            for child in node.children.values():
+                if child.data[0].value is not None:
+                    return False
         for d in node.data:  # noqa: SIM110 (a generator costs more; runs on every insert and lock)
             if d.lock_ref:
                 return False

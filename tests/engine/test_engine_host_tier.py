@@ -1,0 +1,54 @@
+"""Generation through a cache with an L2 host tier equals generation with no cache: the
+device pool is small enough that prefixes are demoted to the host and loaded back, and the
+KV bytes make the round trip through real host tensors (both layouts, every CPU engine)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.engine.test_engine_equal_output import (
+    MAX_NEW_TOKENS,
+    assert_equal_to_no_cache,
+    engine_config,
+    model_for,
+    shared_prompts,
+)
+from uniradix.engine.engine import Engine
+from uniradix.tiers.controller import HostTier
+
+
+@pytest.mark.parametrize(
+    ("page_size", "layout", "engine", "policy"),
+    [
+        (1, "layer_first", "sync", "write_through"),
+        (1, "page_first", "thread", "write_back"),
+        (4, "page_first", "sync", "write_through_selective"),
+        (4, "layer_first", "thread", "write_through"),
+    ],
+)
+def test_generation_with_a_host_tier_equals_no_cache(
+    page_size: int, layout: str, engine: str, policy: str, device: str
+) -> None:
+    if device == "cuda":
+        engine = "cuda"
+    model = model_for("full", device)
+    prompts = shared_prompts()
+    config = engine_config(
+        "full",
+        page_size,
+        full_tokens=64,
+        host_tokens=256,
+        host_layout=layout,
+        host_engine=engine,
+        write_policy=policy,
+    )
+    eng = Engine(model, config)
+    result = eng.generate(prompts, MAX_NEW_TOKENS)
+    assert_equal_to_no_cache(model, prompts, result)
+    tier = eng.cache.host_tier
+    assert isinstance(tier, HostTier)
+    assert tier.stats.demoted_tokens > 0 and tier.stats.loaded_tokens > 0
+    assert result.host_hit_tokens > 0
+    assert tier.engine.bytes_moved[next(iter(tier.engine.bytes_moved))] > 0
+    eng.cache.check_invariants()
+    tier.close()
