@@ -33,12 +33,15 @@ def main() -> int:
     parser.add_argument("--chunk-size", type=int, default=8192)
     parser.add_argument("--max-requests", type=int, default=None)
     parser.add_argument("--json", help="also write the summaries to this file")
+    parser.add_argument("--only", nargs="+", type=int, help="run only these rows (0-based)")
     args = parser.parse_args()
     rows = []
     print(
         f"{'run':>30} {'hit':>7} {'device':>7} {'host':>7} {'demoted':>9} {'lost':>9} {'wall_s':>7}"
     )
-    for label, device, host, policy in RUNS:
+    for i, (label, device, host, policy) in enumerate(RUNS):
+        if args.only is not None and i not in args.only:
+            continue
         options = ReplayOptions(
             trace=args.trace,
             config=args.config,

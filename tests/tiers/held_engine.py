@@ -15,6 +15,8 @@ class HeldEngine:
         self.batches: dict[int, list[CopyOp]] = {}
         self.held: list[int] = []
         self._released: list[int] = []
+        self.failing: set[int] = set()  # tickets whose copies "raise" when released
+        self._failed: list[int] = []
         self._tickets = itertools.count(1)
 
     def submit(self, ops: Sequence[CopyOp]) -> int:
@@ -29,10 +31,12 @@ class HeldEngine:
 
     def poll(self) -> list[int]:
         done, self._released = self._released, []
+        self._failed += [t for t in done if t in self.failing]
         return done
 
     def failed(self) -> list[int]:
-        return []
+        failed, self._failed = self._failed, []
+        return failed
 
     def wait(self, ticket: int) -> None:
         if ticket in self.held:

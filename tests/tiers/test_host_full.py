@@ -232,3 +232,84 @@ def test_reset_empties_the_host_pool():
     cache.reset()
     assert tier.host_pools.full.available_size() == 32 and tier.full.host_tokens == 0
     check(cache)
+
+
+def test_write_back_keeps_one_copy_after_a_load_back():
+    cache, tier, engine = host_cache(write_policy="write_back")
+    node = insert_fresh(cache, [1, 2, 3, 4])[0].last_device_node
+    cache.evict(EvictParams(num_tokens=4))
+    assert node.data[0].host_value.tolist() == [1, 2, 3, 4]
+    assert tier.host_pools.full.available_size() == 28
+    loaded = tier.load_back(match(cache, [1, 2, 3, 4, 5]))
+    assert loaded.device_prefix_len == 4 and engine.ops(2)[0][1] == "h2d"
+    assert node.data[0].host_value is not None  # read by the load until its ack
+    check(cache)
+    engine.release(2)
+    tier.loading_check()
+    assert node.data[0].host_value is None and node.data[0].value is not None
+    assert tier.host_pools.full.available_size() == 32
+    check(cache)
+    cache.evict(EvictParams(num_tokens=4))  # backed up again at eviction
+    assert node.data[0].value is None and node.data[0].host_value.tolist() == [1, 2, 3, 4]
+    check(cache)
+
+
+def test_a_failed_write_through_drops_its_host_copies():
+    cache, tier, engine = host_cache()
+    node = insert_fresh(cache, [1, 2, 3, 4])[0].last_device_node
+    engine.failing.add(1)
+    engine.release(1)
+    tier.writing_check()
+    assert node.data[0].host_value is None and node.data[0].lock_ref == 0
+    assert tier.host_pools.full.available_size() == 32
+    assert tier.stats.write_failed_tokens == 4
+    check(cache)
+    cache.evict(EvictParams(num_tokens=4))  # unbacked now: a real loss
+    assert node.parent is None and tier.stats.lost_tokens == 4
+    check(cache)
+
+
+def test_a_failed_write_back_at_eviction_is_a_real_loss():
+    cache, tier, engine = host_cache(write_policy="write_back")
+    node = insert_fresh(cache, [1, 2, 3, 4])[0].last_device_node
+    engine.failing.add(1)
+    assert cache.evict(EvictParams(num_tokens=4)).num_tokens_evicted == 4
+    assert node.parent is None and tier.stats.lost_tokens == 4
+    assert tier.host_pools.full.available_size() == 32
+    check(cache)
+
+
+def test_a_failed_load_back_fails_loudly():
+    cache, tier, engine = host_cache()
+    insert_fresh(cache, [1, 2, 3, 4])
+    engine.release(1)
+    tier.writing_check()
+    cache.evict(EvictParams(num_tokens=4))
+    tier.load_back(match(cache, [1, 2, 3, 4, 5]))
+    engine.failing.add(2)
+    engine.release(2)
+    with pytest.raises(RuntimeError, match="load-back batch 2 failed"):
+        tier.loading_check()
+
+
+def test_write_through_backs_up_the_unbacked_chain_root_first_in_one_batch():
+    cache, tier, engine = host_cache(full_tokens=32, host_tokens=8)
+    other = insert_fresh(cache, [9, 9, 9, 9, 9, 9, 9, 9])[0].last_device_node  # host full
+    engine.release(1)
+    tier.writing_check()
+    insert_fresh(cache, [1, 2])  # each of these finds the host full: skipped
+    insert_fresh(cache, [1, 2, 3, 4])
+    insert_fresh(cache, [1, 2, 3, 4, 5, 6])
+    assert tier.stats.write_skipped_tokens == 2 + 4 + 6  # each chain from the root
+    lock = cache.inc_lock_ref(match(cache, [1, 2, 3, 4, 5, 6, 7]).last_device_node)
+    cache.evict(EvictParams(num_tokens=8))  # demotes `other`: a host leaf now
+    cache.dec_lock_ref(lock.node, lock)
+    assert other.data[0].value is None
+    result, _ = insert_fresh(cache, [1, 2, 3, 4, 5, 6, 7, 8])
+    device = cache.path_indices(result.last_device_node).tolist()
+    (ticket,) = engine.held
+    assert engine.ops(ticket) == [("full", "d2h", device, [1, 2, 3, 4, 5, 6, 7, 8])]
+    assert other.parent is None  # evicted from the host to make room
+    chain = list(cache.tree.path_to_root(result.last_device_node))
+    assert [n.data[0].metadata for n in chain] == [{"write": ticket}] * 4
+    check(cache)

@@ -146,6 +146,16 @@ class HostFullComponent(FullComponent):
         d.host_value = host_slots
         self.host_tokens += node.num_tokens
 
+    def drop_host_copy(self, node: TreeNode) -> Slots:
+        """Takes the host copy of a device-resident node; returns the host slots for the
+        caller to free (write-back keeps one copy per node: the device one is enough)."""
+        d = node.data[0]
+        assert d.value is not None and d.host_value is not None, f"drop host copy of {node}"
+        slots = d.host_value
+        d.host_value = None
+        self.host_tokens -= node.num_tokens
+        return slots
+
     def commit_load_back(self, nodes: list[TreeNode], device_slots: Slots) -> None:
         """Gives the host-only `nodes` (root-first) consecutive slices of `device_slots`."""
         start = 0

@@ -10,7 +10,8 @@ A split copies the mark to both fragments, so an ack clears the whole chain.
 
 Write policies (`uniradix.tiers.write_policy`): an insert backs up its node and every
 ancestor without a host copy, root-first, in one batch (write-through); write-back backs up
-a device-leaf victim at eviction and waits for it, so the victim is demoted, not lost. A
+a device-leaf victim at eviction and waits for it, so the victim is demoted, not lost, and
+drops the host copy of what a load-back brought to the device (one copy per node). A
 host pool too full for a write evicts host leaves first; if still short the write is
 skipped (write-through: the node stays device-only; write-back: its eviction is a real loss,
 counted in `stats.lost_tokens`).
@@ -52,6 +53,7 @@ class HostTierStats:
     write_skipped_tokens: int = 0  # backups the host pool could not take
     load_skipped: int = 0  # load-backs declined (threshold, quota)
     load_failed: int = 0  # load-backs that found no device room
+    write_failed_tokens: int = 0  # backups whose copy raised (host copies dropped)
 
     def as_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -97,7 +99,7 @@ class HostTier(NoHostTier):
         self.writes: dict[int, tuple[TreeNode, IncLockRefResult]] = {}
         self.loads: dict[int, tuple[TreeNode, IncLockRefResult]] = {}
         self._acked: set[int] = set()
-        self._committed_early: set[int] = set()
+        self._failed: set[int] = set()  # acked tickets whose copies raised
         cache.host_tier = self
 
     # ------------------------------------------------------------------ writes
@@ -164,28 +166,26 @@ class HostTier(NoHostTier):
         for ticket in [t for t in self.writes if t in self._acked]:
             anchor, receipt = self.writes.pop(ticket)
             self._acked.discard(ticket)
-            self._clear_marks(anchor, "write", ticket)
+            chain = self._clear_marks(anchor, "write", ticket)
+            if ticket in self._failed:
+                self._failed.discard(ticket)
+                self._drop_failed_backup(chain)
             self.cache.dec_lock_ref(anchor, receipt)
 
     def _poll(self) -> None:
-        done = self.engine.poll()
-        failed = self.engine.failed()
-        if failed:
-            # Degrading a failed copy to a miss (drop the host copies, or the loaded device
-            # values a request may already hold) is not implemented yet: fail loudly.
-            raise RuntimeError(f"host tier: transfer batches {failed} failed")
-        for ticket in done:
-            if ticket in self._committed_early:
-                self._committed_early.discard(ticket)
-            else:
-                self._acked.add(ticket)
+        self._acked.update(self.engine.poll())
+        self._failed.update(self.engine.failed())
 
-    def _clear_marks(self, anchor: TreeNode, kind: str, ticket: int) -> None:
+    def _clear_marks(self, anchor: TreeNode, kind: str, ticket: int) -> list[TreeNode]:
+        """Clears `ticket`'s marks on the chain ending at `anchor`; returns the chain."""
+        chain = []
         for n in self.cache.tree.path_to_root(anchor):
             meta = n.data[0].metadata
             if meta is None or meta.get(kind) != ticket:
                 break
             n.data[0].metadata = None
+            chain.append(n)
+        return chain
 
     # ------------------------------------------------------------------ device eviction
     def evict_leaf(self, node: TreeNode, actions: list[FreeSlots]) -> int:
@@ -197,8 +197,12 @@ class HostTier(NoHostTier):
             ticket = self._write([node], node, lock=False)
             if ticket is not None:
                 self.engine.wait(ticket)  # the device slots are freed right after this
-                self._committed_early.add(ticket)
+                self._poll()
+                self._acked.discard(ticket)
                 self._clear_marks(node, "write", ticket)
+                if ticket in self._failed:
+                    self._failed.discard(ticket)
+                    self._drop_failed_backup([node])
         if d.host_value is not None:
             num = self.full.demote(node, actions)
             self.stats.demoted_tokens += num
@@ -207,6 +211,23 @@ class HostTier(NoHostTier):
         for child in list(node.children.values()):
             self._drop_host_subtree(child)
         return 0
+
+    def _drop_failed_backup(self, chain: list[TreeNode]) -> None:
+        """A backup whose copy raised: its host copies hold garbage, so they go (the nodes
+        stay on the device, unbacked). Host data below the chain, written after it under
+        write-through, would lose its host parent: that case is refused loudly."""
+        self.stats.write_failed_tokens += sum(n.num_tokens for n in chain)
+        deepest = chain[-1] if chain else None
+        stack = [] if deepest is None else list(deepest.children.values())
+        while stack:
+            n = stack.pop()
+            if n.data[0].host_value is not None and self.threshold is not None:
+                raise RuntimeError(
+                    f"host tier: backup of {chain} failed after {n} below it was backed up"
+                )
+            stack.extend(n.children.values())
+        for node in chain:
+            self.host_pools.full.free(self.full.drop_host_copy(node), node_value=True)
 
     def _drop_host_subtree(self, node: TreeNode) -> None:
         """Frees a host-only subtree bottom-up (its device parent is being deleted)."""
@@ -250,10 +271,19 @@ class HostTier(NoHostTier):
         """Commits every acked load: clears the chain's marks and releases its lock."""
         self._poll()
         for ticket in [t for t in self.loads if t in self._acked]:
+            if ticket in self._failed:
+                # The loaded slots hold garbage and a request may already hold them; turning
+                # that into a recompute needs the scheduler's help: not done yet, fail loudly.
+                raise RuntimeError(f"host tier: load-back batch {ticket} failed")
             anchor, receipt = self.loads.pop(ticket)
             self._acked.discard(ticket)
-            self._clear_marks(anchor, "load", ticket)
+            loaded = self._clear_marks(anchor, "load", ticket)
             self.cache.dec_lock_ref(anchor, receipt)
+            if self.policy is WritePolicy.WRITE_BACK:
+                # Exclusive tiers: the device copy is backed up again if it is evicted, so
+                # the host room goes to data that is nowhere else.
+                for node in loaded:
+                    self.host_pools.full.free(self.full.drop_host_copy(node), node_value=True)
 
     def wait_loads(self) -> None:
         """Blocks until every submitted load-back has landed, and commits them."""
@@ -292,7 +322,7 @@ class HostTier(NoHostTier):
         self.writes.clear()
         self.loads.clear()
         self._acked.clear()
-        self._committed_early.clear()
+        self._failed.clear()
         self.host_pools.reset()
 
     def drain_engine(self) -> None:
