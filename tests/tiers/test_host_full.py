@@ -313,3 +313,31 @@ def test_write_through_backs_up_the_unbacked_chain_root_first_in_one_batch():
     chain = list(cache.tree.path_to_root(result.last_device_node))
     assert [n.data[0].metadata for n in chain] == [{"write": ticket}] * 4
     check(cache)
+
+
+def test_a_host_pin_keeps_a_host_leaf_and_a_bad_release_raises():
+    cache, tier, engine = host_cache()
+    node = insert_fresh(cache, [1, 2, 3, 4])[0].last_device_node
+    engine.release(1)
+    tier.writing_check()
+    cache.evict(EvictParams(num_tokens=4))
+    tier.inc_host_lock_ref(node)
+    assert tier.evict_host(4) == 0 and node.data[0].host_lock_ref == 1
+    assert tier.host_usage()["protected"] == 4
+    check(cache)
+    tier.dec_host_lock_ref(node)
+    with pytest.raises(ValueError, match="host_lock_ref=0"):
+        tier.dec_host_lock_ref(node)
+    assert tier.evict_host(4) == 4 and node.parent is None
+    check(cache)
+
+
+def test_hybrid_caches_refuse_a_host_tier_for_now():
+    from uniradix import CacheConfig, build_cache
+
+    with pytest.raises(ValueError, match="full attention only"):
+        build_cache(CacheConfig(full_tokens=64, sliding_window=8, host_tokens=128))
+    with pytest.raises(ValueError, match="host_tokens"):
+        build_cache(CacheConfig(full_tokens=64, host_tokens=8, hicache_ratio=2.0))
+    with pytest.raises(ValueError, match="write policy"):
+        build_cache(CacheConfig(full_tokens=64, host_tokens=64, write_policy="sometimes"))

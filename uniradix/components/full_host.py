@@ -196,11 +196,14 @@ class HostFullComponent(FullComponent):
             self.host_leaves.discard(n)
 
     def dec_host_lock_ref(self, node: TreeNode) -> None:
-        for n in self.host_segment(node):
-            d = n.data[0]
-            if d.host_lock_ref <= 0:
-                raise ValueError(f"dec_host_lock_ref: {n} has host_lock_ref={d.host_lock_ref}")
-            d.host_lock_ref -= 1
+        segment = self.host_segment(node)
+        for n in segment:  # check first: a bad release changes nothing
+            if n.data[0].host_lock_ref <= 0:
+                raise ValueError(
+                    f"dec_host_lock_ref: {n} has host_lock_ref={n.data[0].host_lock_ref}"
+                )
+        for n in segment:
+            n.data[0].host_lock_ref -= 1
             self.update_host_leaf(n)
 
     # ------------------------------------------------------------------ checks

@@ -236,6 +236,20 @@ class HostTier(NoHostTier):
         self._evict_host_leaf(node)
 
     # ------------------------------------------------------------------ host eviction
+    def inc_host_lock_ref(self, node: TreeNode) -> None:
+        """Pins the host-only segment ending at `node` against host eviction (e.g. while a
+        caller prepares its load-back); undo with `dec_host_lock_ref(node)`."""
+        self._check_node(node)
+        self.full.inc_host_lock_ref(node)
+
+    def dec_host_lock_ref(self, node: TreeNode) -> None:
+        self._check_node(node)
+        self.full.dec_host_lock_ref(node)
+
+    def _check_node(self, node: TreeNode) -> None:
+        if not isinstance(node, TreeNode) or not self.cache.tree.in_tree(node):
+            raise ValueError(f"{node!r} is not a node of this cache's tree")
+
     def evict_host(self, num_tokens: int) -> int:
         """Frees at least `num_tokens` host slots where host leaves allow: host-only leaves
         in eviction-policy order; a parent left childless and host-only follows. Returns
