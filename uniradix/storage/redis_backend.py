@@ -1,0 +1,171 @@
+"""`redis://host:port/db` and `redis+cluster://host:port`: L3 shared across instances.
+
+One Redis key per page (its `PageKey.name`), holding header + payload, so a page is written
+and replaced atomically (`SET`) and a reader gets a whole page or nothing. Batches are one
+non-transactional pipeline, parsed by hiredis (redis-py picks it when installed). Options:
+
+- `ttl_s`: expire each page after this many seconds (so `volatile-*` eviction policies can
+  reclaim pages); without it pages live until evicted or deleted;
+- `timeout_s` (default 0.5): socket connect and read timeout. redis-py's own retries are
+  off, so a dead server costs one bounded timeout per call until the breaker opens;
+- `breaker_failures`, `breaker_cooldown_s`: the circuit breaker.
+
+A server with `maxmemory` and an `allkeys-*` / `volatile-*` policy may drop any page: that
+page is then a plain miss. Under `noeviction` a full server refuses writes: the batch's
+stored prefix ends there. Keys are spread over Redis Cluster slots by their full name, so a
+cluster balances pages across shards; `clear()` removes only `ur1.*` keys.
+"""
+
+from __future__ import annotations
+
+import threading
+from urllib.parse import unquote, urlsplit
+
+import redis
+from redis.backoff import NoBackoff
+from redis.cluster import RedisCluster
+from redis.retry import Retry
+
+from uniradix.storage.backend import (
+    BREAKER_OPTIONS,
+    StorageBackend,
+    breaker_from_options,
+    register_backend,
+    url_options,
+)
+from uniradix.storage.breaker import CircuitBreaker
+from uniradix.storage.keys import KEY_PREFIX
+from uniradix.storage.page_format import Payload
+
+_PROBE_CHUNK = 512  # EXISTS per round trip when probing a prefix
+_CLEAR_CHUNK = 1000
+
+Client = redis.Redis | RedisCluster
+
+
+class RedisBackend(StorageBackend):
+    """Pages in a Redis server or cluster. `connect` builds the client on first use (a
+    cluster client contacts the cluster when built: a cluster that is down then is a
+    counted failure, not an exception at construction)."""
+
+    transient_errors = (redis.exceptions.RedisError, OSError)
+
+    def __init__(
+        self,
+        connect: type[Client] | None = None,
+        *,
+        client_kwargs: dict[str, object] | None = None,
+        client: Client | None = None,
+        ttl_s: float | None = None,
+        breaker: CircuitBreaker | None = None,
+    ) -> None:
+        super().__init__(breaker)
+        if ttl_s is not None and ttl_s <= 0:
+            raise ValueError(f"ttl_s must be > 0 or None, got {ttl_s}")
+        if (client is None) == (connect is None):
+            raise TypeError("RedisBackend takes either a client or a client class to connect")
+        self.ttl_ms = None if ttl_s is None else max(1, int(ttl_s * 1000))
+        self._client_obj = client
+        self._connect = connect
+        self._client_kwargs = client_kwargs or {}
+        self._connect_lock = threading.Lock()
+
+    @property
+    def client(self) -> Client:
+        if self._client_obj is None:
+            with self._connect_lock:
+                if self._client_obj is None:
+                    assert self._connect is not None
+                    self._client_obj = self._connect(**self._client_kwargs)  # type: ignore[arg-type]
+        return self._client_obj
+
+    def _store_exists_prefix(self, names: list[str]) -> int:
+        client = self.client
+        for start in range(0, len(names), _PROBE_CHUNK):
+            pipe = client.pipeline(transaction=False)
+            for name in names[start : start + _PROBE_CHUNK]:
+                pipe.exists(name)
+            for i, found in enumerate(pipe.execute()):
+                if not found:
+                    return start + i
+        return len(names)
+
+    def _store_get(self, names: list[str]) -> list[Payload | None]:
+        pipe = self.client.pipeline(transaction=False)
+        for name in names:
+            pipe.get(name)
+        return list(pipe.execute())
+
+    def _store_set(self, names: list[str], headers: list[bytes], payloads: list[Payload]) -> int:
+        pipe = self.client.pipeline(transaction=False)
+        for name, header, payload in zip(names, headers, payloads, strict=True):
+            # One value per key: the header is joined to the payload (one copy).
+            pipe.set(name, header + memoryview(payload).cast("B"), px=self.ttl_ms)
+        results = pipe.execute(raise_on_error=False)
+        for i, result in enumerate(results):
+            if isinstance(result, Exception):
+                if i == 0:
+                    raise result  # nothing stored: a failed operation
+                return i
+        return len(names)
+
+    def _store_delete(self, names: list[str]) -> int:
+        pipe = self.client.pipeline(transaction=False)
+        for name in names:
+            pipe.unlink(name)
+        return sum(int(n) for n in pipe.execute())
+
+    def _store_clear(self) -> None:
+        client = self.client
+        batch: list[str] = []
+        for name in client.scan_iter(match=f"{KEY_PREFIX}.*", count=_CLEAR_CHUNK):
+            batch.append(name)
+            if len(batch) == _CLEAR_CHUNK:
+                self._store_delete(batch)
+                batch = []
+        if batch:
+            self._store_delete(batch)
+
+    def _store_close(self) -> None:
+        if self._client_obj is not None:
+            self._client_obj.close()
+
+
+def _client_kwargs(url: str, options: dict[str, str], cluster: bool) -> dict[str, object]:
+    parts = urlsplit(url)
+    timeout_s = float(options.get("timeout_s", "0.5"))
+    kwargs: dict[str, object] = {
+        "host": parts.hostname or "127.0.0.1",
+        "port": parts.port or 6379,
+        "socket_timeout": timeout_s,
+        "socket_connect_timeout": timeout_s,
+        "retry": Retry(NoBackoff(), 0),
+    }
+    if parts.username:
+        kwargs["username"] = unquote(parts.username)
+    if parts.password:
+        kwargs["password"] = unquote(parts.password)
+    db = parts.path.strip("/")
+    if db and cluster:
+        raise ValueError(f"Redis Cluster has only database 0; remove /{db} from {url!r}")
+    if db:
+        if not db.isdigit():
+            raise ValueError(f"Redis database must be a number, got {db!r} in {url!r}")
+        kwargs["db"] = int(db)
+    return kwargs
+
+
+def _from_url(url: str) -> RedisBackend:
+    options = url_options(url, {"ttl_s", "timeout_s"} | BREAKER_OPTIONS)
+    cluster = url.lower().startswith("redis+cluster://")
+    ttl = options.get("ttl_s")
+    return RedisBackend(
+        RedisCluster if cluster else redis.Redis,
+        client_kwargs=_client_kwargs(url, options, cluster),
+        ttl_s=float(ttl) if ttl else None,
+        breaker=breaker_from_options(options),
+    )
+
+
+register_backend("redis", _from_url)
+register_backend("redis+cluster", _from_url)
