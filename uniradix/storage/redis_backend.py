@@ -48,7 +48,11 @@ class RedisBackend(StorageBackend):
     cluster client contacts the cluster when built: a cluster that is down then is a
     counted failure, not an exception at construction)."""
 
-    transient_errors = (redis.exceptions.RedisError, OSError)
+    transient_errors = (
+        redis.exceptions.RedisError,
+        redis.exceptions.RedisClusterException,
+        OSError,
+    )
 
     def __init__(
         self,
@@ -101,11 +105,12 @@ class RedisBackend(StorageBackend):
         for name, header, payload in zip(names, headers, payloads, strict=True):
             # One value per key: the header is joined to the payload (one copy).
             pipe.set(name, header + memoryview(payload).cast("B"), px=self.ttl_ms)
+        # A refused SET (a full server under `noeviction`) ends the stored prefix without
+        # counting as a store failure: the server is up, the breaker stays closed. A lost
+        # connection raises from `execute` instead.
         results = pipe.execute(raise_on_error=False)
         for i, result in enumerate(results):
             if isinstance(result, Exception):
-                if i == 0:
-                    raise result  # nothing stored: a failed operation
                 return i
         return len(names)
 
