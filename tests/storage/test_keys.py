@@ -89,3 +89,15 @@ def test_bad_fields_raise(bad: dict[str, object]) -> None:
 def test_bad_digest_length_raises() -> None:
     with pytest.raises(ValueError, match="32 bytes"):
         space().key(b"x" * 31)
+
+
+def test_mixed_narrow_and_wide_pages_hash_page_by_page() -> None:
+    # page_digests converts a narrow run at once; a run with a wide page must still hash
+    # each page in its own encoding, exactly as page-by-page calls do.
+    units = RadixKey([1, 2, 3, 1 << 40, 5, 6, 7, 8]).units
+    whole = page_digests(units, 2)
+    prior = None
+    for p in range(4):
+        (d,) = page_digests(units[16 * p : 16 * (p + 1)], 2, prior)
+        assert whole[p] == d
+        prior = d

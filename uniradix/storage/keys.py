@@ -82,11 +82,24 @@ class KeySpace:
         return self.keys(page_digests(key.units, self.page_size, seed))
 
 
-@dataclass(frozen=True, slots=True)
 class PageKey:
     """One stored page's identity: `name` is what backends store it under; `fingerprint`
-    and `digest` are repeated in the page header and checked on every read."""
+    and `digest` are repeated in the page header and checked on every read. Treat as
+    immutable. A plain slotted class, not a frozen dataclass: a 128K-token prefix makes
+    thousands of keys, and a frozen dataclass's `__init__` costs ~5x more."""
 
-    name: str
-    fingerprint: bytes
-    digest: bytes
+    __slots__ = ("digest", "fingerprint", "name")
+
+    def __init__(self, name: str, fingerprint: bytes, digest: bytes) -> None:
+        self.name = name
+        self.fingerprint = fingerprint
+        self.digest = digest
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PageKey) and self.name == other.name
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+    def __repr__(self) -> str:
+        return f"PageKey({self.name!r})"
