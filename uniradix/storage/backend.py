@@ -25,9 +25,18 @@ from urllib.parse import parse_qsl, urlsplit
 
 from uniradix.storage.breaker import BreakerState, CircuitBreaker
 from uniradix.storage.keys import PageKey
-from uniradix.storage.page_format import Miss, MissReason, Payload, decode, encode_header
+from uniradix.storage.page_format import (
+    Miss,
+    MissReason,
+    Payload,
+    decode,
+    decode_parts,
+    encode_header,
+)
 
 T = TypeVar("T")
+StoredPage = Payload | tuple[Payload, Payload]
+"""What a store read back: header and payload in one buffer, or (header, payload)."""
 
 _REJECTED = frozenset(MissReason) - {
     MissReason.ABSENT,
@@ -80,7 +89,7 @@ class StorageBackend(ABC):
         """How many of `names`, from the first, are stored (stop at the first absent)."""
 
     @abstractmethod
-    def _store_get(self, names: list[str]) -> list[Payload | None]:
+    def _store_get(self, names: list[str]) -> list[StoredPage | None]:
         """The stored bytes of each name, None where absent."""
 
     @abstractmethod
@@ -129,7 +138,12 @@ class StorageBackend(ABC):
         misses: dict[MissReason, int] = {}
         num_bytes = 0
         for key, blob in zip(keys, blobs, strict=True):
-            page = Miss(MissReason.ABSENT) if blob is None else decode(key, blob, expected_bytes)
+            if blob is None:
+                page: memoryview | Miss = Miss(MissReason.ABSENT)
+            elif isinstance(blob, tuple):
+                page = decode_parts(key, blob[0], blob[1], expected_bytes)
+            else:
+                page = decode(key, blob, expected_bytes)
             if isinstance(page, Miss):
                 misses[page.reason] = misses.get(page.reason, 0) + 1
             else:

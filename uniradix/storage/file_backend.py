@@ -34,6 +34,7 @@ from urllib.parse import unquote, urlsplit
 from uniradix.storage.backend import (
     BREAKER_OPTIONS,
     StorageBackend,
+    StoredPage,
     breaker_from_options,
     register_backend,
     url_options,
@@ -165,8 +166,8 @@ class FileBackend(StorageBackend):
                 self._adopt(name, size)
         return len(names)
 
-    def _store_get(self, names: list[str]) -> list[Payload | None]:
-        out: list[Payload | None] = []
+    def _store_get(self, names: list[str]) -> list[StoredPage | None]:
+        out: list[StoredPage | None] = []
         for name in names:
             path = self._path(name)
             try:

@@ -67,17 +67,27 @@ def encode_header(key: PageKey, payload: Payload) -> bytes:
 
 
 def encode(key: PageKey, payload: Payload) -> bytes:
-    """Header and payload in one buffer (for stores that take one value per key)."""
+    """Header and payload in one buffer."""
     return encode_header(key, payload) + memoryview(payload).cast("B")
 
 
 def decode(key: PageKey, blob: Payload, expected_bytes: int | None = None) -> memoryview | Miss:
-    """The payload of `blob` read under `key`, without copying; or the `Miss` that rejects
-    it. `expected_bytes`, when given, is the payload size the reader needs."""
+    """The payload of `blob` (header then payload) read under `key`, without copying; or
+    the `Miss` that rejects it. `expected_bytes`, when given, is the payload size the reader
+    needs."""
     view = memoryview(blob).cast("B")
     if view.nbytes < HEADER_BYTES:
         return Miss(MissReason.SHORT)
-    magic, version, flags, fingerprint, digest, length, checksum = _HEADER.unpack_from(view)
+    return decode_parts(key, view[:HEADER_BYTES], view[HEADER_BYTES:], expected_bytes)
+
+
+def decode_parts(
+    key: PageKey, header: Payload, payload: Payload, expected_bytes: int | None = None
+) -> memoryview | Miss:
+    """As `decode`, for a store that keeps the header and the payload apart."""
+    if memoryview(header).nbytes != HEADER_BYTES:
+        return Miss(MissReason.SHORT)
+    magic, version, flags, fingerprint, digest, length, checksum = _HEADER.unpack(header)
     if magic != MAGIC:
         return Miss(MissReason.BAD_MAGIC)
     if version != FORMAT_VERSION:
@@ -88,9 +98,9 @@ def decode(key: PageKey, blob: Payload, expected_bytes: int | None = None) -> me
         return Miss(MissReason.BAD_FINGERPRINT)
     if digest != key.digest:
         return Miss(MissReason.BAD_DIGEST)
-    payload = view[HEADER_BYTES:]
-    if length != payload.nbytes or (expected_bytes is not None and length != expected_bytes):
+    body = memoryview(payload).cast("B")
+    if length != body.nbytes or (expected_bytes is not None and length != expected_bytes):
         return Miss(MissReason.BAD_LENGTH)
-    if xxhash.xxh3_64_intdigest(payload) != checksum:
+    if xxhash.xxh3_64_intdigest(body) != checksum:
         return Miss(MissReason.BAD_CHECKSUM)
-    return payload
+    return body
