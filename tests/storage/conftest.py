@@ -17,10 +17,6 @@ import redis
 
 from uniradix.storage import open_backend
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("redis-server") is None, reason="redis-server missing (run scripts/setup.sh)"
-)
-
 
 def _is_free(port: int) -> bool:
     with socket.socket() as s:
@@ -56,6 +52,8 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
+        if shutil.which("redis-server") is None:
+            pytest.skip("redis-server missing: scripts/setup.sh installs it")
         self.proc = subprocess.Popen(
             ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
              "--appendonly", "no", "--dir", str(self.workdir), *self.extra],

@@ -21,6 +21,7 @@ Layout: `DIR/pages/<2 hex>/<key name>.page` (256 shard folders keep directories 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -110,15 +111,19 @@ class FileBackend(StorageBackend):
         for shard in self._pages_dir.iterdir():
             for entry in os.scandir(shard):
                 if entry.name.endswith(_SUFFIX):
-                    st = entry.stat()
+                    try:
+                        st = entry.stat()
+                    except FileNotFoundError:  # another process evicted it meanwhile
+                        continue
                     found.append((st.st_mtime, entry.name[: -len(_SUFFIX)], st.st_size))
         for _, name, size in sorted(found):
             self._index[name] = size
             self._used_bytes += size
         now = time.time()
         for entry in os.scandir(self._tmp_dir):
-            if now - entry.stat().st_mtime > STALE_TMP_S:
-                Path(entry.path).unlink(missing_ok=True)
+            with contextlib.suppress(FileNotFoundError):  # its writer renamed it meanwhile
+                if now - entry.stat().st_mtime > STALE_TMP_S:
+                    Path(entry.path).unlink(missing_ok=True)
         with self._index_lock:
             self._make_room(0)
 
@@ -183,7 +188,8 @@ class FileBackend(StorageBackend):
                     self._index.move_to_end(name)
                 else:
                     self._adopt(name, len(data))
-            os.utime(path)  # the LRU order a restarted process rebuilds
+            with contextlib.suppress(FileNotFoundError):  # evicted meanwhile: data is read
+                os.utime(path)  # the LRU order a restarted process rebuilds
             out.append(data)
         return out
 
