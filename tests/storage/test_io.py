@@ -220,3 +220,48 @@ def test_prefetch_from_a_redis_that_dies_ends(own_redis: RedisServer) -> None:
     assert store.stats().breaker_trips == 1
     writer.close()
     prefetcher.close()
+
+
+def test_timeout_deadline_is_capped() -> None:
+    timeout = PrefetchTimeout(base_s=2.0, per_ki_token_s=0.1, max_s=30.0)
+    assert timeout.deadline_s(0) == 2.0
+    assert timeout.deadline_s(10240) == pytest.approx(3.0)
+    assert timeout.deadline_s(10**7) == 30.0
+
+
+def test_concurrent_backup_prefetch_and_probes_keep_the_store_consistent(tmp_path: Path) -> None:
+    store = FileBackend(tmp_path, max_bytes=40 * (SIZE + 72))
+    writer, prefetcher = BackupWriter(store), Prefetcher(store, num_workers=2)
+    chains = [chain(8, start=1000 * i) for i in range(12)]
+    stop = threading.Event()
+
+    def probe() -> None:
+        while not stop.is_set():
+            for keys, _ in chains:
+                assert 0 <= store.batch_exists(keys) <= len(keys)
+            time.sleep(0.001)  # let the workers have the GIL
+
+    prober = threading.Thread(target=probe)
+    prober.start()
+    handles = []
+    for _ in range(3):
+        for keys, data in chains:
+            writer.submit(keys, data)
+            handles.append(prefetcher.start(keys, num_tokens=2 * len(keys), expected_bytes=SIZE))
+    writer.flush()
+    for i, handle in enumerate(handles):
+        assert handle._done.wait(10)
+        keys, data = chains[i % len(chains)]
+        pages = prefetcher.finish(handle) if i % 2 else []
+        if not i % 2:
+            prefetcher.cancel(handle)
+        assert [bytes(p) for p in pages] == data[: len(pages)]
+    stop.set()
+    prober.join()
+    assert prefetcher.pages_in_flight == 0 and prefetcher.handles_in_flight == 0
+    s = store.stats()
+    assert s.pages_corrupt == 0 and s.failed_ops == 0
+    on_disk = sum(p.stat().st_size for p in (tmp_path / "pages").rglob("*.page"))
+    assert store.used_bytes == on_disk <= 40 * (SIZE + 72)
+    writer.close()
+    prefetcher.close()

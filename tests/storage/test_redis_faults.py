@@ -137,3 +137,33 @@ def test_a_foreign_key_is_a_rejected_page_not_a_failure(redis_server: RedisServe
     s = store.stats()
     assert s.failed_ops == 0 and s.pages_corrupt == 2 and s.breaker_state == "closed"
     store.close()
+
+
+def test_a_server_that_never_answers_costs_one_bounded_timeout() -> None:
+    # Accepts connections, never replies: only the socket timeout ends each call.
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    port = listener.getsockname()[1]
+    try:
+        store = open_backend(f"redis://127.0.0.1:{port}/0?timeout_s=0.2&breaker_failures=2")
+        keys, data = pages(2)
+        assert [p.reason for p in timed(store.batch_get, keys)] == [MissReason.BACKEND_ERROR] * 2  # type: ignore[union-attr]
+        assert timed(store.batch_set, keys, data) == 0
+        start = time.monotonic()
+        assert [p.reason for p in store.batch_get(keys)] == [MissReason.BREAKER_OPEN] * 2  # type: ignore[union-attr]
+        assert time.monotonic() - start < 0.2  # refused without touching the socket
+        assert store.stats().breaker_trips == 1
+        store.close()
+    finally:
+        listener.close()
+
+
+def test_null_backend_stores_nothing() -> None:
+    store = open_backend("null")
+    keys, data = pages(2)
+    assert store.batch_set(keys, data) == 0 and store.batch_exists(keys) == 0
+    assert [p.reason for p in store.batch_get(keys)] == [MissReason.ABSENT] * 2  # type: ignore[union-attr]
+    assert store.stats().pages_missed == 2 and store.clear()

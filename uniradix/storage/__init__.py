@@ -7,16 +7,30 @@ Backends (`file://`, `redis://`, `redis+cluster://`) are imported on first use b
 
 from uniradix.storage.backend import StorageBackend, StorageStats, open_backend, register_backend
 from uniradix.storage.breaker import BreakerState, CircuitBreaker
+from uniradix.storage.io import (
+    BackupResult,
+    BackupWriter,
+    Prefetcher,
+    PrefetchHandle,
+    PrefetchPolicy,
+    PrefetchTimeout,
+)
 from uniradix.storage.keys import KeySpace, PageKey
 from uniradix.storage.page_format import Miss, MissReason
 
 __all__ = [
+    "BackupResult",
+    "BackupWriter",
     "BreakerState",
     "CircuitBreaker",
     "KeySpace",
     "Miss",
     "MissReason",
     "PageKey",
+    "PrefetchHandle",
+    "PrefetchPolicy",
+    "PrefetchTimeout",
+    "Prefetcher",
     "StorageBackend",
     "StorageStats",
     "open_backend",

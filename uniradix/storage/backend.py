@@ -230,6 +230,7 @@ _REGISTRY: dict[str, BackendFactory] = {}
 # Built-in backends register themselves when their module is imported; importing them only
 # on first use keeps redis-py out of processes that never open a Redis URL.
 _BUILTIN = {
+    "null": "uniradix.storage.null_backend",
     "file": "uniradix.storage.file_backend",
     "redis": "uniradix.storage.redis_backend",
     "redis+cluster": "uniradix.storage.redis_backend",
@@ -245,7 +246,8 @@ def register_backend(scheme: str, factory: BackendFactory) -> None:
 
 def open_backend(url: str) -> StorageBackend:
     """The backend for `url` (`file://DIR`, `file` alone for a temporary directory,
-    `redis://host:port/db`, `redis+cluster://host:port`, or a registered scheme)."""
+    `redis://host:port/db`, `redis+cluster://host:port`, `null` for no L3, or a registered
+    scheme)."""
     scheme = url.split("://", 1)[0].lower() if "://" in url else url.lower()
     if scheme not in _REGISTRY and scheme in _BUILTIN:
         importlib.import_module(_BUILTIN[scheme])

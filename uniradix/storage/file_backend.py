@@ -127,12 +127,21 @@ class FileBackend(StorageBackend):
         with self._index_lock:
             self._make_room(0)
 
-    def _adopt(self, name: str, size: int) -> None:
-        """Index a page another process wrote (caller holds the index lock)."""
-        if name not in self._index:
-            self._index[name] = size
-            self._used_bytes += size
-            self._make_room(0)
+    def _adopt(self, name: str) -> bool:
+        """Indexes a page found on disk but not in the index (written by another process,
+        or published by a writer of this one that has not indexed it yet); False if it is
+        not there. Caller holds the index lock: the stat happens under it, so a page this
+        process evicts meanwhile is never indexed again."""
+        if name in self._index:
+            return True
+        try:
+            size = self._path(name).stat().st_size
+        except FileNotFoundError:
+            return False
+        self._index[name] = size
+        self._used_bytes += size
+        self._make_room(0)
+        return True
 
     def _drop(self, name: str) -> None:
         size = self._index.pop(name, None)
@@ -159,16 +168,10 @@ class FileBackend(StorageBackend):
     # -- store operations --------------------------------------------------------------------
 
     def _store_exists_prefix(self, names: list[str]) -> int:
-        for i, name in enumerate(names):
-            with self._index_lock:
-                if name in self._index:
-                    continue
-            try:
-                size = self._path(name).stat().st_size
-            except FileNotFoundError:
-                return i
-            with self._index_lock:
-                self._adopt(name, size)
+        with self._index_lock:
+            for i, name in enumerate(names):
+                if not self._adopt(name):
+                    return i
         return len(names)
 
     def _store_get(self, names: list[str]) -> list[StoredPage | None]:
@@ -184,10 +187,8 @@ class FileBackend(StorageBackend):
                 out.append(None)
                 continue
             with self._index_lock:
-                if name in self._index:
+                if self._adopt(name):
                     self._index.move_to_end(name)
-                else:
-                    self._adopt(name, len(data))
             with contextlib.suppress(FileNotFoundError):  # evicted meanwhile: data is read
                 os.utime(path)  # the LRU order a restarted process rebuilds
             out.append(data)
@@ -212,7 +213,7 @@ class FileBackend(StorageBackend):
                 raise
             with self._index_lock:
                 self._reserved_bytes -= size
-                self._adopt(name, size)
+                self._adopt(name)
         return len(names)
 
     def _write_page(self, name: str, buffers: list[memoryview]) -> None:
