@@ -5,7 +5,7 @@ One storage API: `batch_exists` (length of the stored prefix), `batch_get`, `bat
 it frames each page (`page_format`), verifies every page read, counts everything, and runs
 each store operation behind a `CircuitBreaker`, so a store that fails or is down gives
 counted misses and never raises into the caller. A concrete store (`file_backend`,
-`redis_backend`) implements only the five raw `_store_*` methods on names and bytes, and
+`redis_backend`) implements only the raw `_store_*` methods on names and bytes, and
 declares which exceptions mean "the store failed" (`transient_errors`); any other exception
 is a bug and propagates.
 
@@ -65,6 +65,17 @@ class StorageStats:
     misses_by_reason: dict[str, int] = field(default_factory=dict)
 
 
+_COUNTERS = (
+    "pages_written",
+    "bytes_written",
+    "pages_read",
+    "bytes_read",
+    "pages_missed",
+    "pages_corrupt",
+    "failed_ops",
+)
+
+
 class StorageBackend(ABC):
     """A page store. Thread-safe: the backup writer and the prefetcher call it from their
     own threads while the scheduler probes it.
@@ -77,12 +88,10 @@ class StorageBackend(ABC):
     def __init__(self, breaker: CircuitBreaker | None = None) -> None:
         self.breaker = breaker if breaker is not None else CircuitBreaker()
         self._lock = threading.Lock()
-        self._counts = dict.fromkeys(
-            ("pages_written", "bytes_written", "pages_read", "bytes_read"), 0
-        ) | dict.fromkeys(("pages_missed", "pages_corrupt", "failed_ops"), 0)
+        self._counts = dict.fromkeys(_COUNTERS, 0)
         self._misses = {reason: 0 for reason in MissReason}
 
-    # -- the five store operations a backend implements --------------------------------
+    # -- the store operations a backend implements -------------------------------------
 
     @abstractmethod
     def _store_exists_prefix(self, names: list[str]) -> int:
