@@ -95,9 +95,23 @@ def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
     server.stop()
 
 
-@pytest.fixture(scope="session")
-def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[RedisServer]]:
-    root = tmp_path_factory.mktemp("cluster")
+def wait_cluster_ok(nodes: list[RedisServer], timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            info = [n.client().execute_command("CLUSTER INFO") for n in nodes]
+            if all(i.get("cluster_state") == "ok" for i in info):
+                return
+        except redis.exceptions.ConnectionError:
+            info = []
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"cluster not ready: {info}")
+        time.sleep(0.025)
+
+
+def start_cluster(root: Path) -> list[RedisServer]:
+    """Three masters, no replicas. Each node keeps its cluster config in its own folder, so
+    a node stopped and started again rejoins with its slots (its data is gone)."""
     nodes = [
         RedisServer(root / str(i), "--cluster-enabled", "yes", "--cluster-node-timeout", "2000")
         for i in range(3)
@@ -110,17 +124,29 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Red
              "--cluster-replicas", "0", "--cluster-yes"],
             check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, timeout=30,
         )  # fmt: skip
-        for _ in range(400):
-            info = [n.client().execute_command("CLUSTER INFO") for n in nodes]
-            if all(i.get("cluster_state") == "ok" for i in info):
-                break
-            time.sleep(0.025)
-        else:
-            raise RuntimeError(f"cluster not ready: {info}")
-        yield nodes
-    finally:
+        wait_cluster_ok(nodes)
+    except BaseException:
         for node in nodes:
             node.stop()
+        raise
+    return nodes
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[RedisServer]]:
+    nodes = start_cluster(tmp_path_factory.mktemp("cluster"))
+    yield nodes
+    for node in nodes:
+        node.stop()
+
+
+@pytest.fixture
+def own_cluster(tmp_path: Path) -> Iterator[list[RedisServer]]:
+    """A cluster of the test's own, whose nodes it may kill and restart."""
+    nodes = start_cluster(tmp_path / "cluster")
+    yield nodes
+    for node in nodes:
+        node.stop()
 
 
 @pytest.fixture(params=["file", "redis", "redis+cluster"])

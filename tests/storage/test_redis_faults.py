@@ -10,7 +10,7 @@ from uniradix.key import RadixKey
 from uniradix.storage import KeySpace, Miss, MissReason, open_backend
 from uniradix.storage.redis_backend import RedisBackend
 
-from .conftest import RedisServer, free_port
+from .conftest import RedisServer, free_port, wait_cluster_ok
 
 KS = KeySpace("org/m@rev1", "bfloat16", "layer_first", 1, "full")
 HANG_S = 5.0  # far above the 0.2 s socket timeout: only a hang takes this long
@@ -167,3 +167,29 @@ def test_null_backend_stores_nothing() -> None:
     assert store.batch_set(keys, data) == 0 and store.batch_exists(keys) == 0
     assert [p.reason for p in store.batch_get(keys)] == [MissReason.ABSENT] * 2  # type: ignore[union-attr]
     assert store.stats().pages_missed == 2 and store.clear()
+
+
+def test_cluster_node_killed_then_restarted(own_cluster: list[RedisServer]) -> None:
+    url = (
+        f"redis+cluster://127.0.0.1:{own_cluster[0].port}"
+        "?timeout_s=0.2&breaker_failures=2&breaker_cooldown_s=0.3"
+    )
+    store = open_backend(url)
+    keys, data = pages(32)  # spread over the three nodes' slots
+    assert store.batch_set(keys, data) == 32
+    own_cluster[1].stop()
+    # A third of the slots are gone: the batch fails within the timeouts, L3 turns off.
+    for _ in range(3):
+        assert all(isinstance(p, Miss) for p in timed(store.batch_get, keys))
+    s = store.stats()
+    assert s.breaker_trips == 1 and s.failed_ops >= 2 and s.pages_read == 0
+    own_cluster[1].start()  # rejoins with its slots, empty
+    wait_cluster_ok(own_cluster)
+    deadline = time.monotonic() + 10 * HANG_S
+    while store.batch_set(keys, data) != 32:
+        assert time.monotonic() < deadline, "hits did not resume"
+        time.sleep(0.1)
+    got = store.batch_get(keys)
+    assert [bytes(p) for p in got if isinstance(p, memoryview)] == data
+    assert store.stats().breaker_state == "closed"
+    store.close()
