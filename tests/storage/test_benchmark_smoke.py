@@ -1,0 +1,20 @@
+"""The storage benchmark runs end to end on tiny sizes (no timing asserted)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from benchmarks.storage import bench_file, bench_hashing, bench_redis, render
+
+from .conftest import RedisServer
+
+
+def test_benchmark_runs_and_renders(tmp_path: Path, redis_server: RedisServer) -> None:
+    results = {
+        "hashing": bench_hashing(1024),
+        "file": bench_file(tmp_path, num_pages=2, page_bytes=4096, rounds=1),
+        "redis": bench_redis(redis_server.url, num_pages=2, page_bytes=4096, rounds=1),
+    }
+    assert all(v > 0 for part in results.values() for v in part.values())
+    text = render(results, "tiny")
+    assert "| file | get |" in text and "probes/s" in text

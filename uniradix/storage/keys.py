@@ -1,0 +1,105 @@
+"""Storage keys: a page's chained digest bound to everything that decides what its bytes mean.
+
+A page digest (`uniradix.page_hash`) names a token prefix. The bytes stored for it also
+depend on the model's weights, the KV dtype, the memory layout, the page size and the pool
+(full KV, SWA KV, Mamba state), so two caches that differ in any of these must never read
+each other's pages (wrong KV reused across model revisions is a reported failure of
+reference systems). A `KeySpace` holds those fields; its `fingerprint` is a 16-byte digest of
+them, framed so no two field tuples share bytes. The storage key is
+`ur1.<fingerprint hex>.<page digest hex>`; the page header repeats both digests, so a page
+copied under another key is still a miss. LoRA `extra_key` and cache salt enter one step
+earlier, as the seed of the digest chain (`namespace_seed`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+from uniradix.key import RadixKey
+from uniradix.page_hash import DIGEST_BYTES, namespace_seed, page_digests
+
+KEY_PREFIX = "ur1"
+FINGERPRINT_BYTES = 16
+
+
+def _frame(text: str) -> bytes:
+    # Length-prefixed, so ("ab", "c") and ("a", "bc") frame differently.
+    data = text.encode()
+    return len(data).to_bytes(8, "little") + data
+
+
+@dataclass(frozen=True, slots=True)
+class KeySpace:
+    """What the bytes of a stored page mean, besides its tokens.
+
+    `model_fingerprint` is the user's string for the weights (model id + revision, e.g.
+    `"Qwen/Qwen3-8B@9c3b1a7"`); `kv_dtype` (`"bfloat16"`), `layout` (`"layer_first"`),
+    `page_size` (tokens per page) and `pool` (`"full"`, `"swa"`, `"mamba"`) complete it.
+    `shard` names the slice of a page a process holds (a tensor-parallel rank, `"tp0of2"`);
+    empty when one process holds whole pages.
+    """
+
+    model_fingerprint: str
+    kv_dtype: str
+    layout: str
+    page_size: int
+    pool: str
+    shard: str = ""
+    fingerprint: bytes = field(init=False, repr=False, compare=False)
+    key_head: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.model_fingerprint:
+            raise ValueError("model_fingerprint must be a non-empty string (model id + revision)")
+        for name in ("kv_dtype", "layout", "pool"):
+            if not getattr(self, name):
+                raise ValueError(f"{name} must be a non-empty string, got {getattr(self, name)!r}")
+        if not isinstance(self.page_size, int) or self.page_size < 1:
+            raise ValueError(f"page_size must be an int >= 1, got {self.page_size!r}")
+        h = hashlib.blake2b(b"uniradix-keyspace-v1", digest_size=FINGERPRINT_BYTES)
+        for text in (self.model_fingerprint, self.kv_dtype, self.layout, self.pool, self.shard):
+            h.update(_frame(text))
+        h.update(self.page_size.to_bytes(8, "little"))
+        digest = h.digest()
+        object.__setattr__(self, "fingerprint", digest)
+        object.__setattr__(self, "key_head", f"{KEY_PREFIX}.{digest.hex()}.")
+
+    def key(self, page_digest: bytes) -> PageKey:
+        """The storage key of one page, from its chained digest."""
+        if len(page_digest) != DIGEST_BYTES:
+            raise ValueError(f"page digest must be {DIGEST_BYTES} bytes, got {len(page_digest)}")
+        return PageKey(self.key_head + page_digest.hex(), self.fingerprint, page_digest)
+
+    def keys(self, page_digests_: list[bytes]) -> list[PageKey]:
+        head, fp = self.key_head, self.fingerprint
+        return [PageKey(head + d.hex(), fp, d) for d in page_digests_]
+
+    def keys_for(self, key: RadixKey, cache_salt: str | None = None) -> list[PageKey]:
+        """Keys of every whole page of `key`, chained from the root of its namespace (its
+        `extra_key` and `cache_salt`). A trailing partial page has no key."""
+        seed = namespace_seed(key.extra_key, cache_salt)
+        return self.keys(page_digests(key.units, self.page_size, seed))
+
+
+class PageKey:
+    """One stored page's identity: `name` is what backends store it under; `fingerprint`
+    and `digest` are repeated in the page header and checked on every read. Treat as
+    immutable. A plain slotted class, not a frozen dataclass: a 128K-token prefix makes
+    thousands of keys, and a frozen dataclass's `__init__` costs ~5x more."""
+
+    __slots__ = ("digest", "fingerprint", "name")
+
+    def __init__(self, name: str, fingerprint: bytes, digest: bytes) -> None:
+        self.name = name
+        self.fingerprint = fingerprint
+        self.digest = digest
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PageKey) and self.name == other.name
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+    def __repr__(self) -> str:
+        return f"PageKey({self.name!r})"
