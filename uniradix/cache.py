@@ -36,6 +36,7 @@ from uniradix.insert_slots import checked_value, duplicate_frees
 from uniradix.key import RadixKey
 from uniradix.memory.allocator import to_numpy
 from uniradix.memory.pools import CachePools
+from uniradix.sessions.coverage import NullSessions, SessionCache, SessionRelease
 from uniradix.tree.core import TreeCore
 from uniradix.tree.node import TreeNode
 from uniradix.tree.policy import eviction_policy
@@ -110,6 +111,11 @@ class UnifiedRadixCache:
         self.tree.root.data[0].value = self._empty
         self.mamba_requests = (
             MambaRequests(self) if ComponentType.MAMBA in self._by_type else NoMambaRequests()
+        )
+        self.sessions: SessionCache | NullSessions = (
+            SessionCache(self.tree, self.components, settings)
+            if settings.enable_session_cache
+            else NullSessions()
         )
 
     # ------------------------------------------------------------------ keys
@@ -311,6 +317,18 @@ class UnifiedRadixCache:
             stored = dataclasses.replace(stored, skipped_lock_components=skipped + released)
             self._receipts[stored.receipt_id] = req.lock = stored
 
+    # ------------------------------------------------------------------ sessions
+    def open_session(self, session_id: str) -> None:
+        """Opens a session (needs `CacheSettings.enable_session_cache`); a finished request
+        with `req.session_id` then keeps its context covered until the next turn replaces it
+        or `release_session` drops it (see `uniradix.sessions`)."""
+        self.sessions.open_session(session_id)
+
+    def release_session(self, session_id: str) -> SessionRelease:
+        """Drops the session's coverage (its nodes become ordinary eviction candidates; nothing
+        is freed); returns what it held. Idempotent."""
+        return self.sessions.release_session(session_id)
+
     def path_indices(self, node: TreeNode) -> torch.Tensor:
         """Full-KV slots of the prefix ending at `node`, on the pool's device."""
         values = [n.data[0].value for n in self.tree.path_to_root(node)]
@@ -352,6 +370,7 @@ class UnifiedRadixCache:
         self.tree.root.data[0].value = self._empty
         for c in self.components:
             c.reset()
+        self.sessions.reset()
         self._receipts.clear()
         self.pools.reset()
 
@@ -368,6 +387,7 @@ class UnifiedRadixCache:
         `free + evictable + protected + held == capacity` exactly per named pool.
         """
         errors = check_cache_invariants(self, held_by_requests)
+        self.sessions.check_invariants(errors)
         if errors:
             raise InvariantError("cache invariants violated:\n  " + "\n  ".join(errors))
 

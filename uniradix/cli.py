@@ -41,6 +41,7 @@ def _replay_parser(commands: argparse._SubParsersAction) -> None:  # type: ignor
         p.add_argument(flag, type=int, default=default, help=f"{what} (default {default})")
     p.add_argument("--decode-reserve-ratio", type=float, default=d.decode_reserve_ratio)
     p.add_argument("--check-invariants", action="store_true", help="after every step")
+    p.add_argument("--sessions", action="store_true", help="session cache: keep turns' context")
     p.add_argument("--json", action="store_true", help="print only the JSON summary")
     p.add_argument("--report", metavar="DIR", help="write summary.json, summary.md, plots")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")

@@ -31,7 +31,7 @@ def evict_components(cache: UnifiedRadixCache, params: EvictParams) -> EvictResu
         want = wanted[c.component_type]
         if want == 0:
             continue
-        candidates = c.eviction_candidates()
+        candidates = cache.sessions.eviction_candidates(c)  # covered data last
         while tracker[c.index] < want:
             victim = next(candidates, None)
             if victim is None:

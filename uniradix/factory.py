@@ -56,6 +56,7 @@ class CacheConfig:
     mamba_conv_shape: tuple[int, ...] = (1,)
     mamba_temporal_shape: tuple[int, ...] = (1,)
     mamba_dtype: torch.dtype = torch.float32
+    enable_session_cache: bool = False
 
     def components(self) -> tuple[ComponentType, ...]:
         """FULL first, then the auxiliary components in cascade order (SWA, MAMBA)."""
@@ -108,6 +109,7 @@ def build_cache(config: CacheConfig | None = None) -> UnifiedRadixCache:
         sliding_window=config.sliding_window,
         mamba_cache_chunk_size=config.mamba_cache_chunk_size,
         mamba_max_states_per_path=config.mamba_max_states_per_path,
+        enable_session_cache=config.enable_session_cache,
     )
     return UnifiedRadixCache(pools, settings, config.components())
 

@@ -72,6 +72,10 @@ class CacheSettings:
     mamba_cache_chunk_size: int = 1
     mamba_max_states_per_path: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # Sessions (`uniradix.sessions`): keep finished turns' context covered between turns;
+    # remember this many released session ids (a late turn of one does not re-cover it).
+    enable_session_cache: bool = False
+    session_closed_memory: int = 8192
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,3 +202,4 @@ class Req:
     mamba_next_track_idx: int = 0
     mamba_last_track_seqlen: int | None = None
     mamba_prev_track_seqlen: int | None = None
+    session_id: str | None = None  # with the session cache, a finished turn covers its leaf

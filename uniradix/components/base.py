@@ -16,6 +16,7 @@ evict      `eviction_priority`, `eviction_candidates`, `evict_node` (required)
 lock       `lock` / `unlock` (required), returning and taking a boundary marker;
            `release_window_lock` (early release while other components stay locked)
 requests   `free_out_of_window` (slots of a running request no longer needed)
+sessions   `session_coverage` (what a session's next turn needs kept, from its last leaf)
 checks     `check_invariants`
 =========  ==============================================================================
 """
@@ -23,7 +24,7 @@ checks     `check_invariants`
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from uniradix.tree.core import MatchWalk, TreeCore, Validator
@@ -177,6 +178,13 @@ class TreeComponent(ABC):
         never read again; `row` is the request's slots for positions `[0, kv_committed_len)`.
         Returns the number of slots freed."""
         return 0
+
+    # ------------------------------------------------------------------ sessions
+    def session_coverage(self, leaf: TreeNode) -> Iterable[TreeNode]:
+        """Nodes whose data of this component a session anchored at `leaf` keeps for its
+        next turn (evicted after every uncovered node). Default: the whole path, as attention
+        over every token needs."""
+        return self.tree.path_to_root(leaf)
 
     # ------------------------------------------------------------------ checks
     def check_invariants(self, errors: list[str]) -> None:

@@ -19,6 +19,7 @@ from uniradix.sim.ideal import ideal_hits
 from uniradix.sim.metrics import ReplayMetrics
 from uniradix.sim.request_spec import RequestSpec
 from uniradix.sim.scheduler import Scheduler, SchedulerConfig
+from uniradix.sim.sessions import SessionListener
 from uniradix.sim.traces import load_trace
 from uniradix.sim.workloads import generate_workload
 from uniradix.types import ComponentType
@@ -58,6 +59,7 @@ class ReplayOptions:
     max_requests: int | None = None
     seed: int = 0
     check_invariants: bool = False
+    sessions: bool = False  # the session cache: sessions' contexts are evicted last
     model: ModelShape = field(default_factory=ModelShape)
     progress: bool = False
 
@@ -108,6 +110,7 @@ def build_replay_cache(
             swa_tokens=(options.swa_tokens or options.full_tokens // 2) if swa else None,
             mamba_slots=(options.mamba_slots or 4 * options.max_running) if mamba else None,
             mamba_extra_buffer=mamba and options.page_size > 1,
+            enable_session_cache=options.sessions,
         )
     )
 
@@ -136,7 +139,9 @@ def run_replay(options: ReplayOptions) -> ReplayResult:
         options.decode_reserve_ratio,
         options.check_invariants,
     )
-    scheduler = Scheduler(cache, NullRunner(), specs, config, metrics)
+    listener = SessionListener(cache, specs, metrics)
+    listener.set_ideal(specs, ideal)
+    scheduler = Scheduler(cache, NullRunner(), specs, config, listener)
     t0 = time.perf_counter()
     try:
         scheduler.run()
@@ -145,6 +150,7 @@ def run_replay(options: ReplayOptions) -> ReplayResult:
     wall_s = time.perf_counter() - t0
     scheduler.check_invariants()
     summary = _summary(options, config_name, specs, len(loaded), ideal, metrics, scheduler)
+    summary.update(listener.summary())
     summary.update(wall_s=wall_s, ideal_s=ideal_s, requests_per_s=len(specs) / max(wall_s, 1e-9))
     ideal_rates, total_prompt, total_ideal = [], 0, 0
     for spec, hit in zip(specs, ideal, strict=True):
