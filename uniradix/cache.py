@@ -29,7 +29,12 @@ from uniradix import request_caching
 from uniradix.cache_checks import check_cache_invariants, format_tree
 from uniradix.cache_mamba import MambaRequests, NoMambaRequests
 from uniradix.components.base import TreeComponent
-from uniradix.components.registry import component_class
+from uniradix.components.registry import (
+    DEFAULT_REGISTRY,
+    ComponentRegistry,
+    ComponentSpec,
+    normalize_key,
+)
 from uniradix.errors import InvariantError
 from uniradix.eviction import evict_components
 from uniradix.insert_slots import checked_value, duplicate_frees
@@ -42,6 +47,7 @@ from uniradix.tree.node import TreeNode
 from uniradix.tree.policy import eviction_policy
 from uniradix.types import (
     CacheSettings,
+    ComponentKey,
     ComponentType,
     DecLockRefParams,
     EvictParams,
@@ -63,13 +69,20 @@ class UnifiedRadixCache:
         self,
         pools: CachePools,
         settings: CacheSettings | None = None,
-        components: Sequence[ComponentType] = (ComponentType.FULL,),
+        components: Sequence[ComponentSpec] = (ComponentType.FULL,),
         component_registry_override: Mapping[ComponentType, type[TreeComponent]] | None = None,
+        registry: ComponentRegistry | None = None,
     ) -> None:
+        """`components`: built-in types, names registered in `registry` (default: the
+        package's default registry) or component classes, FULL first; a component from
+        outside finds its pool in `pools.extra` under its name."""
         settings = settings or CacheSettings(page_size=pools.kv_allocator.page_size)
-        if not components or components[0] != ComponentType.FULL:
+        registry = registry or DEFAULT_REGISTRY
+        classes = [registry.resolve(spec, component_registry_override) for spec in components]
+        types = [cls.component_type for cls in classes]
+        if not types or types[0] != ComponentType.FULL:
             raise ValueError(f"components must start with ComponentType.FULL, got {components}")
-        if len(set(components)) != len(components):
+        if len(set(types)) != len(types):
             raise ValueError(f"duplicate component types: {components}")
         if pools.kv_allocator.page_size != settings.page_size:
             raise ValueError(
@@ -83,8 +96,7 @@ class UnifiedRadixCache:
             len(components), settings.page_size, eviction_policy(settings.eviction_policy)
         )
         self.components: list[TreeComponent] = [
-            component_class(ct, component_registry_override)(i, self.tree, settings)
-            for i, ct in enumerate(components)
+            cls(i, self.tree, settings) for i, cls in enumerate(classes)
         ]
         self.tree.split_hooks = list(self.components)
         for c in self.components:
@@ -102,7 +114,7 @@ class UnifiedRadixCache:
         self._finalizers = [
             c for c in self.components if type(c).finalize_match is not TreeComponent.finalize_match
         ]
-        self._free: dict[FreeKind, Callable[[Slots, bool], None]] = pools.free_functions()
+        self._free: dict[FreeKind | str, Callable[[Slots, bool], None]] = pools.free_functions()
         self._receipts: dict[int, IncLockRefResult] = {}
         self._receipt_ids = itertools.count(1)
         self.device = pools.kv_allocator.device
@@ -348,16 +360,19 @@ class UnifiedRadixCache:
         return np.concatenate(present) if present else self._empty
 
     # ------------------------------------------------------------------ sizes and state
-    def component(self, component_type: ComponentType) -> TreeComponent:
+    def component(self, component_type: ComponentKey) -> TreeComponent:
+        """The component of a built-in type, or of a registered name (\"swa\" works too)."""
+        key = normalize_key(component_type)
         try:
-            return self._by_type[component_type]
+            return self._by_type[key]
         except KeyError:
-            raise ValueError(f"this cache has no {component_type.name} component") from None
+            name = key.name if isinstance(key, ComponentType) else key
+            raise ValueError(f"this cache has no {name} component") from None
 
-    def evictable_size(self, component_type: ComponentType = ComponentType.FULL) -> int:
+    def evictable_size(self, component_type: ComponentKey = ComponentType.FULL) -> int:
         return self.component(component_type).evictable_tokens
 
-    def protected_size(self, component_type: ComponentType = ComponentType.FULL) -> int:
+    def protected_size(self, component_type: ComponentKey = ComponentType.FULL) -> int:
         return self.component(component_type).protected_tokens
 
     def total_size(self) -> int:

@@ -25,10 +25,15 @@ def evict_components(cache: UnifiedRadixCache, params: EvictParams) -> EvictResu
     for ct, num in zip(ComponentType, wanted, strict=True):
         if not isinstance(num, int) or num < 0:
             raise ValueError(f"EvictParams for {ct.name} must be a non-negative int, got {num!r}")
+    for name, num in params.extra.items():
+        if not isinstance(num, int) or num < 0:
+            raise ValueError(f"EvictParams.extra[{name!r}] must be a non-negative int, got {num!r}")
+        cache.component(name)  # raises for a component the cache does not have
     tracker = [0] * len(cache.components)
     leaves = cache.tree.leaves
     for c in cache.components:
-        want = wanted[c.component_type]
+        key = c.component_type
+        want = params.extra.get(key, 0) if isinstance(key, str) else wanted[key]
         if want == 0:
             continue
         candidates = cache.sessions.eviction_candidates(c)  # covered data last
@@ -42,10 +47,14 @@ def evict_components(cache: UnifiedRadixCache, params: EvictParams) -> EvictResu
             else:
                 _evict_internal(cache, victim, c, actions, tracker)
             cache.apply(actions)
-    done = [0, 0, 0]
+    done, extra = [0, 0, 0], dict[str, int]()
     for c in cache.components:
-        done[c.component_type] = tracker[c.index]
-    return EvictResult(*done)
+        key = c.component_type
+        if isinstance(key, str):
+            extra[key] = tracker[c.index]
+        else:
+            done[key] = tracker[c.index]
+    return EvictResult(done[0], done[1], done[2], extra)
 
 
 def _evict_leaf(

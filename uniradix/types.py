@@ -30,6 +30,12 @@ class ComponentType(enum.IntEnum):
     MAMBA = 2
 
 
+ComponentKey = ComponentType | str
+"""What names a component of a cache: a built-in `ComponentType`, or the name a component
+class from outside the package declares as its `component_type` and registers under
+(`uniradix.components.registry`)."""
+
+
 class FreeKind(enum.Enum):
     """Which pool memory a `FreeSlots` action gives back."""
 
@@ -50,7 +56,7 @@ class FreeSlots:
     construction (checked by `check_invariants`), so the allocator skips re-deriving that
     (a sort of the whole array) and only checks that every page is still allocated."""
 
-    kind: FreeKind
+    kind: FreeKind | str  # a str: the extra pool of that name (`CachePools.extra`)
     indices: Slots
     node_value: bool = False
 
@@ -119,6 +125,8 @@ class InsertParams:
     priority: int = 0
     mamba_value: torch.Tensor | None = None
     swa_evicted_seqlen: int = 0
+    # values of components registered from outside, by component name (their own pools)
+    extra_values: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +141,7 @@ class EvictParams:
     num_tokens: int = 0
     swa_num_tokens: int = 0
     mamba_num: int = 0
+    extra: dict[str, int] = field(default_factory=dict)  # units per external component
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +149,7 @@ class EvictResult:
     num_tokens_evicted: int = 0
     swa_num_tokens_evicted: int = 0
     mamba_num_evicted: int = 0
+    extra_evicted: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,8 +164,8 @@ class IncLockRefResult:
     receipt_id: int
     node: TreeNode
     delta: int
-    component_lock_uuids: dict[ComponentType, int | None]
-    skipped_lock_components: tuple[ComponentType, ...] = ()
+    component_lock_uuids: dict[ComponentKey, int | None]
+    skipped_lock_components: tuple[ComponentKey, ...] = ()
 
     def to_dec_params(self) -> DecLockRefParams:
         return DecLockRefParams(self.receipt_id, self.node)

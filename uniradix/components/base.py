@@ -31,6 +31,7 @@ from uniradix.tree.core import MatchWalk, TreeCore, Validator
 from uniradix.tree.node import TreeNode
 from uniradix.types import (
     CacheSettings,
+    ComponentKey,
     ComponentType,
     FreeSlots,
     InsertParams,
@@ -44,7 +45,8 @@ if TYPE_CHECKING:
 
 
 class TreeComponent(ABC):
-    component_type: ClassVar[ComponentType]
+    # A built-in type, or (a component from outside the package) the name it registers under.
+    component_type: ClassVar[ComponentKey]
 
     def __init__(self, index: int, tree: TreeCore, settings: CacheSettings) -> None:
         self.index = index
@@ -55,7 +57,8 @@ class TreeComponent(ABC):
 
     @property
     def name(self) -> str:
-        return self.component_type.name.lower()
+        ct = self.component_type
+        return ct.name.lower() if isinstance(ct, ComponentType) else ct
 
     def reset(self) -> None:
         self.evictable_tokens = 0
@@ -144,7 +147,7 @@ class TreeComponent(ABC):
 
     # ------------------------------------------------------------------ evict
     @abstractmethod
-    def eviction_priority(self, is_leaf: bool) -> int:
+    def eviction_priority(self, is_leaf: bool) -> float:
         """Evicting this component on a node also evicts components of lower or equal
         priority there (cascade)."""
 
