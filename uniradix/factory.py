@@ -9,6 +9,7 @@ import torch
 
 from uniradix.cache import UnifiedRadixCache
 from uniradix.components.registry import DEFAULT_REGISTRY, ComponentRegistry, ComponentSpec
+from uniradix.disabled import DisabledRadixCache
 from uniradix.memory.allocator import TokenSlotAllocator
 from uniradix.memory.kv_pool import KVPool
 from uniradix.memory.mamba_pool import MambaReqPool, MambaSlotAllocator, MambaStatePool
@@ -59,6 +60,7 @@ class CacheConfig:
     mamba_temporal_shape: tuple[int, ...] = (1,)
     mamba_dtype: torch.dtype = torch.float32
     enable_session_cache: bool = False
+    disable_radix_cache: bool = False  # a cache that matches nothing (`uniradix.disabled`)
 
     def components(self) -> tuple[ComponentType, ...]:
         """FULL first, then the auxiliary components in cascade order (SWA, MAMBA)."""
@@ -130,7 +132,8 @@ def build_cache(
         enable_session_cache=config.enable_session_cache,
     )
     components = [*config.components(), *extra_specs]
-    return UnifiedRadixCache(pools, settings, components, registry=registry)
+    cls = DisabledRadixCache if config.disable_radix_cache else UnifiedRadixCache
+    return cls(pools, settings, components, registry=registry)
 
 
 def _kv_pool(config: CacheConfig, capacity: int, num_layers: int) -> KVPool:

@@ -5,5 +5,6 @@ cache without sessions); `StreamingSessions` keeps a finished turn's KV row for 
 """
 
 from uniradix.sessions.coverage import NullSessions, SessionCache, SessionRelease, SessionStats
+from uniradix.sessions.streaming import StreamingSessions
 
-__all__ = ["NullSessions", "SessionCache", "SessionRelease", "SessionStats"]
+__all__ = ["NullSessions", "SessionCache", "SessionRelease", "SessionStats", "StreamingSessions"]
