@@ -86,7 +86,7 @@ class SidecarComponent(TreeComponent):
 
     # ------------------------------------------------------------------ insert
     def _incoming(self, params: InsertParams) -> Slots | None:
-        value = params.extra_values.get(NAME)
+        value = (params.extra_values or {}).get(NAME)
         return None if value is None else to_numpy(value)
 
     def check_insert(self, value: Slots, params: InsertParams) -> None:

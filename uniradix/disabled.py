@@ -45,7 +45,7 @@ class DisabledRadixCache(UnifiedRadixCache):
         actions = [FreeSlots(FreeKind.KV, value[params.prev_prefix_len :].copy())]
         if params.mamba_value is not None:
             actions.append(FreeSlots(FreeKind.MAMBA, to_numpy(params.mamba_value)))
-        for name, extra in params.extra_values.items():
+        for name, extra in (params.extra_values or {}).items():
             actions.append(FreeSlots(name, to_numpy(extra)))
         self.apply(actions)
         return InsertResult(0, self.tree.root)

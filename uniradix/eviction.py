@@ -25,7 +25,8 @@ def evict_components(cache: UnifiedRadixCache, params: EvictParams) -> EvictResu
     for ct, num in zip(ComponentType, wanted, strict=True):
         if not isinstance(num, int) or num < 0:
             raise ValueError(f"EvictParams for {ct.name} must be a non-negative int, got {num!r}")
-    for name, num in params.extra.items():
+    extra_wanted = params.extra or {}
+    for name, num in extra_wanted.items():
         if not isinstance(num, int) or num < 0:
             raise ValueError(f"EvictParams.extra[{name!r}] must be a non-negative int, got {num!r}")
         cache.component(name)  # raises for a component the cache does not have
@@ -33,7 +34,7 @@ def evict_components(cache: UnifiedRadixCache, params: EvictParams) -> EvictResu
     leaves = cache.tree.leaves
     for c in cache.components:
         key = c.component_type
-        want = params.extra.get(key, 0) if isinstance(key, str) else wanted[key]
+        want = extra_wanted.get(key, 0) if isinstance(key, str) else wanted[key]
         if want == 0:
             continue
         candidates = cache.sessions.eviction_candidates(c)  # covered data last
@@ -47,10 +48,11 @@ def evict_components(cache: UnifiedRadixCache, params: EvictParams) -> EvictResu
             else:
                 _evict_internal(cache, victim, c, actions, tracker)
             cache.apply(actions)
-    done, extra = [0, 0, 0], dict[str, int]()
+    done, extra = [0, 0, 0], None
     for c in cache.components:
         key = c.component_type
         if isinstance(key, str):
+            extra = extra or {}
             extra[key] = tracker[c.index]
         else:
             done[key] = tracker[c.index]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -126,7 +127,7 @@ class InsertParams:
     mamba_value: torch.Tensor | None = None
     swa_evicted_seqlen: int = 0
     # values of components registered from outside, by component name (their own pools)
-    extra_values: dict[str, torch.Tensor] = field(default_factory=dict)
+    extra_values: Mapping[str, torch.Tensor] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +142,7 @@ class EvictParams:
     num_tokens: int = 0
     swa_num_tokens: int = 0
     mamba_num: int = 0
-    extra: dict[str, int] = field(default_factory=dict)  # units per external component
+    extra: Mapping[str, int] | None = None  # units per external component, by name
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +150,7 @@ class EvictResult:
     num_tokens_evicted: int = 0
     swa_num_tokens_evicted: int = 0
     mamba_num_evicted: int = 0
-    extra_evicted: dict[str, int] = field(default_factory=dict)
+    extra_evicted: Mapping[str, int] | None = None  # set when the cache has external ones
 
 
 @dataclass(frozen=True, slots=True)
