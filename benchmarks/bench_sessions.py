@@ -5,7 +5,7 @@ cache would hold). "unbounded" rows use a pool of twice the working set (no evic
 reference each config's follow-up hits are compared with.
 
     .venv/bin/python benchmarks/bench_sessions.py [--workload agentic_interfered]
-        [--configs full hybrid] [--fraction 0.25] [--page-size 1] [--json]
+        [--configs full hybrid] [--fraction 0.25] [--page-size 1] [--mamba-slots N] [--json]
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ def main() -> int:
     parser.add_argument("--fraction", type=float, default=0.25)
     parser.add_argument("--page-size", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--mamba-slots", type=int, help="default: 4 per running request")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     specs = generate_workload(args.workload, args.seed)
@@ -54,7 +55,7 @@ def main() -> int:
                 full_tokens=size,
                 sliding_window=1024,
                 # unbounded: a state slot for every request too
-                mamba_slots=4 * len(specs) if name == "unbounded" else None,
+                mamba_slots=4 * len(specs) if name == "unbounded" else args.mamba_slots,
                 seed=args.seed,
                 sessions=sessions,
             )

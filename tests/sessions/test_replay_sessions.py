@@ -33,7 +33,12 @@ def test_multi_turn_and_agentic_turns_carry_their_session() -> None:
 def test_default_agentic_is_unchanged_by_the_interference_options() -> None:
     plain, zero = agentic(), agentic(one_off_per_step=0)
     assert [len(s.prompt) for s in plain] == [len(s.prompt) for s in zero]
-    assert all(s.session_id is not None for s in plain)
+    # steps and retries continue their agent's session; a branch (a dead end) does not
+    for spec in plain:
+        if spec.session_id is None:
+            parent = plain[spec.after] if spec.after is not None else None
+            assert parent is None or len(spec.prompt) > len(parent.prompt)
+    assert sum(s.session_id is None for s in plain) < len(plain) // 4
 
 
 def test_trace_rows_with_session_or_chat_id_use_it(tmp_path: Path) -> None:

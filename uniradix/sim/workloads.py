@@ -111,11 +111,12 @@ def agentic(
     one_off_len: int = 1024,
 ) -> list[RequestSpec]:
     """Each step sends the whole context; the answer (a tool call) and the tool's result are
-        appended to it. A retry resends the same context (the call failed); a branch also sends
-        the context with an alternative instruction that leads nowhere. Every request of agent
-        `a` carries session id `agent{a}`. `one_off_per_step` unrelated prompts (no session) of
-        up to `one_off_len` tokens arrive after each agent's step, and its next step waits for
-    the last of them: other traffic served while the tool runs."""
+    appended to it. A retry resends the same context (the call failed); a branch also sends
+    the context with an alternative instruction that leads nowhere. The steps and retries of
+    agent `a` carry session id `agent{a}`; a branch does not continue the session (no id).
+    `one_off_per_step` unrelated prompts (no session) of up to `one_off_len` tokens arrive
+    after each agent's step, and its next step waits for the last of them: other traffic
+    served while the tool runs."""
     b = _Builder(seed)
     system = b.tokens(system_len)
     contexts = [np.concatenate([system, b.tokens(b.length(32, 128))]) for _ in range(agents)]
@@ -128,7 +129,7 @@ def agentic(
                 spec = b.add(contexts[a], b.length(output_len // 4, output_len), spec.rid, sid)
             if b.rng.random() < branch_prob:
                 alternative = np.concatenate([contexts[a], b.tokens(b.length(8, 32))])
-                b.add(alternative, b.length(output_len // 4, output_len), last[a], sid)
+                b.add(alternative, b.length(output_len // 4, output_len), last[a])
             last[a] = spec.rid
             for _ in range(one_off_per_step):  # served while the tool runs
                 prompt = b.tokens(b.length(one_off_len // 2, one_off_len))
