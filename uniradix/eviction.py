@@ -76,13 +76,17 @@ def _evict_internal(
     tracker: list[int],
 ) -> None:
     """Tombstones `trigger` on `node` and cascades to the unlocked components of lower or
-    equal priority (never to a locked one, never to the base component)."""
+    equal priority (never to a locked one, never to the base component; with sessions, never
+    to session-covered data when the trigger's is not covered)."""
     limit = trigger.eviction_priority(is_leaf=False)
+    sessions = cache.sessions
+    spare = sessions.enabled and not sessions.is_covered(node, trigger.index)
     for c in reversed(cache.components[1:]):
         if c is trigger or (
             c.has_value(node)
             and node.data[c.index].lock_ref == 0
             and c.eviction_priority(is_leaf=False) <= limit
+            and not (spare and sessions.is_covered(node, c.index))
         ):
             tracker[c.index] += c.evict_node(node, actions)
     cache.tree.update_leaf(node)

@@ -193,3 +193,37 @@ def test_no_file_of_the_package_names_the_example() -> None:
     for path in package.rglob("*.py"):
         assert NAME not in path.read_text().lower(), path
     assert np.all([NAME not in p.read_text() for p in tree_files])
+
+
+@pytest.mark.parametrize("with_sessions", [False, True])
+def test_cascade_spares_covered_entries_when_the_swa_trigger_is_not_covered(
+    with_sessions: bool,
+) -> None:
+    pool = TokenSlotAllocator(ENTRIES)
+    config = CacheConfig(
+        full_tokens=2048,
+        max_context_len=1024,
+        sliding_window=16,
+        swa_tokens=2048,
+        enable_session_cache=with_sessions,
+    )
+    cache = build_cache(config, extra_components=[(NAME, pool)])
+    leaf, _ = put(cache, pool, list(range(640)))
+    swa = cache.component(ComponentType.SWA)
+    x = leaf
+    while cache.tree.prefix_len(x) != 256:
+        x = x.parent  # type: ignore[assignment]
+    assert swa.has_value(x) and entries_of(cache, x)
+    if with_sessions:
+        cache.sessions.register("agent", leaf)  # Full and entries: the path; SWA: the window
+        assert cache.sessions.is_covered(x, cache.component(NAME).index)
+        assert not cache.sessions.is_covered(x, swa.index)
+    make_least_recent(swa.lru, x)
+    cache.evict(EvictParams(swa_num_tokens=1))
+    assert not swa.has_value(x)  # the SWA KV far behind the window goes either way
+    hit = cache.match_prefix(MatchPrefixParams(RadixKey(list(range(640))))).device_prefix_len
+    if with_sessions:
+        assert entries_of(cache, x) is not None and hit == 640  # covered entries spared
+    else:
+        assert entries_of(cache, x) is None and hit == 128  # cascaded: the path is broken
+    cache.check_invariants({"full": 0, "swa": 0, NAME: 0})

@@ -16,8 +16,9 @@ takes it after everything else:
   the request is still not met, taking covered nodes too. Such evictions are counted in
   `evicted_while_covered`: coverage never blocks eviction.
 
-An internal SWA trigger cascades only to data it is covered with (a node whose Mamba state is
-covered has its SWA covered too), so the cascade spares covered data of an uncovered trigger.
+The cascade spares covered data when the trigger is not covered (`uniradix.eviction`): SWA
+KV far behind a session's window may go while path-covered data of a lower priority on the
+same node stays. (Built-in Mamba never needs it: a covered state's node has its SWA covered.)
 
 `release_session` drops a session's coverage (the nodes become ordinary LRU citizens; nothing
 is freed). Released ids are remembered (`settings.session_closed_memory`, oldest forgotten
