@@ -3,8 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-.venv/bin/ruff check uniradix tests benchmarks
-.venv/bin/ruff format --check uniradix tests benchmarks
+.venv/bin/ruff check uniradix tests benchmarks examples
+.venv/bin/ruff format --check uniradix tests benchmarks examples
 .venv/bin/mypy
 .venv/bin/python scripts/check_module_size.py uniradix 500
 .venv/bin/python -m pytest -q "$@"

@@ -29,19 +29,26 @@ from uniradix import request_caching
 from uniradix.cache_checks import check_cache_invariants, format_tree
 from uniradix.cache_mamba import MambaRequests, NoMambaRequests
 from uniradix.components.base import TreeComponent
-from uniradix.components.registry import component_class
+from uniradix.components.registry import (
+    DEFAULT_REGISTRY,
+    ComponentRegistry,
+    ComponentSpec,
+    normalize_key,
+)
 from uniradix.errors import InvariantError
 from uniradix.eviction import evict_components
 from uniradix.insert_slots import checked_value, duplicate_frees
 from uniradix.key import RadixKey
 from uniradix.memory.allocator import to_numpy
 from uniradix.memory.pools import CachePools
+from uniradix.sessions.coverage import NullSessions, SessionCache, SessionRelease
 from uniradix.tiers.null import NoHostTier
 from uniradix.tree.core import TreeCore
 from uniradix.tree.node import TreeNode
 from uniradix.tree.policy import eviction_policy
 from uniradix.types import (
     CacheSettings,
+    ComponentKey,
     ComponentType,
     DecLockRefParams,
     EvictParams,
@@ -63,13 +70,20 @@ class UnifiedRadixCache:
         self,
         pools: CachePools,
         settings: CacheSettings | None = None,
-        components: Sequence[ComponentType] = (ComponentType.FULL,),
+        components: Sequence[ComponentSpec] = (ComponentType.FULL,),
         component_registry_override: Mapping[ComponentType, type[TreeComponent]] | None = None,
+        registry: ComponentRegistry | None = None,
     ) -> None:
+        """`components`: built-in types, names registered in `registry` (default: the
+        package's default registry) or component classes, FULL first; a component from
+        outside finds its pool in `pools.extra` under its name."""
         settings = settings or CacheSettings(page_size=pools.kv_allocator.page_size)
-        if not components or components[0] != ComponentType.FULL:
+        registry = registry or DEFAULT_REGISTRY
+        classes = [registry.resolve(spec, component_registry_override) for spec in components]
+        types = [cls.component_type for cls in classes]
+        if not types or types[0] != ComponentType.FULL:
             raise ValueError(f"components must start with ComponentType.FULL, got {components}")
-        if len(set(components)) != len(components):
+        if len(set(types)) != len(types):
             raise ValueError(f"duplicate component types: {components}")
         if pools.kv_allocator.page_size != settings.page_size:
             raise ValueError(
@@ -83,8 +97,7 @@ class UnifiedRadixCache:
             len(components), settings.page_size, eviction_policy(settings.eviction_policy)
         )
         self.components: list[TreeComponent] = [
-            component_class(ct, component_registry_override)(i, self.tree, settings)
-            for i, ct in enumerate(components)
+            cls(i, self.tree, settings) for i, cls in enumerate(classes)
         ]
         self.tree.split_hooks = list(self.components)
         for c in self.components:
@@ -109,7 +122,7 @@ class UnifiedRadixCache:
         self._finalizers = [
             c for c in self.components if type(c).finalize_match is not TreeComponent.finalize_match
         ]
-        self._free: dict[FreeKind, Callable[[Slots, bool], None]] = pools.free_functions()
+        self._free: dict[FreeKind | str, Callable[[Slots, bool], None]] = pools.free_functions()
         self._receipts: dict[int, IncLockRefResult] = {}
         self._receipt_ids = itertools.count(1)
         self.device = pools.kv_allocator.device
@@ -118,6 +131,11 @@ class UnifiedRadixCache:
         self.tree.root.data[0].value = self._empty
         self.mamba_requests = (
             MambaRequests(self) if ComponentType.MAMBA in self._by_type else NoMambaRequests()
+        )
+        self.sessions: SessionCache | NullSessions = (
+            SessionCache(self.tree, self.components, settings)
+            if settings.enable_session_cache
+            else NullSessions()
         )
 
     # ------------------------------------------------------------------ keys
@@ -322,6 +340,18 @@ class UnifiedRadixCache:
             stored = dataclasses.replace(stored, skipped_lock_components=skipped + released)
             self._receipts[stored.receipt_id] = req.lock = stored
 
+    # ------------------------------------------------------------------ sessions
+    def open_session(self, session_id: str) -> None:
+        """Opens a session (needs `CacheSettings.enable_session_cache`); a finished request
+        with `req.session_id` then keeps its context covered until the next turn replaces it
+        or `release_session` drops it (see `uniradix.sessions`)."""
+        self.sessions.open_session(session_id)
+
+    def release_session(self, session_id: str) -> SessionRelease:
+        """Drops the session's coverage (its nodes become ordinary eviction candidates; nothing
+        is freed); returns what it held. Idempotent."""
+        return self.sessions.release_session(session_id)
+
     def path_indices(self, node: TreeNode) -> torch.Tensor:
         """Full-KV slots of the prefix ending at `node`, on the pool's device."""
         values = [n.data[0].value for n in self.tree.path_to_root(node)]
@@ -341,16 +371,19 @@ class UnifiedRadixCache:
         return np.concatenate(present) if present else self._empty
 
     # ------------------------------------------------------------------ sizes and state
-    def component(self, component_type: ComponentType) -> TreeComponent:
+    def component(self, component_type: ComponentKey) -> TreeComponent:
+        """The component of a built-in type, or of a registered name (\"swa\" works too)."""
+        key = normalize_key(component_type)
         try:
-            return self._by_type[component_type]
+            return self._by_type[key]
         except KeyError:
-            raise ValueError(f"this cache has no {component_type.name} component") from None
+            name = key.name if isinstance(key, ComponentType) else key
+            raise ValueError(f"this cache has no {name} component") from None
 
-    def evictable_size(self, component_type: ComponentType = ComponentType.FULL) -> int:
+    def evictable_size(self, component_type: ComponentKey = ComponentType.FULL) -> int:
         return self.component(component_type).evictable_tokens
 
-    def protected_size(self, component_type: ComponentType = ComponentType.FULL) -> int:
+    def protected_size(self, component_type: ComponentKey = ComponentType.FULL) -> int:
         return self.component(component_type).protected_tokens
 
     def total_size(self) -> int:
@@ -363,6 +396,7 @@ class UnifiedRadixCache:
         self.tree.root.data[0].value = self._empty
         for c in self.components:
             c.reset()
+        self.sessions.reset()
         self._receipts.clear()
         self.pools.reset()
         self.host_tier.reset()
@@ -381,6 +415,7 @@ class UnifiedRadixCache:
         """
         errors = check_cache_invariants(self, held_by_requests)
         self.host_tier.check_invariants(errors)
+        self.sessions.check_invariants(errors)
         if errors:
             raise InvariantError("cache invariants violated:\n  " + "\n  ".join(errors))
 

@@ -12,7 +12,7 @@ import numpy.typing as npt
 from uniradix.key import UNIT_BYTES
 from uniradix.memory.swa_allocator import SWASlotAllocator
 from uniradix.tree.node import TreeNode
-from uniradix.types import ComponentType, Slots
+from uniradix.types import ComponentKey, ComponentType, Slots
 
 if TYPE_CHECKING:
     from uniradix.cache import UnifiedRadixCache
@@ -61,17 +61,19 @@ def _check_pools(
     `free + evictable + protected + held == capacity`."""
     capacities, available = cache.pools.capacities(), cache.pools.available()
     allocator = cache.pools.kv_allocator
-    checks: dict[str, tuple[ComponentType, Callable[[Slots], npt.NDArray[np.bool_]]]] = {
+    checks: dict[str, tuple[ComponentKey, Callable[[Slots], npt.NDArray[np.bool_]]]] = {
         "full": (ComponentType.FULL, allocator.is_allocated)
     }
     if isinstance(allocator, SWASlotAllocator):
         checks["swa"] = (ComponentType.SWA, allocator.swa.is_allocated)
     if cache.pools.mamba is not None:
         checks["mamba"] = (ComponentType.MAMBA, cache.pools.mamba.allocator.is_allocated)
+    for name, extra_pool in cache.pools.extra.items():  # a component from outside: same name
+        checks[name] = (name, extra_pool.is_allocated)
     has = {c.component_type for c in cache.components}
     for pool, (ct, is_allocated) in checks.items():
         if ct not in has:
-            errors.append(f"{pool}: the cache has a {pool} pool but no {ct.name} component")
+            errors.append(f"{pool}: the cache has a {pool} pool but no {pool} component")
             continue
         component = cache.component(ct)
         i = component.index

@@ -50,6 +50,7 @@ def _replay_parser(commands: argparse._SubParsersAction) -> None:  # type: ignor
         help="when device KV gets its host copy (with a host tier)",
     )
     p.add_argument("--check-invariants", action="store_true", help="after every step")
+    p.add_argument("--sessions", action="store_true", help="session cache: keep turns' context")
     p.add_argument("--json", action="store_true", help="print only the JSON summary")
     p.add_argument("--report", metavar="DIR", help="write summary.json, summary.md, plots")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")

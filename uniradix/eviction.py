@@ -25,14 +25,20 @@ def evict_components(cache: UnifiedRadixCache, params: EvictParams) -> EvictResu
     for ct, num in zip(ComponentType, wanted, strict=True):
         if not isinstance(num, int) or num < 0:
             raise ValueError(f"EvictParams for {ct.name} must be a non-negative int, got {num!r}")
+    extra_wanted = params.extra or {}
+    for name, num in extra_wanted.items():
+        if not isinstance(num, int) or num < 0:
+            raise ValueError(f"EvictParams.extra[{name!r}] must be a non-negative int, got {num!r}")
+        cache.component(name)  # raises for a component the cache does not have
     tracker = [0] * len(cache.components)
     leaves = cache.tree.leaves
     demote = cache.host_tier.evict_leaf if cache.host_tier.enabled else None
     for c in cache.components:
-        want = wanted[c.component_type]
+        key = c.component_type
+        want = extra_wanted.get(key, 0) if isinstance(key, str) else wanted[key]
         if want == 0:
             continue
-        candidates = c.eviction_candidates()
+        candidates = cache.sessions.eviction_candidates(c)  # covered data last
         while tracker[c.index] < want:
             victim = next(candidates, None)
             if victim is None:
@@ -47,10 +53,15 @@ def evict_components(cache: UnifiedRadixCache, params: EvictParams) -> EvictResu
             else:
                 _evict_internal(cache, victim, c, actions, tracker)
             cache.apply(actions)
-    done = [0, 0, 0]
+    done, extra = [0, 0, 0], None
     for c in cache.components:
-        done[c.component_type] = tracker[c.index]
-    return EvictResult(*done)
+        key = c.component_type
+        if isinstance(key, str):
+            extra = extra or {}
+            extra[key] = tracker[c.index]
+        else:
+            done[key] = tracker[c.index]
+    return EvictResult(done[0], done[1], done[2], extra)
 
 
 def _evict_leaf(
@@ -70,13 +81,17 @@ def _evict_internal(
     tracker: list[int],
 ) -> None:
     """Tombstones `trigger` on `node` and cascades to the unlocked components of lower or
-    equal priority (never to a locked one, never to the base component)."""
+    equal priority (never to a locked one, never to the base component; with sessions, never
+    to session-covered data when the trigger's is not covered)."""
     limit = trigger.eviction_priority(is_leaf=False)
+    sessions = cache.sessions
+    spare = sessions.enabled and not sessions.is_covered(node, trigger.index)
     for c in reversed(cache.components[1:]):
         if c is trigger or (
             c.has_value(node)
             and node.data[c.index].lock_ref == 0
             and c.eviction_priority(is_leaf=False) <= limit
+            and not (spare and sessions.is_covered(node, c.index))
         ):
             tracker[c.index] += c.evict_node(node, actions)
     cache.tree.update_leaf(node)

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
 from uniradix.cache import UnifiedRadixCache
 from uniradix.components.full_host import HostFullComponent
+from uniradix.components.registry import DEFAULT_REGISTRY, ComponentRegistry, ComponentSpec
+from uniradix.disabled import DisabledRadixCache
 from uniradix.memory.allocator import TokenSlotAllocator
 from uniradix.memory.kv_pool import KVPool
 from uniradix.memory.mamba_pool import MambaReqPool, MambaSlotAllocator, MambaStatePool
-from uniradix.memory.pools import CachePools
+from uniradix.memory.pools import CachePools, ExtraPool
 from uniradix.memory.req_pool import ReqToTokenPool
 from uniradix.memory.swa_allocator import SWASlotAllocator
 from uniradix.tiers.setup import attach_host_tier
@@ -64,6 +67,8 @@ class CacheConfig:
     load_back_threshold: int = 1
     host_layout: str = "layer_first"
     host_engine: str = "sync"
+    enable_session_cache: bool = False
+    disable_radix_cache: bool = False  # a cache that matches nothing (`uniradix.disabled`)
 
     @property
     def has_host_tier(self) -> bool:
@@ -98,8 +103,23 @@ class CacheConfig:
         return MambaReqPool(allocator, states, self.mamba_extra_buffer)
 
 
-def build_cache(config: CacheConfig | None = None) -> UnifiedRadixCache:
+def build_cache(
+    config: CacheConfig | None = None,
+    extra_components: Sequence[tuple[ComponentSpec, ExtraPool]] = (),
+    registry: ComponentRegistry | None = None,
+) -> UnifiedRadixCache:
+    """The cache for `config`. `extra_components` adds components from outside the package,
+    each with its own pool: (a registered name or a class, its pool). They come after the
+    built-in components, so their insert hooks see the nodes SWA may have split."""
     config = config or CacheConfig()
+    registry = registry or DEFAULT_REGISTRY
+    extra_specs = [spec for spec, _ in extra_components]
+    extra_pools = {}
+    for spec, pool in extra_components:
+        name = registry.resolve(spec).component_type
+        if not isinstance(name, str):
+            raise ValueError(f"extra component {spec!r} is a built-in type: configure it instead")
+        extra_pools[name] = pool
     ps, device = config.page_size, config.device
     allocator: TokenSlotAllocator | SWASlotAllocator
     swa_kv_pool = None
@@ -117,6 +137,7 @@ def build_cache(config: CacheConfig | None = None) -> UnifiedRadixCache:
         _kv_pool(config, allocator.capacity, config.num_full_layers),
         mamba=config.mamba_pool(),
         swa_kv_pool=swa_kv_pool,
+        extra=extra_pools,
     )
     settings = CacheSettings(
         page_size=ps,
@@ -125,11 +146,15 @@ def build_cache(config: CacheConfig | None = None) -> UnifiedRadixCache:
         sliding_window=config.sliding_window,
         mamba_cache_chunk_size=config.mamba_cache_chunk_size,
         mamba_max_states_per_path=config.mamba_max_states_per_path,
+        enable_session_cache=config.enable_session_cache,
     )
+    components = [*config.components(), *extra_specs]
+    if config.disable_radix_cache:
+        return DisabledRadixCache(pools, settings, components, registry=registry)
     if not config.has_host_tier:
-        return UnifiedRadixCache(pools, settings, config.components())
+        return UnifiedRadixCache(pools, settings, components, registry=registry)
     cache = UnifiedRadixCache(
-        pools, settings, config.components(), {ComponentType.FULL: HostFullComponent}
+        pools, settings, components, {ComponentType.FULL: HostFullComponent}, registry=registry
     )
     attach_host_tier(cache, config)
     return cache

@@ -41,6 +41,7 @@ def cache_finished_req(cache: UnifiedRadixCache, req: Req, is_insert: bool) -> N
     if is_insert:
         result = _insert_req(cache, req, row, key, finished=True)
         owned_from = cache.tree.prefix_len(result.last_device_node)
+        cache.sessions.register(req.session_id, result.last_device_node)
     tail = cache.pools.req_to_token_pool.read(row, owned_from, req.kv_allocated_len)
     if tail.shape[0]:
         cache.pools.kv_allocator.free(tail)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -30,6 +31,12 @@ class ComponentType(enum.IntEnum):
     MAMBA = 2
 
 
+ComponentKey = ComponentType | str
+"""What names a component of a cache: a built-in `ComponentType`, or the name a component
+class from outside the package declares as its `component_type` and registers under
+(`uniradix.components.registry`)."""
+
+
 class FreeKind(enum.Enum):
     """Which pool memory a `FreeSlots` action gives back."""
 
@@ -50,7 +57,7 @@ class FreeSlots:
     construction (checked by `check_invariants`), so the allocator skips re-deriving that
     (a sort of the whole array) and only checks that every page is still allocated."""
 
-    kind: FreeKind
+    kind: FreeKind | str  # a str: the extra pool of that name (`CachePools.extra`)
     indices: Slots
     node_value: bool = False
 
@@ -72,6 +79,10 @@ class CacheSettings:
     mamba_cache_chunk_size: int = 1
     mamba_max_states_per_path: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # Sessions (`uniradix.sessions`): keep finished turns' context covered between turns;
+    # remember this many released session ids (a late turn of one does not re-cover it).
+    enable_session_cache: bool = False
+    session_closed_memory: int = 8192
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +133,8 @@ class InsertParams:
     priority: int = 0
     mamba_value: torch.Tensor | None = None
     swa_evicted_seqlen: int = 0
+    # values of components registered from outside, by component name (their own pools)
+    extra_values: Mapping[str, torch.Tensor] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +149,7 @@ class EvictParams:
     num_tokens: int = 0
     swa_num_tokens: int = 0
     mamba_num: int = 0
+    extra: Mapping[str, int] | None = None  # units per external component, by name
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +157,7 @@ class EvictResult:
     num_tokens_evicted: int = 0
     swa_num_tokens_evicted: int = 0
     mamba_num_evicted: int = 0
+    extra_evicted: Mapping[str, int] | None = None  # set when the cache has external ones
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,8 +172,8 @@ class IncLockRefResult:
     receipt_id: int
     node: TreeNode
     delta: int
-    component_lock_uuids: dict[ComponentType, int | None]
-    skipped_lock_components: tuple[ComponentType, ...] = ()
+    component_lock_uuids: dict[ComponentKey, int | None]
+    skipped_lock_components: tuple[ComponentKey, ...] = ()
 
     def to_dec_params(self) -> DecLockRefParams:
         return DecLockRefParams(self.receipt_id, self.node)
@@ -205,3 +220,4 @@ class Req:
     mamba_next_track_idx: int = 0
     mamba_last_track_seqlen: int | None = None
     mamba_prev_track_seqlen: int | None = None
+    session_id: str | None = None  # with the session cache, a finished turn covers its leaf

@@ -29,6 +29,7 @@ SMALL = {
     "shared_prefix": dict(max_requests=40),
     "multi_turn": dict(max_requests=48),
     "agentic": dict(max_requests=40),
+    "agentic_interfered": dict(max_requests=40),
     "long_doc_qa": dict(max_requests=12),
     "random": dict(max_requests=24),
 }

@@ -16,6 +16,7 @@ evict      `eviction_priority`, `eviction_candidates`, `evict_node` (required)
 lock       `lock` / `unlock` (required), returning and taking a boundary marker;
            `release_window_lock` (early release while other components stay locked)
 requests   `free_out_of_window` (slots of a running request no longer needed)
+sessions   `session_coverage` (what a session's next turn needs kept, from its last leaf)
 checks     `check_invariants`
 =========  ==============================================================================
 """
@@ -23,13 +24,14 @@ checks     `check_invariants`
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from uniradix.tree.core import MatchWalk, TreeCore, Validator
 from uniradix.tree.node import TreeNode
 from uniradix.types import (
     CacheSettings,
+    ComponentKey,
     ComponentType,
     FreeSlots,
     InsertParams,
@@ -43,7 +45,8 @@ if TYPE_CHECKING:
 
 
 class TreeComponent(ABC):
-    component_type: ClassVar[ComponentType]
+    # A built-in type, or (a component from outside the package) the name it registers under.
+    component_type: ClassVar[ComponentKey]
 
     def __init__(self, index: int, tree: TreeCore, settings: CacheSettings) -> None:
         self.index = index
@@ -54,7 +57,8 @@ class TreeComponent(ABC):
 
     @property
     def name(self) -> str:
-        return self.component_type.name.lower()
+        ct = self.component_type
+        return ct.name.lower() if isinstance(ct, ComponentType) else ct
 
     def reset(self) -> None:
         self.evictable_tokens = 0
@@ -143,7 +147,7 @@ class TreeComponent(ABC):
 
     # ------------------------------------------------------------------ evict
     @abstractmethod
-    def eviction_priority(self, is_leaf: bool) -> int:
+    def eviction_priority(self, is_leaf: bool) -> float:
         """Evicting this component on a node also evicts components of lower or equal
         priority there (cascade)."""
 
@@ -177,6 +181,13 @@ class TreeComponent(ABC):
         never read again; `row` is the request's slots for positions `[0, kv_committed_len)`.
         Returns the number of slots freed."""
         return 0
+
+    # ------------------------------------------------------------------ sessions
+    def session_coverage(self, leaf: TreeNode) -> Iterable[TreeNode]:
+        """Nodes whose data of this component a session anchored at `leaf` keeps for its
+        next turn (evicted after every uncovered node). Default: the whole path, as attention
+        over every token needs."""
+        return self.tree.path_to_root(leaf)
 
     # ------------------------------------------------------------------ checks
     def check_invariants(self, errors: list[str]) -> None:

@@ -20,7 +20,7 @@ matched state into a request's own slot, belong to the cache (`uniradix.cache_ma
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -157,6 +157,11 @@ class MambaComponent(TreeComponent):
         d.lock_ref -= 1
         if d.lock_ref == 0 and d.value is not None:
             self._protect(-1)
+
+    # ------------------------------------------------------------------ sessions
+    def session_coverage(self, leaf: TreeNode) -> Iterable[TreeNode]:
+        """Only the state the next turn resumes from: the leaf's."""
+        return () if leaf is self.tree.root else (leaf,)
 
     # ------------------------------------------------------------------ checks
     def check_invariants(self, errors: list[str]) -> None:

@@ -24,7 +24,7 @@ tokens before the end); matching the first 8 gives 0 (the boundary sits in a gap
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -321,6 +321,16 @@ class SWAComponent(TreeComponent):
             return 0
         actions.append(FreeSlots(FreeKind.SWA, row[lo:start]))
         return start - lo
+
+    # ------------------------------------------------------------------ sessions
+    def session_coverage(self, leaf: TreeNode) -> Iterable[TreeNode]:
+        """The window the next turn reads, plus one page before the leaf."""
+        limit, covered = self.window + self.settings.page_size, 0
+        for n in self.tree.path_to_root(leaf):
+            if covered >= limit:
+                break
+            yield n
+            covered += n.num_tokens
 
     # ------------------------------------------------------------------ checks
     def check_invariants(self, errors: list[str]) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -52,6 +52,7 @@ class EngineConfig:
     host_layout: str = "layer_first"
     host_engine: str = "sync"
     write_policy: str = "write_through"
+    enable_session_cache: bool = False
 
 
 @dataclass
@@ -124,12 +125,23 @@ class Engine:
         self.config = config or EngineConfig()
         self.cache = build_engine_cache(model, self.config)
 
-    def generate(self, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> GenerateResult:
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_new_tokens: int,
+        session_ids: Sequence[str | None] | None = None,
+    ) -> GenerateResult:
         """Greedy generation of `max_new_tokens` (>= 1) tokens after each prompt.
+        `session_ids[i]` (with `enable_session_cache`) keeps prompt `i`'s context covered
+        for its session's next turn, in a later `generate` call.
 
         Raises ValueError for an empty prompt, a token outside the vocabulary, or a request
         that cannot fit the full pool or `max_context_len` even alone."""
         specs = self._specs(prompts, max_new_tokens)
+        if session_ids is not None:
+            if len(session_ids) != len(specs):
+                raise ValueError(f"{len(session_ids)} session ids for {len(specs)} prompts")
+            specs = [replace(s, session_id=sid) for s, sid in zip(specs, session_ids, strict=True)]
         runner = PoolRunner(self.model, self.cache)
         metrics = EngineMetrics(self.cache, specs)
         c = self.config
@@ -223,6 +235,7 @@ def build_engine_cache(model: TinyHybridModel, config: EngineConfig) -> UnifiedR
             host_layout=config.host_layout,
             host_engine=config.host_engine,
             write_policy=config.write_policy,
+            enable_session_cache=config.enable_session_cache,
         )
     )
 

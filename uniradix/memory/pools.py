@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
 
 from uniradix.memory.allocator import TokenSlotAllocator
 from uniradix.memory.kv_pool import KVPool
@@ -11,6 +15,22 @@ from uniradix.memory.mamba_pool import MambaReqPool
 from uniradix.memory.req_pool import ReqToTokenPool
 from uniradix.memory.swa_allocator import SWASlotAllocator
 from uniradix.types import FreeKind, Slots
+
+
+class ExtraPool(Protocol):
+    """The pool of a component from outside the package (a `TokenSlotAllocator` is one):
+    what the cache needs to free its slots and to check its accounting."""
+
+    @property
+    def capacity(self) -> int: ...
+
+    def available_size(self) -> int: ...
+
+    def free(self, indices: Slots, node_value: bool = False) -> None: ...
+
+    def is_allocated(self, indices: Slots) -> npt.NDArray[np.bool_]: ...
+
+    def reset(self) -> None: ...
 
 
 @dataclass
@@ -24,10 +44,12 @@ class CachePools:
     kv_pool: KVPool | None = None
     mamba: MambaReqPool | None = None
     swa_kv_pool: KVPool | None = None
+    # pools of components from outside, by component name; `FreeSlots(kind=name)` frees there
+    extra: dict[str, ExtraPool] = field(default_factory=dict)
 
-    def free_functions(self) -> dict[FreeKind, Callable[[Slots, bool], None]]:
+    def free_functions(self) -> dict[FreeKind | str, Callable[[Slots, bool], None]]:
         a = self.kv_allocator
-        functions: dict[FreeKind, Callable[[Slots, bool], None]]
+        functions: dict[FreeKind | str, Callable[[Slots, bool], None]]
         if isinstance(a, SWASlotAllocator):
             functions = {
                 FreeKind.KV: a.free,
@@ -39,6 +61,8 @@ class CachePools:
             functions = {FreeKind.KV: a.free, FreeKind.KV_FULL_ONLY: a.free}
         if self.mamba is not None:
             functions[FreeKind.MAMBA] = self.mamba.allocator.free
+        for name, pool in self.extra.items():
+            functions[name] = pool.free
         return functions
 
     def capacities(self) -> dict[str, int]:
@@ -49,6 +73,8 @@ class CachePools:
             sizes["swa"] = a.swa_capacity
         if self.mamba is not None:
             sizes["mamba"] = self.mamba.allocator.capacity
+        for name, pool in self.extra.items():
+            sizes[name] = pool.capacity
         return sizes
 
     def available(self) -> dict[str, int]:
@@ -60,6 +86,8 @@ class CachePools:
             free["full"] = a.available_size()
         if self.mamba is not None:
             free["mamba"] = self.mamba.allocator.available_size()
+        for name, pool in self.extra.items():
+            free[name] = pool.available_size()
         return free
 
     def reset(self) -> None:
@@ -67,3 +95,5 @@ class CachePools:
         self.req_to_token_pool.reset()
         if self.mamba is not None:
             self.mamba.reset()
+        for pool in self.extra.values():
+            pool.reset()

@@ -20,6 +20,7 @@ from uniradix.sim.ideal import ideal_hits
 from uniradix.sim.metrics import ReplayMetrics
 from uniradix.sim.request_spec import RequestSpec
 from uniradix.sim.scheduler import Scheduler, SchedulerConfig
+from uniradix.sim.sessions import SessionListener
 from uniradix.sim.traces import load_trace
 from uniradix.sim.workloads import generate_workload
 from uniradix.types import ComponentType
@@ -59,6 +60,7 @@ class ReplayOptions:
     max_requests: int | None = None
     seed: int = 0
     check_invariants: bool = False
+    sessions: bool = False  # the session cache: sessions' contexts are evicted last
     model: ModelShape = field(default_factory=ModelShape)
     host_tokens: int | None = None
     hicache_ratio: float | None = None
@@ -116,6 +118,7 @@ def build_replay_cache(
             host_tokens=options.host_tokens,
             hicache_ratio=options.hicache_ratio,
             write_policy=options.write_policy,
+            enable_session_cache=options.sessions,
         )
     )
 
@@ -144,7 +147,9 @@ def run_replay(options: ReplayOptions) -> ReplayResult:
         options.decode_reserve_ratio,
         options.check_invariants,
     )
-    scheduler = Scheduler(cache, NullRunner(), specs, config, metrics)
+    listener = SessionListener(cache, specs, metrics)
+    listener.set_ideal(specs, ideal)
+    scheduler = Scheduler(cache, NullRunner(), specs, config, listener)
     t0 = time.perf_counter()
     try:
         scheduler.run()
@@ -154,6 +159,7 @@ def run_replay(options: ReplayOptions) -> ReplayResult:
     wall_s = time.perf_counter() - t0
     scheduler.check_invariants()
     summary = _summary(options, config_name, specs, len(loaded), ideal, metrics, scheduler)
+    summary.update(listener.summary())
     summary.update(wall_s=wall_s, ideal_s=ideal_s, requests_per_s=len(specs) / max(wall_s, 1e-9))
     ideal_rates, total_prompt, total_ideal = [], 0, 0
     for spec, hit in zip(specs, ideal, strict=True):

@@ -34,6 +34,13 @@ def markdown_summary(result: ReplayResult) -> str:
         f"host {s['hit_tokens_by_tier']['host']} |",
         f"| ideal hit tokens (unbounded cache) | {s['ideal_hit_tokens']} "
         f"({s['ideal_hit_rate']:.2%}) |",
+        f"| session follow-up turns: hit rate (unbounded cache) | "
+        f"{s['session_followup_hit_rate']:.2%} ({s['session_followup_ideal_hit_rate']:.2%}) |",
+        f"| other requests: hit rate (unbounded cache) | "
+        f"{s['other_hit_rate']:.2%} ({s['other_ideal_hit_rate']:.2%}) |",
+        f"| sessions opened / released / evicted while covered | "
+        f"{s['sessions']['opened']} / {s['sessions']['released']} / "
+        f"{s['sessions']['evicted_while_covered']} |",
         f"| decode tokens | {s['decode_tokens']} |",
         f"| retractions | {s['retractions']} ({s['recomputed_tokens']} tokens recomputed) |",
         f"| tombstones at the end | {s['tombstones']} |",

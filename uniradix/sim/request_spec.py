@@ -85,6 +85,7 @@ class RequestSpec:
     output_ids: np.ndarray
     arrival_ms: float = 0.0
     after: int | None = None
+    session_id: str | None = None  # the conversation or agent this turn belongs to
 
     def __post_init__(self) -> None:
         if self.output_ids.ndim != 1 or self.output_ids.shape[0] < 1:

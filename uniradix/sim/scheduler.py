@@ -281,7 +281,7 @@ class Scheduler:
         spec = self.specs[rid]
         previous = self._retracted.get(rid)
         tokens = previous.req.token_ids if previous else spec.prompt.token_ids().tolist()
-        req = Req(token_ids=tokens, req_pool_idx=row)
+        req = Req(token_ids=tokens, req_pool_idx=row, session_id=spec.session_id)
         match = cache.match_prefix(MatchPrefixParams(cache.make_key(tokens[:-1]), req=req))
         if pools.mamba is not None and req.mamba_pool_idx is None:
             cache.release_req_slots(req)  # no Mamba slot to be had now: wait

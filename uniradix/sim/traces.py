@@ -8,7 +8,8 @@ Mooncake JSONL, one request a line::
 partial) and map to tokens as `BlockPrompt` documents. Plain token JSONL: each line is a list
 of token ids, or an object `{"token_ids": [...], "output_length": n}`.
 
-Traces carry no output tokens: they are drawn from a generator seeded with `seed`.
+Traces carry no output tokens: they are drawn from a generator seeded with `seed`. A row of
+either format with a `session_id` (or `chat_id`) field gives its request that session id.
 """
 
 from __future__ import annotations
@@ -49,6 +50,17 @@ def _int(row: dict[str, Any], field: str, where: str, minimum: int) -> int:
     return value
 
 
+def _session_id(row: Any, where: str) -> str | None:
+    if not isinstance(row, dict):
+        return None
+    value = row.get("session_id", row.get("chat_id"))
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise ValueError(f"{where}: session_id/chat_id must be a string or integer, got {value!r}")
+    return str(value)
+
+
 def load_mooncake(
     path: str | Path,
     max_requests: int | None = None,
@@ -75,11 +87,18 @@ def load_mooncake(
         stamp = row.get("timestamp", 0)
         if not isinstance(stamp, int | float) or isinstance(stamp, bool):
             raise ValueError(f"{where}: timestamp must be a number, got {stamp!r}")
-        rows.append((float(stamp), prompt, _int(row, "output_length", where, 1)))
+        out_len = _int(row, "output_length", where, 1)
+        rows.append((float(stamp), prompt, out_len, _session_id(row, where)))
     rows.sort(key=lambda r: r[0])
     return [
-        RequestSpec(rid, prompt, rng.integers(0, VOCAB_SIZE, size=out, dtype=np.int64), stamp)
-        for rid, (stamp, prompt, out) in enumerate(rows)
+        RequestSpec(
+            rid,
+            prompt,
+            rng.integers(0, VOCAB_SIZE, size=out, dtype=np.int64),
+            stamp,
+            session_id=sid,
+        )
+        for rid, (stamp, prompt, out, sid) in enumerate(rows)
     ]
 
 
@@ -112,7 +131,8 @@ def load_token_lists(
             )
         rid = len(specs)
         outputs = rng.integers(0, VOCAB_SIZE, size=out, dtype=np.int64)
-        specs.append(RequestSpec(rid, TokenPrompt(tokens), outputs, float(rid)))
+        sid = _session_id(row, where)
+        specs.append(RequestSpec(rid, TokenPrompt(tokens), outputs, float(rid), session_id=sid))
     return specs
 
 

@@ -5,6 +5,7 @@ serving traffic.
 shared_prefix  N groups x M questions; each group's questions share one system prompt
 multi_turn     conversations; turn k+1 = turn k's prompt + its answer + a new message
 agentic        tool loops: a growing context with branches (alternative calls) and retries
+agentic_interfered  agentic with bursts of one-off prompts while each tool runs
 long_doc_qa    a few long documents, many questions about each
 random         unrelated prompts (no sharing beyond chance)
 =============  ==========================================================================
@@ -16,6 +17,7 @@ arrival order. Token ids are drawn from `[0, VOCAB_SIZE)`.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -37,9 +39,17 @@ class _Builder:
     def length(self, lo: int, hi: int) -> int:
         return int(self.rng.integers(lo, hi + 1))
 
-    def add(self, prompt: np.ndarray, output_len: int, after: int | None = None) -> RequestSpec:
+    def add(
+        self,
+        prompt: np.ndarray,
+        output_len: int,
+        after: int | None = None,
+        session_id: str | None = None,
+    ) -> RequestSpec:
         rid = len(self.specs)
-        spec = RequestSpec(rid, TokenPrompt(prompt), self.tokens(output_len), float(rid), after)
+        spec = RequestSpec(
+            rid, TokenPrompt(prompt), self.tokens(output_len), float(rid), after, session_id
+        )
         self.specs.append(spec)
         return spec
 
@@ -84,7 +94,7 @@ def multi_turn(
             else:
                 prompt = np.concatenate([prev.prompt.token_ids(), prev.output_ids, message])
             after = None if prev is None else prev.rid
-            last[c] = b.add(prompt, b.length(output_len // 4, output_len), after)
+            last[c] = b.add(prompt, b.length(output_len // 4, output_len), after, f"chat{c}")
     return b.specs
 
 
@@ -97,25 +107,35 @@ def agentic(
     output_len: int = 48,
     branch_prob: float = 0.2,
     retry_prob: float = 0.15,
+    one_off_per_step: int = 0,
+    one_off_len: int = 1024,
 ) -> list[RequestSpec]:
     """Each step sends the whole context; the answer (a tool call) and the tool's result are
     appended to it. A retry resends the same context (the call failed); a branch also sends
-    the context with an alternative instruction that leads nowhere."""
+    the context with an alternative instruction that leads nowhere. The steps and retries of
+    agent `a` carry session id `agent{a}`; a branch does not continue the session (no id).
+    `one_off_per_step` unrelated prompts (no session) of up to `one_off_len` tokens arrive
+    after each agent's step, and its next step waits for the last of them: other traffic
+    served while the tool runs."""
     b = _Builder(seed)
     system = b.tokens(system_len)
     contexts = [np.concatenate([system, b.tokens(b.length(32, 128))]) for _ in range(agents)]
     last: list[int | None] = [None] * agents
     for _ in range(steps):
         for a in range(agents):
-            spec = b.add(contexts[a], b.length(output_len // 4, output_len), last[a])
+            sid = f"agent{a}"
+            spec = b.add(contexts[a], b.length(output_len // 4, output_len), last[a], sid)
             if b.rng.random() < retry_prob:
-                spec = b.add(contexts[a], b.length(output_len // 4, output_len), spec.rid)
+                spec = b.add(contexts[a], b.length(output_len // 4, output_len), spec.rid, sid)
             if b.rng.random() < branch_prob:
                 alternative = np.concatenate([contexts[a], b.tokens(b.length(8, 32))])
                 b.add(alternative, b.length(output_len // 4, output_len), last[a])
+            last[a] = spec.rid
+            for _ in range(one_off_per_step):  # served while the tool runs
+                prompt = b.tokens(b.length(one_off_len // 2, one_off_len))
+                last[a] = b.add(prompt, b.length(8, 32), spec.rid).rid
             result = b.tokens(b.length(tool_result_len // 4, tool_result_len))
             contexts[a] = np.concatenate([contexts[a], spec.output_ids, result])
-            last[a] = spec.rid
     return b.specs
 
 
@@ -151,10 +171,19 @@ def random_prompts(
     return b.specs
 
 
+def agentic_interfered(seed: int = 0, **sizes: Any) -> list[RequestSpec]:
+    """`agentic` with three long tool calls per agent, each overlapped by a burst of 16
+    one-off prompts (up to 2048 tokens): between two turns of an agent, other traffic larger
+    than a quarter of everything passes through the cache (the session cache's case)."""
+    defaults: dict[str, Any] = {"steps": 3, "one_off_per_step": 16, "one_off_len": 2048}
+    return agentic(seed, **(defaults | sizes))
+
+
 WORKLOADS: dict[str, Callable[..., list[RequestSpec]]] = {
     "shared_prefix": shared_prefix,
     "multi_turn": multi_turn,
     "agentic": agentic,
+    "agentic_interfered": agentic_interfered,
     "long_doc_qa": long_doc_qa,
     "random": random_prompts,
 }
