@@ -31,6 +31,7 @@ from uniradix.cache_mamba import MambaRequests, NoMambaRequests
 from uniradix.components.base import TreeComponent
 from uniradix.components.registry import component_class
 from uniradix.errors import InvariantError
+from uniradix.event_sink import MEDIUM_GPU, CacheEventSink
 from uniradix.eviction import evict_components
 from uniradix.insert_slots import checked_value, duplicate_frees
 from uniradix.key import RadixKey
@@ -111,6 +112,17 @@ class UnifiedRadixCache:
         self.mamba_requests = (
             MambaRequests(self) if ComponentType.MAMBA in self._by_type else NoMambaRequests()
         )
+        self.event_sink: CacheEventSink | None = None
+
+    def set_event_sink(self, sink: CacheEventSink | None) -> None:
+        """Reports full-KV stores, removes and clears to `sink` from now on (None: stop);
+        the sink also follows splits, as a split hook of the tree."""
+        hooks = self.tree.split_hooks
+        if self.event_sink is not None:
+            hooks.remove(self.event_sink)
+        self.event_sink = sink
+        if sink is not None:
+            hooks.append(sink)
 
     # ------------------------------------------------------------------ keys
     def make_key(
@@ -194,6 +206,8 @@ class UnifiedRadixCache:
             c.commit_insert(target, is_new, leaf_value, params, actions)
         if is_new:
             self.tree.update_leaf(target)
+            if self.event_sink is not None:
+                self.event_sink.on_stored(target, MEDIUM_GPU)
         self.apply(actions)
         return InsertResult(prefix_len, target, mamba_exist)
 
@@ -354,6 +368,8 @@ class UnifiedRadixCache:
             c.reset()
         self._receipts.clear()
         self.pools.reset()
+        if self.event_sink is not None:
+            self.event_sink.on_cleared()
 
     def pretty_print(self) -> str:
         text = format_tree(self)
