@@ -40,9 +40,19 @@ def page_digests(units: bytes, page_size: int, prior: bytes | None = None) -> li
         raise ValueError(f"page_size must be >= 1, got {page_size}")
     if prior is not None and len(prior) != DIGEST_BYTES:
         raise ValueError(f"prior digest must be {DIGEST_BYTES} bytes, got {len(prior)}")
-    tokens = np.frombuffer(units, dtype="<i8")
     num_pages = len(units) // (UNIT_BYTES * page_size)
+    tokens = np.frombuffer(units, dtype="<i8", count=num_pages * page_size)
     digests: list[bytes] = []
+    if tokens.size and int(tokens.min()) >= 0 and int(tokens.max()) <= _U32_MAX:
+        # Every page is narrow: one conversion for all of them, then one SHA-256 per page.
+        data, step = tokens.astype("<u4").tobytes(), 4 * page_size
+        sha256 = hashlib.sha256
+        for start in range(0, len(data), step):
+            prior = sha256(
+                data[start : start + step] if prior is None else prior + data[start : start + step]
+            ).digest()
+            digests.append(prior)
+        return digests
     for p in range(num_pages):
         h = hashlib.sha256() if prior is None else hashlib.sha256(prior)
         h.update(_page_bytes(tokens[p * page_size : (p + 1) * page_size]))
