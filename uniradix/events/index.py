@@ -15,6 +15,7 @@ page by page.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -217,3 +218,23 @@ class KVEventIndex:
         if self._ctx is not None:
             self._ctx.term()
             self._ctx = None
+
+
+class IndexPublisher:
+    """An `EventPublisher` that applies each batch to a `KVEventIndex` in-process, as
+    `instance`, with consecutive sequence numbers (a simulated router's subscription)."""
+
+    def __init__(self, index: KVEventIndex, instance: str) -> None:
+        self.index = index
+        self.instance = instance
+        self.published = 0
+        self.dropped = 0
+        index.add_instance(instance)
+
+    def publish(self, events: list[KVEvent]) -> bool:
+        self.index.apply(self.instance, KVEventBatch(time.time(), events, 0), self.published)
+        self.published += 1
+        return True
+
+    def close(self) -> None:
+        return

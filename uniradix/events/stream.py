@@ -36,6 +36,7 @@ class KVEventStream:
         publisher needs a resync); returns them."""
         events = self.recorder.take_events()
         resync: list[KVEvent] | None = None
+        handed = 0  # events in the largest batch handed on (counted once, not per publisher)
         for i, publisher in enumerate(self.publishers):
             batch = events
             if self._resync[i]:
@@ -47,7 +48,8 @@ class KVEventStream:
                 continue
             self._resync[i] = not publisher.publish(batch)
             if not self._resync[i]:
-                self.events_published += len(batch)
+                handed = max(handed, len(batch))
+        self.events_published += handed
         return events
 
     @property
