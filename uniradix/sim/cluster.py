@@ -121,7 +121,9 @@ class Cluster:
         self.index = KVEventIndex(ps)
         names = [f"instance-{i}" for i in range(num_instances)]
         self.router_name = router
-        self.router = make_router(router, self.index, names)
+        self.router = make_router(
+            router, self.index, names, recent=num_instances * options.max_running
+        )
         config = SchedulerConfig(
             options.max_running,
             options.chunk_size,
