@@ -28,7 +28,14 @@ import zmq
 from benchmarks.ops import play
 from benchmarks.streams import StreamSpec, requests
 from benchmarks.uniradix_side import FullAdapter, build_full
-from uniradix.events import BlockStored, KVEventsConfig, KVEventStream, ZmqEventPublisher
+from uniradix.events import (
+    BlockStored,
+    KVEventsConfig,
+    KVEventStream,
+    NullEventPublisher,
+    ZmqEventPublisher,
+)
+from uniradix.events.types import KVEvent
 from uniradix.sim.cluster import run_cluster
 from uniradix.sim.replay import ReplayOptions
 from uniradix.types import InsertResult
@@ -42,16 +49,33 @@ CACHE_OPS = ("match", "lock", "evict", "alloc", "insert", "unlock")
 class EventsAdapter(FullAdapter):
     """FullAdapter whose cache publishes KV events; flushes once per request (a step)."""
 
-    def __init__(self, adapter: FullAdapter) -> None:
+    def __init__(self, adapter: FullAdapter, use_zmq: bool) -> None:
         super().__init__(adapter.cache)
         config = KVEventsConfig(endpoint="tcp://127.0.0.1:*")
-        self.stream = KVEventStream(self.cache, [ZmqEventPublisher(config)])
+        publisher = ZmqEventPublisher(config) if use_zmq else NullEventPublisher()
+        self.stream = KVEventStream(self.cache, [publisher])
         self.flush_ns: list[int] = []
 
     def after_insert(self, result: InsertResult, state: Any) -> None:
         t0 = time.perf_counter_ns()
         self.stream.flush()
         self.flush_ns.append(time.perf_counter_ns() - t0)
+
+
+class IdleSink:
+    """A sink that ignores every report: the hook sites' own cost, nothing downstream."""
+
+    def on_stored(self, node: Any, medium: str) -> None:
+        return
+
+    def on_removed(self, node: Any, medium: str) -> None:
+        return
+
+    def on_cleared(self) -> None:
+        return
+
+    def redistribute_on_split(self, parent: Any, child: Any, split_len: int) -> None:
+        return
 
 
 def _op_totals(result: dict[str, Any]) -> tuple[float, int]:
@@ -67,17 +91,24 @@ def bench_ops(rounds: int) -> dict[str, Any]:
     }
     out: dict[str, Any] = {}
     for name, (spec, pool) in streams.items():
-        runs: dict[str, list[dict[str, Any]]] = {"off": [], "on": []}
+        runs: dict[str, list[dict[str, Any]]] = {"off": [], "hook": [], "on": [], "on_null": []}
         for _ in range(rounds):
-            for mode in ("off", "on"):
+            for mode in runs:
                 adapter = build_full(16, pool)
-                if mode == "on":
-                    adapter = EventsAdapter(adapter)
+                if mode == "hook":
+                    adapter.cache.set_event_sink(IdleSink())
+                elif mode != "off":
+                    adapter = EventsAdapter(adapter, use_zmq=mode == "on")
                 result = play(adapter, requests(spec))
                 total_ms, count = _op_totals(result)
                 run = {"cache_ops_ms": total_ms, "ops": count, "hit_rate": result["hit_rate"]}
                 run["requests"] = result["requests"]
-                run["insert_median_us"] = result["ops"]["insert"]["median_us"]
+                run["median_us"] = {
+                    op: v["median_us"] for op, v in result["ops"].items() if op in CACHE_OPS
+                }
+                run["counts"] = {
+                    op: v["count"] for op, v in result["ops"].items() if op in CACHE_OPS
+                }
                 if isinstance(adapter, EventsAdapter):
                     run["flush_ms"] = sum(adapter.flush_ns) / 1e6
                     run["events"] = adapter.stream.events_published
@@ -86,8 +117,20 @@ def bench_ops(rounds: int) -> dict[str, Any]:
         off = statistics.median(r["cache_ops_ms"] for r in runs["off"])
         on = statistics.median(r["cache_ops_ms"] for r in runs["on"])
         flush = statistics.median(r["flush_ms"] for r in runs["on"])
+        # Per call, robust to a noisy machine: each op's median over the rounds' medians,
+        # weighted by its call count.
+        typical = {
+            mode: sum(
+                statistics.median(r["median_us"][op] for r in runs[mode]) * count
+                for op, count in runs[mode][0]["counts"].items()
+            )
+            for mode in runs
+        }
         out[name] = {
             "runs": runs,
+            "median_weighted_overhead": typical["on"] / typical["off"] - 1,
+            "median_weighted_overhead_hook_only": typical["hook"] / typical["off"] - 1,
+            "median_weighted_overhead_null_publisher": typical["on_null"] / typical["off"] - 1,
             "per_op_us_off": 1000 * off / runs["off"][0]["ops"],
             "per_op_us_on": 1000 * on / runs["on"][0]["ops"],
             "cache_ops_overhead": on / off - 1,
@@ -123,7 +166,7 @@ def bench_publisher(num_batches: int, events_per_batch: int) -> dict[str, Any]:
     reader = threading.Thread(target=count)
     reader.start()
     event = BlockStored([1, 2, 3, 4], 5, list(range(64)), 16, None, "GPU", None, group_idx=0)
-    batch = [event] * events_per_batch
+    batch: list[KVEvent] = [event] * events_per_batch
     t0 = time.perf_counter()
     for _ in range(num_batches):
         publisher.publish(batch)

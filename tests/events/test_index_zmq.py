@@ -9,7 +9,7 @@ import time
 import pytest
 
 from tests.events.oracle import cached_hashes
-from tests.events.zmq_helpers import WAIT_MS, loopback_publisher
+from tests.events.zmq_helpers import WAIT_MS, loopback_publisher, published
 from tests.helpers import insert_fresh, make_cache
 from uniradix import EvictParams
 from uniradix.events import AllBlocksCleared, BlockStored, KVEventBatch, encode_batch
@@ -25,6 +25,7 @@ def test_two_publishers_replay_and_prefix_lengths() -> None:
     try:
         for s in streams:
             s.flush()  # seq 0, before anyone subscribed: only replay can bring it
+            published(s.publishers[0])  # type: ignore[arg-type]  # (waits until it is sent)
         for name, s in zip("ab", streams, strict=True):
             pub = s.publishers[0]
             index.subscribe(name, pub.endpoint, pub.replay_endpoint)  # type: ignore[attr-defined]

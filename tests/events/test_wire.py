@@ -146,3 +146,20 @@ def test_full_queue_drops_counts_and_resyncs(monkeypatch: pytest.MonkeyPatch) ->
     assert isinstance(last[0], AllBlocksCleared)
     assert sorted(e.token_ids for e in last[1:]) == [[1, 2], [3, 4], [5, 6]]  # type: ignore[union-attr]
     assert stream.resyncs == 2
+
+
+def test_wide_pages_hash_their_tagged_int64_bytes() -> None:
+    """Pages with a unit beyond uint32 (the Mooncake stream's output ids) hash `0xff` and
+    the units as int64 LE; the narrow pages around them keep the uint32 encoding."""
+    import hashlib
+
+    from uniradix import RadixKey
+    from uniradix.page_hash import page_digests
+
+    big = (1 << 32) + 5
+    got = page_digests(RadixKey([1, 2, big, 3, 4, 5]).units, 2)
+    d0 = hashlib.sha256(b"\x01\x00\x00\x00\x02\x00\x00\x00").digest()
+    wide = b"\xff" + big.to_bytes(8, "little") + (3).to_bytes(8, "little")
+    d1 = hashlib.sha256(d0 + wide).digest()
+    d2 = hashlib.sha256(d1 + b"\x04\x00\x00\x00\x05\x00\x00\x00").digest()
+    assert got == [d0, d1, d2]
