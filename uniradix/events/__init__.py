@@ -2,6 +2,7 @@
 `BlockStored` / `BlockRemoved` / `AllBlocksCleared` batches over ZeroMQ, and an index that
 subscribes to them (`reference/kv_events.md`)."""
 
+from uniradix.events.index import IndexPublisher, KVEventIndex
 from uniradix.events.publisher import KVEventsConfig, NullEventPublisher, ZmqEventPublisher
 from uniradix.events.recorder import EventRecorder
 from uniradix.events.stream import KVEventStream
@@ -14,7 +15,9 @@ __all__ = [
     "BlockRemoved",
     "BlockStored",
     "EventRecorder",
+    "IndexPublisher",
     "KVEventBatch",
+    "KVEventIndex",
     "KVEventStream",
     "KVEventsConfig",
     "NullEventPublisher",
