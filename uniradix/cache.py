@@ -36,6 +36,7 @@ from uniradix.components.registry import (
     normalize_key,
 )
 from uniradix.errors import InvariantError
+from uniradix.event_sink import MEDIUM_GPU, CacheEventSink
 from uniradix.eviction import evict_components
 from uniradix.insert_slots import checked_value, duplicate_frees
 from uniradix.key import RadixKey
@@ -137,6 +138,17 @@ class UnifiedRadixCache:
             if settings.enable_session_cache
             else NullSessions()
         )
+        self.event_sink: CacheEventSink | None = None
+
+    def set_event_sink(self, sink: CacheEventSink | None) -> None:
+        """Reports full-KV stores, removes and clears to `sink` from now on (None: stop);
+        the sink also follows splits, as a split hook of the tree."""
+        hooks = self.tree.split_hooks
+        if self.event_sink is not None:
+            hooks.remove(self.event_sink)
+        self.event_sink = sink
+        if sink is not None:
+            hooks.append(sink)
 
     # ------------------------------------------------------------------ keys
     def make_key(
@@ -221,6 +233,8 @@ class UnifiedRadixCache:
             c.commit_insert(target, is_new, leaf_value, params, actions)
         if is_new:
             self.tree.update_leaf(target)
+            if self.event_sink is not None:
+                self.event_sink.on_stored(target, MEDIUM_GPU)
         self.apply(actions)
         if self.host_tier.enabled:
             self.host_tier.after_insert(target)
@@ -400,6 +414,8 @@ class UnifiedRadixCache:
         self._receipts.clear()
         self.pools.reset()
         self.host_tier.reset()
+        if self.event_sink is not None:
+            self.event_sink.on_cleared()
 
     def pretty_print(self) -> str:
         text = format_tree(self)

@@ -5,6 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from uniradix.sim.replay import ReplayOptions
 
 
 def _replay_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -54,6 +58,39 @@ def _replay_parser(commands: argparse._SubParsersAction) -> None:  # type: ignor
     p.add_argument("--json", action="store_true", help="print only the JSON summary")
     p.add_argument("--report", metavar="DIR", help="write summary.json, summary.md, plots")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    _cluster_arguments(p)
+
+
+def _cluster_arguments(p: argparse.ArgumentParser) -> None:
+    from uniradix.events.wire import WIRE_SHAPES
+    from uniradix.sim.router import ROUTERS
+
+    p.add_argument("--instances", type=int, default=1, help="instances behind a router")
+    p.add_argument("--router", choices=ROUTERS, default="round-robin")
+    p.add_argument("--kv-events", metavar="ENDPOINT", help="publish KV events (ZMQ PUB)")
+    p.add_argument("--kv-events-replay", metavar="ENDPOINT", help="replay ROUTER endpoint")
+    p.add_argument("--kv-events-wire", choices=WIRE_SHAPES, default="map")
+    p.add_argument("--kv-events-topic", default="", help="e.g. kv@{pod}@{model} for llm-d")
+
+
+def _cluster(args: argparse.Namespace, options: ReplayOptions) -> int:
+    import json
+
+    from uniradix.events.publisher import KVEventsConfig
+    from uniradix.sim.cluster import cluster_text, run_cluster
+
+    kv_events = None
+    if args.kv_events:
+        kv_events = KVEventsConfig(
+            endpoint=args.kv_events,
+            replay_endpoint=args.kv_events_replay,
+            wire=args.kv_events_wire,
+            topic=args.kv_events_topic,
+            model=args.config,
+        )
+    summary = run_cluster(options, args.instances, args.router, kv_events)
+    print(json.dumps(summary) if args.json else cluster_text(summary))
+    return 0
 
 
 def _replay(args: argparse.Namespace) -> int:
@@ -78,6 +115,8 @@ def _replay(args: argparse.Namespace) -> int:
             ),
             progress=not args.no_progress,
         )
+        if args.instances != 1 or args.router != "round-robin" or args.kv_events:
+            return _cluster(args, options)
         result = run_replay(options)
     except InvariantError as exc:
         print(f"uniradix replay: {exc}", file=sys.stderr)
@@ -179,12 +218,27 @@ def _generate(args: argparse.Namespace) -> int:
     return status
 
 
+def _events_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = commands.add_parser(
+        "events",
+        help="print a live KV event stream, decoded",
+        description="Subscribe to a KV event publisher (vLLM, SGLang or uniradix) and print "
+        "each batch as one JSON line, whatever its wire shape.",
+    )
+    p.add_argument("--listen", metavar="ENDPOINT", required=True, help="e.g. tcp://host:5557")
+    p.add_argument("--topic", default="", help="topic prefix to subscribe to")
+    p.add_argument("--count", type=int, help="stop after N batches")
+    p.add_argument("--timeout", type=float, help="stop after N seconds without a batch")
+    p.add_argument("--bind", action="store_true", help="bind ENDPOINT (publishers connect)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="uniradix", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("demo", help="a few requests sharing prefixes, narrated")
     _replay_parser(commands)
     _generate_parser(commands)
+    _events_parser(commands)
     args = parser.parse_args(argv)
     if args.command == "demo":
         from uniradix.demo import run_demo
@@ -193,6 +247,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "generate":
         return _generate(args)
+    if args.command == "events":
+        from uniradix.events.listen import listen
+
+        listen(args.listen, args.topic, args.count, args.timeout, bind=args.bind)
+        return 0
     return _replay(args)
 
 

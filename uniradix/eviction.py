@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from uniradix.event_sink import MEDIUM_GPU
 from uniradix.types import ComponentType, EvictParams, EvictResult, FreeSlots
 
 if TYPE_CHECKING:
@@ -67,6 +68,8 @@ def evict_components(cache: UnifiedRadixCache, params: EvictParams) -> EvictResu
 def _evict_leaf(
     cache: UnifiedRadixCache, node: TreeNode, actions: list[FreeSlots], tracker: list[int]
 ) -> None:
+    if cache.event_sink is not None:
+        cache.event_sink.on_removed(node, MEDIUM_GPU)
     for c in reversed(cache.components):
         if c.has_value(node):
             tracker[c.index] += c.evict_node(node, actions)

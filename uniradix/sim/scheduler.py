@@ -122,6 +122,19 @@ class Scheduler:
         while not self.done:
             self.step()
 
+    def submit(self, spec: RequestSpec) -> None:
+        """Adds a request arriving now (a router hands it on); it must be numbered next
+        (`spec.rid == len(self.specs)`) and wait, if at all, on a request of this scheduler."""
+        rid = len(self.specs)
+        if spec.rid != rid or (spec.after is not None and not 0 <= spec.after < rid):
+            raise ValueError(f"submit: spec rid={spec.rid} after={spec.after}, next rid is {rid}")
+        self.specs.append(spec)
+        self._finished.append(False)
+        if spec.after is None or self._finished[spec.after]:
+            heapq.heappush(self._ready, rid)
+        else:
+            self._blocked.setdefault(spec.after, []).append(rid)
+
     def step(self) -> None:
         """One scheduling step (a prefill batch, else a decode batch), then the checks."""
         host = self.cache.host_tier  # commit the host tier's finished transfers

@@ -1,0 +1,109 @@
+"""Random traffic through the scheduler on every config: after every step the published
+stream keeps its contract and the index, fed the decoded bytes, equals the cache's actual
+full-KV content."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.events.oracle import StrictStream, cached_hashes
+from tests.sim.specs import spec
+from uniradix import CacheConfig, EvictParams, build_cache
+from uniradix.events import NullEventPublisher, encode_batch
+from uniradix.events.index import KVEventIndex
+from uniradix.events.stream import KVEventStream
+from uniradix.sim.batch import NullListener
+from uniradix.sim.replay import NullRunner
+from uniradix.sim.scheduler import Scheduler, SchedulerConfig
+
+
+class Checker(NullListener):
+    def __init__(self, stream: KVEventStream, index: KVEventIndex, wire: str) -> None:
+        self.stream, self.index, self.wire = stream, index, wire
+        self.strict = StrictStream(index.block_size)
+        self.seq = 0
+
+    def check(self) -> None:
+        self.stream.flush()
+        events: list[Any] = []
+        for batch in self.sent:
+            payload = encode_batch(batch, 0.0, 0, self.wire)
+            self.index.apply("a", payload, self.seq)
+            self.seq += 1
+            events.extend(batch)
+        self.sent.clear()
+        self.strict.apply(events)
+        cache = self.stream.cache
+        assert self.index.blocks("a") == cached_hashes(cache) == set(self.strict.parent)
+        assert self.index.stats.orphan_stores == 0
+
+    def on_step(self, scheduler: Scheduler) -> None:
+        self.check()
+
+
+class Capture(NullEventPublisher):
+    def __init__(self, sink: list[Any]) -> None:
+        super().__init__()
+        self.sink = sink
+
+    def publish(self, events: list[Any]) -> bool:
+        self.sink.append(events)
+        return super().publish(events)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    config=st.sampled_from(["full", "swa", "mamba", "hybrid"]),
+    wire=st.sampled_from(["map", "vllm-array", "sglang-array"]),
+    prompts=st.lists(st.lists(st.integers(0, 2), min_size=1, max_size=40), min_size=1, max_size=8),
+    outputs=st.lists(st.integers(1, 12), min_size=8, max_size=8),
+    page_size=st.sampled_from([1, 2, 4]),
+    full_pages=st.integers(24, 48),
+    window=st.integers(1, 8),
+    max_running=st.integers(1, 3),
+    chunk_pages=st.integers(1, 6),
+    reset_midway=st.booleans(),
+)
+def test_index_follows_the_cache(  # type: ignore[no-untyped-def]
+    config, wire, prompts, outputs, page_size, full_pages, window, max_running, chunk_pages,
+    reset_midway,
+) -> None:  # fmt: skip
+    full_tokens = full_pages * page_size
+    swa, mamba = config in ("swa", "hybrid"), config in ("mamba", "hybrid")
+    cache = build_cache(
+        CacheConfig(
+            full_tokens=full_tokens,
+            page_size=page_size,
+            max_context_len=256,
+            sliding_window=window if swa else None,
+            swa_tokens=full_tokens // 2 if swa else None,
+            mamba_slots=12 if mamba else None,
+            mamba_extra_buffer=mamba and page_size > 1,
+        )
+    )
+    sent: list[Any] = []
+    stream = KVEventStream(cache, [Capture(sent)])
+    checker = Checker(stream, KVEventIndex(page_size), wire)
+    checker.sent = sent  # type: ignore[attr-defined]
+    limit = full_tokens // 2
+    fitting = [(p, n) for p, n in zip(prompts, outputs, strict=False) if len(p) + n <= limit]
+    specs = [spec(i, p, [7] * n) for i, (p, n) in enumerate(fitting)] or [spec(0, [1], [1])]
+    for round_ in range(2 if reset_midway else 1):
+        scheduler = Scheduler(
+            cache,
+            NullRunner(),
+            specs,
+            SchedulerConfig(max_running, chunk_pages * page_size, 0.0, check_invariants=True),
+            checker,
+        )
+        scheduler.run()
+        if reset_midway and round_ == 0:
+            cache.reset()
+            checker.check()
+    cache.evict(EvictParams(num_tokens=full_tokens, swa_num_tokens=full_tokens, mamba_num=12))
+    checker.check()
+    cache.check_invariants({"full": 0, "swa": 0, "mamba": 0, "req": 0})
+    assert checker.index.blocks("a") == set()

@@ -1,0 +1,240 @@
+"""KVEventIndex: a router's view of what every instance caches, built only from the KV
+events they publish (the job of llm-d's KV block index or Dynamo's indexer).
+
+Per instance it keeps the published block hashes per medium and namespace (`lora_name`).
+It is fed in-process (`apply`) or subscribes to publishers over ZeroMQ (`subscribe`, then
+`poll`). Sequence numbers are checked per instance: a gap is filled from the publisher's
+replay socket when it has one and the ring still holds the missing batches; otherwise the
+instance is cleared (it then under-reports, never over-reports, until stores arrive again).
+A sequence number going back means the publisher restarted: the instance is cleared.
+
+`prefix_lengths(tokens)` answers, per instance, how many leading tokens it holds: the
+request's pages are hashed with the publishers' chain (`uniradix.page_hash`) and matched
+page by page.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import zmq
+
+from uniradix.event_sink import MEDIUM_GPU
+from uniradix.events.types import AllBlocksCleared, BlockStored, KVEvent, KVEventBatch
+from uniradix.events.wire import decode_batch
+from uniradix.page_hash import digest_to_int64, page_digests, salt_seed
+
+REPLAY_WAIT_MS = 2000
+
+
+@dataclass
+class IndexStats:
+    batches: int = 0
+    gaps: int = 0  # sequence gaps seen
+    replayed: int = 0  # batches recovered by replay
+    resets: int = 0  # instances cleared for a gap that replay could not fill, or a restart
+    orphan_stores: int = 0  # stores whose parent the instance does not hold (dropped)
+
+
+@dataclass
+class _Instance:
+    blocks: dict[tuple[str, str | None], set[int]] = field(default_factory=dict)
+    next_seq: int | None = None
+    sub: zmq.Socket[bytes] | None = None
+    replay_endpoint: str | None = None
+
+
+class KVEventIndex:
+    def __init__(self, block_size: int, cache_salt: str | None = None) -> None:
+        if block_size < 1:
+            raise ValueError(f"block_size must be >= 1, got {block_size}")
+        self.block_size = block_size
+        self._seed = salt_seed(cache_salt)
+        self._instances: dict[str, _Instance] = {}
+        self.stats = IndexStats()
+        self._ctx: zmq.Context[zmq.Socket[bytes]] | None = None
+        self._poller = zmq.Poller()
+        self._by_socket: dict[zmq.Socket[bytes], str] = {}
+
+    @property
+    def instances(self) -> list[str]:
+        return list(self._instances)
+
+    def add_instance(self, instance: str) -> None:
+        self._instances.setdefault(instance, _Instance())
+
+    # ------------------------------------------------------------------ events
+    def apply(self, instance: str, batch: KVEventBatch | bytes, seq: int | None = None) -> None:
+        """Applies one batch from `instance` (decoded, or its payload in any wire shape);
+        with `seq`, checks it against the instance's sequence first."""
+        if isinstance(batch, bytes):
+            batch = decode_batch(batch)
+        inst = self._instances.setdefault(instance, _Instance())
+        if seq is not None:
+            if inst.next_seq is not None and seq < inst.next_seq:
+                self._clear(inst)  # the publisher restarted
+                self.stats.resets += 1
+            elif inst.next_seq is not None and seq > inst.next_seq:
+                self.stats.gaps += 1
+                if not self._fill_gap(instance, inst, inst.next_seq, seq):
+                    self._clear(inst)
+                    self.stats.resets += 1
+            inst.next_seq = seq + 1
+        self.stats.batches += 1
+        for event in batch.events:
+            self._apply_event(inst, event)
+
+    def _apply_event(self, inst: _Instance, event: KVEvent) -> None:
+        if isinstance(event, AllBlocksCleared):
+            self._clear(inst)
+            return
+        medium = event.medium or MEDIUM_GPU
+        if isinstance(event, BlockStored):
+            blocks = inst.blocks.setdefault((medium, event.lora_name), set())
+            parent = event.parent_block_hash
+            if parent is not None and parent not in blocks:
+                self.stats.orphan_stores += 1  # as llm-d and Dynamo do: dropped
+                return
+            blocks.update(event.block_hashes)
+            return
+        for blocks in [b for (m, _), b in inst.blocks.items() if m == medium]:
+            blocks.difference_update(event.block_hashes)
+
+    @staticmethod
+    def _clear(inst: _Instance) -> None:
+        inst.blocks.clear()
+
+    # ------------------------------------------------------------------ queries
+    def blocks(
+        self, instance: str, medium: str = MEDIUM_GPU, lora_name: str | None = None
+    ) -> set[int]:
+        """The block hashes `instance` holds on `medium` (a copy)."""
+        inst = self._instances.get(instance)
+        if inst is None:
+            raise ValueError(f"unknown instance {instance!r}; known: {self.instances}")
+        return set(inst.blocks.get((medium, lora_name), ()))
+
+    def page_hashes(self, tokens: Sequence[int] | np.ndarray) -> list[int]:
+        """The published hashes of the whole pages of `tokens`."""
+        units = np.asarray(tokens, dtype="<i8").tobytes()
+        return [digest_to_int64(d) for d in page_digests(units, self.block_size, self._seed)]
+
+    def prefix_lengths(
+        self,
+        tokens: Sequence[int] | np.ndarray,
+        lora_name: str | None = None,
+        medium: str = MEDIUM_GPU,
+        hashes: list[int] | None = None,
+    ) -> dict[str, int]:
+        """Tokens of the longest cached prefix of `tokens` per instance (whole pages).
+        `hashes` may pass `page_hashes(tokens)` already computed."""
+        if hashes is None:
+            hashes = self.page_hashes(tokens)
+        out = {}
+        for name, inst in self._instances.items():
+            blocks = inst.blocks.get((medium, lora_name), set())
+            n = 0
+            for h in hashes:
+                if h not in blocks:
+                    break
+                n += 1
+            out[name] = n * self.block_size
+        return out
+
+    # ------------------------------------------------------------------ ZeroMQ
+    def subscribe(
+        self,
+        instance: str,
+        endpoint: str,
+        replay_endpoint: str | None = None,
+        topic: bytes = b"",
+    ) -> None:
+        """Connects a SUB socket to `instance`'s publisher (its replay socket, if any, fills
+        sequence gaps, including the batches sent before the subscription took effect)."""
+        if self._ctx is None:
+            self._ctx = zmq.Context()
+        inst = self._instances.setdefault(instance, _Instance())
+        if inst.sub is not None:
+            raise ValueError(f"instance {instance!r} is already subscribed")
+        sub = self._ctx.socket(zmq.SUB)
+        sub.setsockopt(zmq.LINGER, 0)
+        sub.setsockopt(zmq.SUBSCRIBE, topic)
+        sub.connect(endpoint)
+        inst.sub, inst.replay_endpoint, inst.next_seq = sub, replay_endpoint, 0
+        self._poller.register(sub, zmq.POLLIN)
+        self._by_socket[sub] = instance
+
+    def poll(self, timeout_ms: int = 0) -> int:
+        """Applies every batch that arrives within `timeout_ms`; returns how many."""
+        num = 0
+        for sock, _ in self._poller.poll(timeout_ms):
+            instance = self._by_socket[sock]
+            while sock.poll(0):
+                frames = sock.recv_multipart()
+                if len(frames) != 3:
+                    continue  # not `[topic, seq, payload]`
+                self.apply(instance, frames[2], int.from_bytes(frames[1], "big"))
+                num += 1
+        return num
+
+    def _fill_gap(self, instance: str, inst: _Instance, start: int, stop: int) -> bool:
+        """Applies batches `[start, stop)` from the replay socket; False if it cannot."""
+        if inst.replay_endpoint is None or self._ctx is None:
+            return False
+        sock = self._ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(inst.replay_endpoint)
+        try:
+            sock.send_multipart((b"", start.to_bytes(8, "big")))
+            got: list[bytes] = []
+            while sock.poll(REPLAY_WAIT_MS):
+                frames = sock.recv_multipart()
+                seq_frame, payload = frames[-2], frames[-1]  # with or without the topic frame
+                seq = int.from_bytes(seq_frame, "big", signed=True)
+                if seq == -1:
+                    break
+                if seq == start + len(got) and seq < stop:
+                    got.append(payload)
+            else:
+                return False
+        finally:
+            sock.close()
+        if len(got) != stop - start:
+            return False
+        for payload in got:
+            self.stats.batches += 1
+            self.stats.replayed += 1
+            for event in decode_batch(payload).events:
+                self._apply_event(inst, event)
+        return True
+
+    def close(self) -> None:
+        for sock in self._by_socket:
+            sock.close()
+        self._by_socket.clear()
+        if self._ctx is not None:
+            self._ctx.term()
+            self._ctx = None
+
+
+class IndexPublisher:
+    """An `EventPublisher` that applies each batch to a `KVEventIndex` in-process, as
+    `instance`, with consecutive sequence numbers (a simulated router's subscription)."""
+
+    def __init__(self, index: KVEventIndex, instance: str) -> None:
+        self.index = index
+        self.instance = instance
+        self.published = 0
+        self.dropped = 0
+        index.add_instance(instance)
+
+    def publish(self, events: list[KVEvent]) -> bool:
+        self.index.apply(self.instance, KVEventBatch(time.time(), events, 0), self.published)
+        self.published += 1
+        return True
+
+    def close(self) -> None:
+        return

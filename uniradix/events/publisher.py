@@ -1,0 +1,194 @@
+"""Event publishers: where a step's events go. `ZmqEventPublisher` speaks the vLLM / SGLang
+transport (`reference/kv_events.md` §b): a PUB socket sending `[topic, seq, payload]`, `seq`
+an 8-byte big-endian counter from 0 (+1 per batch), and an optional replay ROUTER over a
+ring of the last `buffer_steps` batches.
+
+`publish()` never blocks the scheduler: it puts the batch on a bounded queue that a
+background thread encodes and sends; a full queue drops the batch, counts it, and returns
+False (the caller then resyncs: `uniradix.events.stream`). `NullEventPublisher` counts only.
+"""
+
+from __future__ import annotations
+
+import queue
+import re
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Protocol
+
+import zmq
+
+from uniradix.events.types import KVEvent
+from uniradix.events.wire import check_wire, encode_batch
+
+END_SEQ = (-1).to_bytes(8, "big", signed=True)
+
+
+@dataclass(frozen=True)
+class KVEventsConfig:
+    """Mirrors vLLM's / SGLang's `KVEventsConfig`. `topic` may use `{pod}` and `{model}`
+    (llm-d needs `kv@{pod}@{model}`); `bind=None` binds when the endpoint has `*`, `::`,
+    or is `ipc://` / `inproc://`, else connects. Ports are offset by `dp_rank`."""
+
+    publisher: str = "zmq"
+    endpoint: str = "tcp://*:5557"
+    replay_endpoint: str | None = None
+    buffer_steps: int = 10_000
+    hwm: int = 100_000
+    max_queue_size: int = 100_000
+    topic: str = ""
+    bind: bool | None = None
+    wire: str = "map"
+    dp_rank: int = 0
+    pod: str = ""
+    model: str = ""
+
+    def __post_init__(self) -> None:
+        if self.publisher not in ("zmq", "null"):
+            raise ValueError(f"publisher must be 'zmq' or 'null', got {self.publisher!r}")
+        check_wire(self.wire)
+        for name in ("buffer_steps", "hwm", "max_queue_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.dp_rank < 0:
+            raise ValueError(f"dp_rank must be >= 0, got {self.dp_rank}")
+
+    def topic_bytes(self) -> bytes:
+        return self.topic.format(pod=self.pod, model=self.model).encode()
+
+    def binds(self, endpoint: str) -> bool:
+        if self.bind is not None:
+            return self.bind
+        return "*" in endpoint or "::" in endpoint or endpoint.startswith(("ipc://", "inproc://"))
+
+
+def offset_endpoint_port(endpoint: str, dp_rank: int) -> str:
+    """`endpoint` for data-parallel rank `dp_rank`: the TCP port + rank, or a `_dp<rank>`
+    suffix for `inproc` / `ipc` (rank 0 unchanged)."""
+    if dp_rank == 0:
+        return endpoint
+    if endpoint.startswith(("inproc://", "ipc://")):
+        return f"{endpoint}_dp{dp_rank}"
+    match = re.fullmatch(r"(tcp://.*):(\d+)", endpoint)
+    if match is None:
+        raise ValueError(f"cannot offset the port of {endpoint!r} by dp_rank={dp_rank}")
+    return f"{match.group(1)}:{int(match.group(2)) + dp_rank}"
+
+
+class EventPublisher(Protocol):
+    published: int  # batches handed on
+    dropped: int  # batches lost before that
+
+    def publish(self, events: list[KVEvent]) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+class NullEventPublisher:
+    """Publishes nothing; counts what it was given."""
+
+    def __init__(self) -> None:
+        self.published = 0
+        self.dropped = 0
+
+    def publish(self, events: list[KVEvent]) -> bool:
+        self.published += 1
+        return True
+
+    def close(self) -> None:
+        return
+
+
+class ZmqEventPublisher:
+    """PUB (+ optional replay ROUTER) publisher. Sockets are made and bound here, then used
+    only by the sender thread. `endpoint` / `replay_endpoint` are the bound addresses (a
+    `*` port resolved)."""
+
+    def __init__(self, config: KVEventsConfig) -> None:
+        self.config = config
+        self.published = 0
+        self.dropped = 0
+        self.accepted = 0  # batches queued (published once the sender thread caught up)
+        self.events_published = 0
+        self._topic = config.topic_bytes()
+        self._ctx = zmq.Context()
+        self._pub = self._ctx.socket(zmq.PUB)
+        self._pub.setsockopt(zmq.SNDHWM, config.hwm)
+        self._pub.setsockopt(zmq.LINGER, 1000)
+        endpoint = offset_endpoint_port(config.endpoint, config.dp_rank)
+        self.endpoint = self._attach(self._pub, endpoint, config.binds(endpoint))
+        self._replay: zmq.Socket[bytes] | None = None
+        self.replay_endpoint: str | None = None
+        if config.replay_endpoint is not None:
+            self._replay = self._ctx.socket(zmq.ROUTER)
+            self._replay.setsockopt(zmq.LINGER, 0)
+            replay = offset_endpoint_port(config.replay_endpoint, config.dp_rank)
+            self.replay_endpoint = self._attach(self._replay, replay, True)
+        self._ring: deque[tuple[int, bytes]] = deque(maxlen=config.buffer_steps)
+        self._queue: queue.Queue[tuple[float, list[KVEvent]] | None] = queue.Queue(
+            config.max_queue_size
+        )
+        self._seq = 0
+        self._thread = threading.Thread(target=self._run, name="kv-events", daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def _attach(sock: zmq.Socket[bytes], endpoint: str, bind: bool) -> str:
+        if bind:
+            sock.bind(endpoint)
+            return bytes(sock.getsockopt(zmq.LAST_ENDPOINT)).decode()
+        sock.connect(endpoint)
+        return endpoint
+
+    def publish(self, events: list[KVEvent]) -> bool:
+        """Queues one batch (stamped now); False when the queue is full and it was dropped."""
+        try:
+            self._queue.put_nowait((time.time(), events))
+        except queue.Full:
+            self.dropped += 1
+            return False
+        self.accepted += 1
+        return True
+
+    def close(self) -> None:
+        """Sends everything queued, then closes the sockets."""
+        if self._thread.is_alive():
+            self._queue.put(None)  # the stop mark
+            self._thread.join()
+        self._pub.close()
+        if self._replay is not None:
+            self._replay.close()
+        self._ctx.term()
+
+    # ------------------------------------------------------------------ sender thread
+    def _run(self) -> None:
+        rank, wire = self.config.dp_rank, self.config.wire
+        while True:
+            try:
+                item = self._queue.get(timeout=0.01)
+                if item is None:
+                    return
+                ts, events = item
+                payload = encode_batch(events, ts, rank, wire)
+                seq = self._seq.to_bytes(8, "big")
+                self._pub.send_multipart((self._topic, seq, payload))
+                self._ring.append((self._seq, payload))
+                self._seq += 1
+                self.published += 1
+                self.events_published += len(events)
+            except queue.Empty:
+                pass  # idle: serve replay requests
+            while self._replay is not None and self._replay.poll(0):
+                self._serve_replay(self._replay)
+
+    def _serve_replay(self, sock: zmq.Socket[bytes]) -> None:
+        frames = sock.recv_multipart()
+        if len(frames) != 3 or len(frames[2]) != 8:
+            return  # not `[identity, empty, start_seq]`: ignored, as vLLM and SGLang do
+        identity, start = frames[0], int.from_bytes(frames[2], "big")
+        for seq, payload in list(self._ring):
+            if seq >= start:
+                sock.send_multipart((identity, b"", self._topic, seq.to_bytes(8, "big"), payload))
+        sock.send_multipart((identity, b"", b"", END_SEQ, b""))

@@ -1,0 +1,98 @@
+"""Wire shapes of a KV event batch, as msgpack bytes (`reference/kv_events.md` §a, §f.2).
+
+- `map` (default): events are maps with a `"type"` tag, optional nulls left out; what vLLM
+  after #42892 and SGLang 0.5.23 send.
+- `vllm-array`: positional `[tag, hashes, parent, tokens, block_size, lora_id, medium]`,
+  exactly the base every positional consumer reads (the Dec-2025 llm-d manager needs
+  exactly these 6 fields); `BlockRemoved` is `[tag, hashes, medium]`.
+- `sglang-array`: the same 7 elements; a salted store appends SGLang's metadata map
+  `{"cache_salt": ...}` as an 8th.
+
+The batch is always the 3-element array `[ts, events, dp_rank]`. `decode_batch` reads every
+shape back into the map structs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from uniradix.events.types import (
+    AllBlocksCleared,
+    ArrayBlockRemoved,
+    ArrayBlockStored,
+    ArrayKVEvent,
+    ArrayKVEventBatch,
+    BlockRemoved,
+    BlockStored,
+    KVEvent,
+    KVEventBatch,
+)
+
+WIRE_SHAPES = ("map", "vllm-array", "sglang-array")
+
+_encoder = msgspec.msgpack.Encoder()
+_map_decoder = msgspec.msgpack.Decoder(KVEventBatch)
+_array_decoder = msgspec.msgpack.Decoder(ArrayKVEventBatch)
+
+
+def check_wire(wire: str) -> str:
+    if wire not in WIRE_SHAPES:
+        raise ValueError(f"unknown wire shape {wire!r}; choose from {WIRE_SHAPES}")
+    return wire
+
+
+def _positional(event: KVEvent, wire: str) -> list[Any]:
+    if isinstance(event, BlockStored):
+        out: list[Any] = [
+            "BlockStored",
+            event.block_hashes,
+            event.parent_block_hash,
+            event.token_ids,
+            event.block_size,
+            event.lora_id,
+            event.medium,
+        ]
+        if wire == "sglang-array" and event.cache_salt:
+            out.append({"cache_salt": event.cache_salt})
+        return out
+    if isinstance(event, BlockRemoved):
+        return ["BlockRemoved", event.block_hashes, event.medium]
+    return ["AllBlocksCleared"]
+
+
+def encode_batch(events: list[KVEvent], ts: float, dp_rank: int, wire: str = "map") -> bytes:
+    """The msgpack payload of one batch in the `wire` shape."""
+    if wire == "map":
+        return _encoder.encode(KVEventBatch(ts, events, dp_rank))
+    check_wire(wire)
+    return _encoder.encode([ts, [_positional(e, wire) for e in events], dp_rank])
+
+
+def _from_array(event: ArrayKVEvent) -> KVEvent:
+    if isinstance(event, ArrayBlockStored):
+        salt = (event.metadata or {}).get("cache_salt")
+        return BlockStored(
+            event.block_hashes,
+            event.parent_block_hash,
+            event.token_ids,
+            event.block_size,
+            event.lora_id,
+            event.medium,
+            None,
+            cache_salt=salt,
+        )
+    if isinstance(event, ArrayBlockRemoved):
+        return BlockRemoved(event.block_hashes, event.medium)
+    return AllBlocksCleared()
+
+
+def decode_batch(payload: bytes) -> KVEventBatch:
+    """Decodes a batch in any wire shape; raises `msgspec.DecodeError` (a `ValueError`) on
+    anything else."""
+    try:
+        return _map_decoder.decode(payload)
+    except msgspec.ValidationError:
+        batch = _array_decoder.decode(payload)
+    return KVEventBatch(batch.ts, [_from_array(e) for e in batch.events], batch.data_parallel_rank)

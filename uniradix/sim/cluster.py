@@ -1,0 +1,236 @@
+"""Multi-instance replay: N serving instances, each its own cache, pools and scheduler,
+behind a router. Every instance publishes KV events; a `KVEventIndex` built only from them
+is what the `cache-aware` router consults (and `--kv-events` also puts them on ZeroMQ).
+
+Arrivals: requests are handed to the router in arrival order while the cluster has fewer
+than `instances * max_running` outstanding (a saturated cluster, as the single replay is a
+saturated server), and a request waiting on an earlier one (a conversation's next turn) is
+routed once that one finished, wherever it ran. Then every instance takes one scheduler step,
+and its events are flushed.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from uniradix.cache import UnifiedRadixCache
+from uniradix.events.index import IndexPublisher, KVEventIndex
+from uniradix.events.publisher import EventPublisher, KVEventsConfig, ZmqEventPublisher
+from uniradix.events.stream import KVEventStream
+from uniradix.sim.batch import RunningRequest
+from uniradix.sim.metrics import ReplayMetrics
+from uniradix.sim.replay import (
+    CONFIG_COMPONENTS,
+    NullRunner,
+    ReplayOptions,
+    admissible,
+    build_replay_cache,
+    load_specs,
+)
+from uniradix.sim.router import make_router
+from uniradix.sim.scheduler import Scheduler, SchedulerConfig
+from uniradix.types import EvictResult, MatchResult
+
+
+@dataclass
+class Instance:
+    """One serving instance: its cache (own pools), scheduler, metrics and event stream.
+    `global_rids[local rid]` is the cluster-wide rid of each request it was given."""
+
+    name: str
+    cache: UnifiedRadixCache
+    scheduler: Scheduler
+    metrics: ReplayMetrics
+    stream: KVEventStream
+    global_rids: list[int] = field(default_factory=list)
+
+    @property
+    def outstanding(self) -> int:
+        return len(self.global_rids) - self.metrics.finished
+
+    def summary(self) -> dict[str, Any]:
+        m = self.metrics
+        return {
+            "name": self.name,
+            "requests": len(self.global_rids),
+            "prompt_tokens": m.prompt_tokens,
+            "hit_tokens": m.hit_tokens,
+            "hit_rate": m.hit_tokens / max(m.prompt_tokens, 1),
+            "evicted_tokens": m.evicted["full"],
+            "steps": self.scheduler.num_steps,
+            "events_published": self.stream.events_published,
+            "events_dropped": self.stream.events_dropped,
+        }
+
+
+class _Listener:
+    """Forwards an instance's scheduler reports to its metrics, flushes its events once per
+    step, and tells the cluster which requests finished."""
+
+    def __init__(self, cluster: Cluster, inst_index: int) -> None:
+        self.cluster = cluster
+        self.i = inst_index
+
+    def _inst(self) -> Instance:
+        return self.cluster.instances[self.i]
+
+    def on_admit(self, request: RunningRequest, match: MatchResult) -> None:
+        self._inst().metrics.on_admit(request, match)
+
+    def on_evict(self, result: EvictResult) -> None:
+        self._inst().metrics.on_evict(result)
+
+    def on_retract(self, request: RunningRequest) -> None:
+        self._inst().metrics.on_retract(request)
+
+    def on_finish(self, request: RunningRequest) -> None:
+        inst = self._inst()
+        inst.metrics.on_finish(request)
+        self.cluster.finished(inst.global_rids[request.spec.rid])
+
+    def on_step(self, scheduler: Scheduler) -> None:
+        inst = self._inst()
+        inst.metrics.on_step(scheduler)
+        inst.stream.flush()
+
+
+class Cluster:
+    def __init__(
+        self,
+        options: ReplayOptions,
+        num_instances: int,
+        router: str,
+        kv_events: KVEventsConfig | None = None,
+    ) -> None:
+        if num_instances < 1:
+            raise ValueError(f"instances must be >= 1, got {num_instances}")
+        if options.config not in CONFIG_COMPONENTS:
+            raise ValueError(
+                f"unknown config {options.config!r}; choose from {sorted(CONFIG_COMPONENTS)}"
+            )
+        self.options = options
+        ps = options.page_size
+        self.num_loaded = len(loaded := load_specs(options))
+        self.specs = admissible(loaded, options.full_tokens // ps * ps, ps)
+        if not self.specs:
+            raise ValueError(f"no request fits full_tokens={options.full_tokens}")
+        max_len = max(len(s.prompt) + s.output_len for s in self.specs)
+        self.index = KVEventIndex(ps)
+        names = [f"instance-{i}" for i in range(num_instances)]
+        self.router_name = router
+        self.router = make_router(
+            router, self.index, names, recent=num_instances * options.max_running
+        )
+        config = SchedulerConfig(
+            options.max_running,
+            options.chunk_size,
+            options.decode_reserve_ratio,
+            options.check_invariants,
+        )
+        self.instances: list[Instance] = []
+        for i, name in enumerate(names):
+            cache = build_replay_cache(options, options.config, -(-max_len // ps) * ps)
+            publishers: list[EventPublisher] = [IndexPublisher(self.index, name)]
+            if kv_events is not None and kv_events.publisher == "zmq":
+                publishers.append(
+                    ZmqEventPublisher(replace(kv_events, dp_rank=i, pod=kv_events.pod or name))
+                )
+            scheduler = Scheduler(cache, NullRunner(), [], config, _Listener(self, i))
+            metrics = ReplayMetrics(cache, 0, progress=False)
+            self.instances.append(
+                Instance(name, cache, scheduler, metrics, KVEventStream(cache, publishers))
+            )
+        self._ready: list[int] = []
+        self._blocked: dict[int, list[int]] = {}
+        for spec in self.specs:
+            if spec.after is None:
+                self._ready.append(spec.rid)
+            else:
+                self._blocked.setdefault(spec.after, []).append(spec.rid)
+        self._outstanding = 0
+
+    def finished(self, rid: int) -> None:
+        self._outstanding -= 1
+        for waiting in self._blocked.pop(rid, []):
+            heapq.heappush(self._ready, waiting)
+
+    def _dispatch(self) -> None:
+        window = len(self.instances) * self.options.max_running
+        while self._ready and self._outstanding < window:
+            spec = self.specs[heapq.heappop(self._ready)]
+            loads = [inst.outstanding for inst in self.instances]
+            inst = self.instances[self.router.choose(spec.prompt.token_ids(), loads)]
+            inst.scheduler.submit(replace(spec, rid=len(inst.global_rids), after=None))
+            inst.global_rids.append(spec.rid)
+            self._outstanding += 1
+
+    def run(self) -> dict[str, Any]:
+        """Replays every request; returns the summary (`router`, `instances`, `hit_rate`,
+        `load_imbalance`, `events_published`, `events_dropped`, ...)."""
+        t0 = time.perf_counter()
+        try:
+            while True:
+                self._dispatch()
+                busy = [inst for inst in self.instances if not inst.scheduler.done]
+                if not busy:
+                    break
+                for inst in busy:
+                    inst.scheduler.step()
+            for inst in self.instances:
+                inst.scheduler.check_invariants()
+        finally:
+            for inst in self.instances:
+                inst.stream.close()
+        assert not self._ready and not self._blocked, "requests left unrouted"
+        return self._summary(time.perf_counter() - t0)
+
+    def _summary(self, wall_s: float) -> dict[str, Any]:
+        per = [inst.summary() for inst in self.instances]
+        prompt = sum(p["prompt_tokens"] for p in per)
+        hits = sum(p["hit_tokens"] for p in per)
+        counts = [p["requests"] for p in per]
+        return {
+            "source": self.options.trace or self.options.workload,
+            "config": self.options.config,
+            "page_size": self.options.page_size,
+            "full_tokens_per_instance": self.options.full_tokens,
+            "router": self.router_name,
+            "instances": per,
+            "requests": sum(counts),
+            "rejected": self.num_loaded - len(self.specs),
+            "prompt_tokens": prompt,
+            "hit_tokens": hits,
+            "hit_rate": hits / max(prompt, 1),
+            "load_imbalance": max(counts) / (sum(counts) / len(counts)) if sum(counts) else 0.0,
+            "events_published": sum(p["events_published"] for p in per),
+            "events_dropped": sum(p["events_dropped"] for p in per),
+            "index": vars(self.index.stats),
+            "wall_s": wall_s,
+        }
+
+
+def run_cluster(
+    options: ReplayOptions,
+    num_instances: int,
+    router: str,
+    kv_events: KVEventsConfig | None = None,
+) -> dict[str, Any]:
+    return Cluster(options, num_instances, router, kv_events).run()
+
+
+def cluster_text(summary: dict[str, Any]) -> str:
+    lines = [
+        f"router {summary['router']}, {len(summary['instances'])} instances, "
+        f"{summary['requests']} requests: hit rate {summary['hit_rate']:.4f}, "
+        f"load imbalance {summary['load_imbalance']:.3f}, events published "
+        f"{summary['events_published']}, dropped {summary['events_dropped']}"
+    ]
+    for inst in summary["instances"]:
+        lines.append(
+            f"  {inst['name']}: {inst['requests']} requests, hit rate {inst['hit_rate']:.4f}, "
+            f"{inst['events_published']} events"
+        )
+    return "\n".join(lines)

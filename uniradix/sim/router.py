@@ -1,0 +1,116 @@
+"""Routers: which instance of a cluster gets a request. `round-robin` and `least-loaded`
+ignore what the instances cache; `cache-aware` asks a `KVEventIndex` (fed only by the
+instances' KV events, as a real router is) how much of the prompt each one holds.
+
+Load is the number of requests an instance has outstanding (queued or running).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+from uniradix.events.index import KVEventIndex
+
+ROUTERS = ("round-robin", "least-loaded", "cache-aware")
+
+
+class Router(Protocol):
+    def choose(self, tokens: np.ndarray, loads: Sequence[int]) -> int:
+        """The instance for a prompt of `tokens`, given each instance's load."""
+        ...
+
+
+class RoundRobin:
+    def __init__(self) -> None:
+        self._next = 0
+
+    def choose(self, tokens: np.ndarray, loads: Sequence[int]) -> int:
+        i = self._next % len(loads)
+        self._next += 1
+        return i
+
+
+class LeastLoaded:
+    """The least loaded instance; ties go round-robin, so an idle cluster spreads evenly."""
+
+    def __init__(self) -> None:
+        self._turn = 0
+
+    def choose(self, tokens: np.ndarray, loads: Sequence[int]) -> int:
+        n = len(loads)
+        low = min(loads)
+        self._turn += 1
+        return next(i for k in range(n) if loads[i := (self._turn + k) % n] == low)
+
+
+class CacheAware:
+    """The instance holding the longest prefix of the prompt among those whose load is
+    within `slack` requests of the least loaded (so a popular prefix cannot pile every
+    request on one instance); ties, and prompts no instance holds, go to the least loaded.
+
+    What an instance holds is what its events said, plus the pages of the last `recent`
+    prompts routed to it: those are being prefilled and will be cached before the events
+    say so (SGLang's router likewise inserts a routed prompt into its own tree at once).
+    `names` are the index's instance names, in the cluster's order.
+    """
+
+    def __init__(
+        self, index: KVEventIndex, names: Sequence[str], slack: int = 16, recent: int = 128
+    ) -> None:
+        if slack < 0 or recent < 0:
+            raise ValueError(f"slack={slack} and recent={recent} must be >= 0")
+        self.index = index
+        self.names = list(names)
+        self.slack = slack
+        self.recent = recent
+        self._routed: deque[tuple[int, list[int]]] = deque()
+        self._in_flight: list[Counter[int]] = [Counter() for _ in self.names]
+        self._fallback = LeastLoaded()
+
+    def choose(self, tokens: np.ndarray, loads: Sequence[int]) -> int:
+        hashes = self.index.page_hashes(tokens)
+        prefix = self.index.prefix_lengths(tokens, hashes=hashes)
+        held = []
+        for i, name in enumerate(self.names):
+            n = prefix.get(name, 0) // self.index.block_size
+            in_flight = self._in_flight[i]
+            while n < len(hashes) and hashes[n] in in_flight:
+                n += 1
+            held.append(n)
+        limit = min(loads) + self.slack
+        best = max((held[i], -loads[i]) for i in range(len(loads)) if loads[i] <= limit)
+        if best[0] == 0:
+            choice = self._fallback.choose(tokens, loads)
+        else:
+            choice = next(i for i in range(len(loads)) if (held[i], -loads[i]) == best)
+        self._remember(choice, hashes)
+        return choice
+
+    def _remember(self, instance: int, hashes: list[int]) -> None:
+        if not self.recent:
+            return
+        self._routed.append((instance, hashes))
+        self._in_flight[instance].update(hashes)
+        if len(self._routed) > self.recent:
+            old, old_hashes = self._routed.popleft()
+            counts = self._in_flight[old]
+            counts.subtract(old_hashes)
+            for h in old_hashes:
+                if counts[h] <= 0:
+                    del counts[h]
+
+
+def make_router(name: str, index: KVEventIndex, names: Sequence[str], recent: int = 128) -> Router:
+    """`recent`: prompts a cache-aware router remembers as in flight (the cluster's window
+    of outstanding requests)."""
+    if name == "round-robin":
+        return RoundRobin()
+    if name == "least-loaded":
+        return LeastLoaded()
+    if name == "cache-aware":
+        return CacheAware(index, names, recent=recent)
+    raise ValueError(f"unknown router {name!r}; choose from {ROUTERS}")
