@@ -143,6 +143,10 @@ class UnifiedRadixCache:
     def set_event_sink(self, sink: CacheEventSink | None) -> None:
         """Reports full-KV stores, removes and clears to `sink` from now on (None: stop);
         the sink also follows splits, as a split hook of the tree."""
+        if sink is not None and self.host_tier.enabled:
+            # Demotion, revival and load-back do not report to the sink yet: its view of
+            # the device tier would drift, so the combination is refused, not half-served.
+            raise ValueError("KV events are not yet supported on a cache with a host tier")
         hooks = self.tree.split_hooks
         if self.event_sink is not None:
             hooks.remove(self.event_sink)
