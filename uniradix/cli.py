@@ -162,11 +162,14 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="uniradix", description=__doc__)
+    from uniradix.cli_flags import OneLineParser, check_numbers
+
+    parser = OneLineParser(prog="uniradix", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("demo", help="a few requests sharing prefixes, narrated")
     _replay_parser(commands)
     _generate_parser(commands)
+    check_numbers(parser)
     args = parser.parse_args(argv)
     if args.command == "demo":
         from uniradix.demo import run_demo
