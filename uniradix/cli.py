@@ -44,10 +44,14 @@ def _replay_parser(commands: argparse._SubParsersAction) -> None:  # type: ignor
     p.add_argument("--json", action="store_true", help="print only the JSON summary")
     p.add_argument("--report", metavar="DIR", help="write summary.json, summary.md, plots")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    from uniradix.plan.command import add_budget_flags
+
+    add_budget_flags(p)
 
 
 def _replay(args: argparse.Namespace) -> int:
     from uniradix.errors import InvariantError
+    from uniradix.plan.command import add_pool_bytes, budget_options
     from uniradix.sim.compute import ModelShape
     from uniradix.sim.replay import ReplayOptions, run_replay
     from uniradix.sim.report import markdown_summary, summary_json, write_report
@@ -68,7 +72,9 @@ def _replay(args: argparse.Namespace) -> int:
             ),
             progress=not args.no_progress,
         )
+        options, sizes = budget_options(args, options)
         result = run_replay(options)
+        add_pool_bytes(result.summary, sizes)
     except InvariantError as exc:
         print(f"uniradix replay: {exc}", file=sys.stderr)
         return 1
@@ -169,6 +175,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands.add_parser("demo", help="a few requests sharing prefixes, narrated")
     _replay_parser(commands)
     _generate_parser(commands)
+    from uniradix.plan.command import add_plan_parser, run_plan_command
+
+    add_plan_parser(commands)
     check_numbers(parser)
     args = parser.parse_args(argv)
     if args.command == "demo":
@@ -178,6 +187,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "generate":
         return _generate(args)
+    if args.command == "plan":
+        return run_plan_command(args)
     return _replay(args)
 
 
