@@ -77,6 +77,13 @@ def test_replay_reports_bytes_per_pool(capsys: pytest.CaptureFixture[str]) -> No
     assert summary["config"] == "mamba"
 
 
+def test_replay_markdown_prints_bytes_and_units(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["replay", "--model", "gemma-3-27b", "--gpu-cache", "4GB", "--max-requests", "20"]
+    assert main([*argv, "--split", "full=0.3,swa=0.7"]) == 0
+    out = capsys.readouterr().out
+    assert "| swa | 70.0% | 2,799,992,832 | 6,573 tokens | 425,984 |" in out
+
+
 def test_replay_split_auto_searches(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["replay", "--model", "jamba-v0.1", "--gpu-cache", "600MB", "--max-requests", "30"]
     assert main([*argv, "--json", "--no-progress"]) == 0

@@ -150,6 +150,21 @@ def knee(budgets: list[int], hit_rates: list[float]) -> int | None:
     return budget if gap > 0 else None
 
 
+def _refinements(
+    done: dict[tuple[int, tuple[float, ...]], PlanPoint],
+    budgets: list[int],
+    pools: tuple[str, ...],
+    step: float,
+) -> list[tuple[int, Split]]:
+    """A refinement round: per budget, the neighbours of its best split so far at `step`."""
+    todo = []
+    for b in budgets:
+        leader = _best(p for (bb, _), p in done.items() if bb == b)
+        if leader is not None:
+            todo += [(b, s) for s in neighbours(Split.of(pools, leader.split), step)]
+    return todo
+
+
 def run_plan(
     base: ReplayOptions,
     model: ModelSpec,
@@ -173,28 +188,23 @@ def run_plan(
     load_specs(base)  # a bad trace fails here, once, not in every worker
     pools = model.pools()
     workers = workers or os.cpu_count() or 1
-    rounds = [splits] if splits is not None else [coarse_splits(pools, grid_step)]
-    expected = len(budgets) * (
-        len(rounds[0]) + (0 if splits else refine_rounds * 2 * (len(pools) - 1))
-    )
+    first = splits if splits is not None else coarse_splits(pools, grid_step)
+    num_rounds = 1 if splits is not None else refine_rounds + 1
+    expected = len(budgets) * (len(first) + (num_rounds - 1) * 2 * (len(pools) - 1))
     done: dict[tuple[int, tuple[float, ...]], PlanPoint] = {}
     t0 = time.perf_counter()
     bar = tqdm(total=expected, unit="replay", disable=not progress, leave=False)
     with ProcessPoolExecutor(max_workers=workers) as executor:
-        todo = [(b, s) for b in budgets for s in rounds[0]]
-        for level in range(refine_rounds + 1 if splits is None else 1):
-            if level > 0:
-                step = grid_step / 2**level
-                todo = []
-                for b in budgets:
-                    leader = _best(p for (bb, _), p in done.items() if bb == b)
-                    if leader is not None:
-                        center = Split.of(pools, leader.split)
-                        todo += [(b, s) for s in neighbours(center, step)]
-            todo = [(b, s) for b, s in todo if (b, _key(s)) not in done]
+        for level in range(num_rounds):
+            todo = (
+                [(b, s) for b in budgets for s in first]
+                if level == 0
+                else _refinements(done, budgets, pools, grid_step / 2**level)
+            )
             futures = {
                 (b, _key(s)): executor.submit(replay_point, base, model, b, s, page_size)
                 for b, s in todo
+                if (b, _key(s)) not in done
             }
             for key, future in futures.items():
                 done[key] = future.result()
