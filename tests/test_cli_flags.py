@@ -48,6 +48,17 @@ def test_bad_numeric_flag_is_one_line_naming_it(
     assert err.startswith(f"uniradix {argv[0]}: error:")
 
 
+@pytest.mark.parametrize("command", ["replay", "generate"])
+def test_pools_too_big_for_memory_are_one_line(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([command, "--full-tokens", str(10**15)]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.startswith(f"uniradix {command}: error: the pools do not fit") and err.count("\n") == 1
+    )
+
+
 def test_zero_is_allowed_where_it_means_none(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["replay", "--config", "full", "--max-requests", "5", "--json", "--seed", "0"]
     assert main([*argv, "--swa-layers", "0"]) == 0

@@ -50,6 +50,7 @@ def _replay_parser(commands: argparse._SubParsersAction) -> None:  # type: ignor
 
 
 def _replay(args: argparse.Namespace) -> int:
+    from uniradix.cli_flags import allocation_failure, fail
     from uniradix.errors import InvariantError
     from uniradix.plan.command import add_pool_bytes, budget_options
     from uniradix.sim.compute import ModelShape
@@ -81,6 +82,10 @@ def _replay(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as exc:
         print(f"uniradix replay: error: {exc}", file=sys.stderr)
         return 2
+    except (MemoryError, RuntimeError) as exc:
+        if (message := allocation_failure(exc)) is None:
+            raise
+        return fail("uniradix replay", message)
     print(summary_json(result) if args.json else markdown_summary(result), end="\n")
     status = 0
     if args.report:
@@ -136,6 +141,7 @@ def _generate(args: argparse.Namespace) -> int:
 
     import torch
 
+    from uniradix.cli_flags import allocation_failure, fail
     from uniradix.engine.run import GenerateOptions, run_generate, text_summary
     from uniradix.errors import InvariantError
 
@@ -151,6 +157,10 @@ def _generate(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as exc:
         print(f"uniradix generate: error: {exc}", file=sys.stderr)
         return 2
+    except (MemoryError, RuntimeError) as exc:
+        if (message := allocation_failure(exc)) is None:
+            raise
+        return fail("uniradix generate", message)
     print(json.dumps(summary) if args.json else text_summary(summary))
     status = 0
     leaked = {pool: n for pool, n in summary["leaked"].items() if n}

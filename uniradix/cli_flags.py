@@ -109,6 +109,17 @@ def check_numbers(parser: argparse.ArgumentParser) -> None:
             action.type = fraction
 
 
+def allocation_failure(exc: BaseException) -> str | None:
+    """The one-line message for a pool that could not be allocated (numpy's MemoryError,
+    torch's CPU allocator RuntimeError), None for any other error."""
+    if isinstance(exc, MemoryError) or (
+        isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc)
+    ):
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return f"the pools do not fit in this machine's memory (pool sizes, --max-running): {first}"
+    return None
+
+
 def fail(prog: str, message: str) -> int:
     """Prints the one-line error of a check made after parsing; returns exit status 2."""
     print(f"{prog}: error: {message}", file=sys.stderr)

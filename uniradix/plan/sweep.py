@@ -82,7 +82,7 @@ def replay_point(
     try:
         sizes = size_pools(model, gpu_bytes, split, page_size)
         hit_rate = run_replay(sizes.replay_options(base)).summary["hit_rate"]
-    except ValueError as exc:
+    except (ValueError, MemoryError) as exc:  # no page or slot, no request fits, too big
         return PlanPoint(gpu_bytes, split.as_dict(), None, {}, time.perf_counter() - t0, str(exc))
     return PlanPoint(
         gpu_bytes, split.as_dict(), hit_rate, sizes.describe(), time.perf_counter() - t0
