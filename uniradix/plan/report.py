@@ -1,5 +1,5 @@
 """`uniradix plan` reports: a Markdown table, the JSON result, and a PNG of hit rate against
-memory (best split, even split, and each coarse split) beside the best split per budget.
+memory (best and even split) beside the hit rate of every split tried, per budget.
 
 Plots need matplotlib (`pip install uniradix[plots]`); without it `write_plan_report` writes
 the JSON and Markdown files and raises `RuntimeError` saying what is missing.
@@ -69,19 +69,6 @@ def write_plan_report(result: PlanResult, directory: str | Path) -> list[Path]:
             f"plots need matplotlib (pip install 'uniradix[plots]'); wrote only {written}"
         ) from None
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    by_split: dict[tuple[float, ...], list[PlanPoint]] = {}
-    for p in result.points:
-        by_split.setdefault(tuple(p.split.values()), []).append(p)
-    num_budgets = len(result.best)
-    for points in by_split.values():  # the coarse splits, tried at every budget
-        if (
-            num_budgets > 1
-            and len(points) == num_budgets
-            and all(q.hit_rate is not None for q in points)
-        ):
-            points.sort(key=lambda q: q.gpu_bytes)
-            xs = [q.gpu_bytes / GB for q in points]
-            left.plot(xs, [q.hit_rate for q in points], color="0.8", lw=1)
     for points, style, label in ((result.best, "o-", "best split"), (result.even, "s--", "even")):
         shown = [q for q in points if q.hit_rate is not None]
         left.plot(
@@ -91,13 +78,25 @@ def write_plan_report(result: PlanResult, directory: str | Path) -> list[Path]:
         left.axvline(result.knee_bytes / GB, color="red", lw=0.8, label="knee")
     left.set(xlabel="GPU cache (GB)", ylabel="hit rate", title=result.model.name, ylim=(0, 1))
     left.legend()
-    budgets = [q.gpu_bytes / GB for q in result.best]
-    bottom = [0.0] * len(budgets)
-    for pool in result.model.pools():
-        shares = [q.split[pool] for q in result.best]
-        right.bar([str(round(b, 2)) for b in budgets], shares, bottom=bottom, label=pool)
-        bottom = [b + s for b, s in zip(bottom, shares, strict=True)]
-    right.set(xlabel="GPU cache (GB)", ylabel="share of the budget", title="best split")
+    # Right: hit rate against the share of one pool (the first auxiliary pool, or "full" for
+    # a full-only model), one line per budget, the best split starred.
+    pool = result.model.pools()[-1]
+    for best in result.best:
+        tried = sorted(
+            (q for q in result.points if q.gpu_bytes == best.gpu_bytes and q.hit_rate is not None),
+            key=lambda q: q.split[pool],
+        )
+        line = right.plot(
+            [q.split[pool] for q in tried],
+            [q.hit_rate for q in tried],
+            ".-",
+            label=f"{best.gpu_bytes / GB:g} GB",
+        )
+        if best.hit_rate is not None:
+            right.plot(best.split[pool], best.hit_rate, "*", ms=12, color=line[0].get_color())
+    right.set(
+        xlabel=f"share of the budget given to {pool}", ylabel="hit rate", title="splits tried"
+    )
     right.legend()
     written.append(out / "plan.png")
     fig.savefig(written[-1], dpi=90, bbox_inches="tight")
