@@ -61,9 +61,25 @@ def test_plan_with_an_explicit_split_and_a_config_file(
     config = tmp_path / "config.json"
     config.write_text(json.dumps(PRESET_CONFIGS["jamba-v0.1"]))
     argv = ["plan", "--model-config", str(config), "--gpu-cache", "1GB,2GB", "--json"]
-    assert main([*argv, "--split", "full=0.8,mamba=0.2", "--max-requests", "30"]) == 0
+    report = tmp_path / "report"
+    assert (
+        main(
+            [
+                *argv,
+                "--split",
+                "full=0.8,mamba=0.2",
+                "--max-requests",
+                "30",
+                "--report",
+                str(report),
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     assert [p["split"] for p in out["grid"]] == [{"full": 0.8, "mamba": 0.2}] * 2
+    assert {p.name for p in report.iterdir()} == {"plan.json", "plan.md", "plan.png"}
+    assert "| 2 GB | full 80.0%, mamba 20.0% |" in (report / "plan.md").read_text()
 
 
 def test_replay_reports_bytes_per_pool(capsys: pytest.CaptureFixture[str]) -> None:
