@@ -140,12 +140,12 @@ def add_plan_parser(commands: argparse._SubParsersAction) -> None:  # type: igno
         ("--max-requests", d.max_requests, "replay only the first N requests"),
         ("--seed", d.seed, "seed of workloads and generated tokens"),
         ("--refine-rounds", REFINE_ROUNDS, "rounds of the split search after the grid"),
-        ("--workers", None, "processes (default: one per core)"),
     ]:
         minimum = 0 if flag in ("--seed", "--refine-rounds") else 1
         p.add_argument(
             flag, type=int_at_least(minimum), default=default, help=f"{what} (default {default})"
         )
+    p.add_argument("--workers", type=int_at_least(1), help="processes (default: one per core)")
     p.add_argument(
         "--grid-step",
         type=_share,
