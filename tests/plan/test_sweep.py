@@ -7,7 +7,7 @@ import pytest
 from uniradix.cli import main
 from uniradix.plan import preset
 from uniradix.plan.budget import Split
-from uniradix.plan.sweep import coarse_splits, knee, neighbours, run_plan
+from uniradix.plan.sweep import PlanPoint, _refinements, coarse_splits, knee, neighbours, run_plan
 from uniradix.sim.replay import ReplayOptions
 
 SMALL = ReplayOptions(workload="multi_turn", max_requests=60)
@@ -22,6 +22,31 @@ def test_coarse_grid_and_neighbours() -> None:
     assert [s.as_dict()["mamba"] for s in around] == [0.25]  # 0.0 would starve the pool
 
 
+def test_a_split_that_wins_at_one_budget_is_tried_at_the_others() -> None:
+    pools = ("full", "mamba")
+
+    def point(b: int, mamba: float, hit: float) -> PlanPoint:
+        return PlanPoint(b, {"full": 1 - mamba, "mamba": mamba}, hit, {}, 0.0)
+
+    done = {
+        (1, (0.5, 0.5)): point(1, 0.5, 0.3),
+        (1, (0.375, 0.625)): point(1, 0.625, 0.35),  # found by refining at budget 1
+        (2, (0.5, 0.5)): point(2, 0.5, 0.1),
+        (2, (0.25, 0.75)): point(2, 0.75, 0.4),
+    }
+    todo = {(b, s.as_dict()["mamba"]) for b, s in _refinements(done, [1, 2], pools, 0.0625)}
+    replayed = {(b, p.split["mamba"]) for (b, _), p in done.items()}
+    # Each budget's neighbours at the step, and the other budget's best: 0.625 is new at 2.
+    assert todo - replayed == {
+        (1, 0.5625),
+        (1, 0.6875),
+        (1, 0.75),
+        (2, 0.6875),
+        (2, 0.8125),
+        (2, 0.625),
+    }
+
+
 def test_knee() -> None:
     assert knee([1, 2, 4, 8], [0.1, 0.6, 0.7, 0.72]) == 2
     assert knee([1, 2], [0.1, 0.6]) is None
@@ -32,7 +57,7 @@ def test_best_split_beats_every_point_tried() -> None:
     model = preset("jamba-v0.1")
     budgets = [6 * 10**8, 2 * 10**9]
     result = run_plan(SMALL, model, budgets, page_size=1, workers=2)
-    assert len(result.points) <= len(budgets) * (3 + 2 * 3)
+    assert len(result.points) <= len(budgets) * (3 + (2 + 1) * 3)
     for best in result.best:
         assert best.hit_rate is not None
         tried = [p for p in result.points if p.gpu_bytes == best.gpu_bytes]

@@ -4,10 +4,13 @@ parallel processes, and the search that finds the best split of a budget in few 
 The search works on the shares of the auxiliary pools ("swa", "mamba"; "full" takes the
 rest). Round 0 replays a coarse lattice (every share a positive multiple of `grid_step`,
 plus the even split); each of `refine_rounds` later rounds halves the step and replays the
-neighbours of the best split so far (one step up and down per auxiliary pool). A two-pool
-model with the defaults (`grid_step=0.25`, 3 rounds) costs at most 3 + 2 * 3 = 9 replays per
-budget, reaching shares as small as 1/32; a three-pool model at most 4 + 4 * 3 = 16. Every
-replay of a round, over all budgets, runs at once on `workers` processes.
+neighbours of the best split so far (one step up and down per auxiliary pool) and, with
+several budgets, the best splits found at the other budgets (the hit rate is not always
+unimodal in the split: a split that wins at one budget is worth a replay at the next). A
+two-pool model with the defaults (`grid_step=0.25`, 3 rounds) costs at most 3 + 2 * 3 = 9
+replays for one budget, reaching shares as small as 1/32, plus at most B - 1 per round and
+budget for B budgets; a three-pool model at most 4 + 4 * 3 = 16. Every replay of a round,
+over all budgets, runs at once on `workers` processes.
 
 The best split of a budget is the point of highest hit rate among those replayed, so it is at
 least as good as every point tried. The knee of the curve of best hit rate against budget is
@@ -156,12 +159,15 @@ def _refinements(
     pools: tuple[str, ...],
     step: float,
 ) -> list[tuple[int, Split]]:
-    """A refinement round: per budget, the neighbours of its best split so far at `step`."""
+    """A refinement round: per budget, the neighbours of its best split so far at `step`, and
+    the best splits of the other budgets (what one budget learnt is tried at the others)."""
+    leaders = [_best(p for (bb, _), p in done.items() if bb == b) for b in budgets]
+    learnt = [Split.of(pools, p.split) for p in leaders if p is not None]
     todo = []
-    for b in budgets:
-        leader = _best(p for (bb, _), p in done.items() if bb == b)
+    for b, leader in zip(budgets, leaders, strict=True):
         if leader is not None:
             todo += [(b, s) for s in neighbours(Split.of(pools, leader.split), step)]
+        todo += [(b, s) for s in learnt]
     return todo
 
 
@@ -190,7 +196,8 @@ def run_plan(
     workers = workers or os.cpu_count() or 1
     first = splits if splits is not None else coarse_splits(pools, grid_step)
     num_rounds = 1 if splits is not None else refine_rounds + 1
-    expected = len(budgets) * (len(first) + (num_rounds - 1) * 2 * (len(pools) - 1))
+    per_round = 2 * (len(pools) - 1) + len(budgets) - 1
+    expected = len(budgets) * (len(first) + (num_rounds - 1) * per_round)  # at most
     done: dict[tuple[int, tuple[float, ...]], PlanPoint] = {}
     t0 = time.perf_counter()
     bar = tqdm(total=expected, unit="replay", disable=not progress, leave=False)
