@@ -50,7 +50,7 @@ def _replay_parser(commands: argparse._SubParsersAction) -> None:  # type: ignor
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from uniradix.cli_flags import allocation_failure, fail
+    from uniradix.cli_flags import fail, resource_failure
     from uniradix.errors import InvariantError
     from uniradix.plan.command import add_pool_bytes, budget_options
     from uniradix.sim.compute import ModelShape
@@ -83,7 +83,7 @@ def _replay(args: argparse.Namespace) -> int:
         print(f"uniradix replay: error: {exc}", file=sys.stderr)
         return 2
     except (MemoryError, RuntimeError) as exc:
-        if (message := allocation_failure(exc)) is None:
+        if (message := resource_failure(exc)) is None:
             raise
         return fail("uniradix replay", message)
     print(summary_json(result) if args.json else markdown_summary(result), end="\n")
@@ -141,7 +141,7 @@ def _generate(args: argparse.Namespace) -> int:
 
     import torch
 
-    from uniradix.cli_flags import allocation_failure, fail
+    from uniradix.cli_flags import fail, resource_failure
     from uniradix.engine.run import GenerateOptions, run_generate, text_summary
     from uniradix.errors import InvariantError
 
@@ -158,7 +158,7 @@ def _generate(args: argparse.Namespace) -> int:
         print(f"uniradix generate: error: {exc}", file=sys.stderr)
         return 2
     except (MemoryError, RuntimeError) as exc:
-        if (message := allocation_failure(exc)) is None:
+        if (message := resource_failure(exc)) is None:
             raise
         return fail("uniradix generate", message)
     print(json.dumps(summary) if args.json else text_summary(summary))

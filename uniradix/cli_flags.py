@@ -109,13 +109,18 @@ def check_numbers(parser: argparse.ArgumentParser) -> None:
             action.type = fraction
 
 
-def allocation_failure(exc: BaseException) -> str | None:
-    """The one-line message for a pool that could not be allocated (numpy's MemoryError,
-    torch's CPU allocator RuntimeError), None for any other error."""
+def resource_failure(exc: BaseException) -> str | None:
+    """The one-line message for pools that could not be allocated (numpy's MemoryError,
+    torch's CPU allocator RuntimeError) or are too small for any request to make progress
+    (`SchedulerStalled`); None for any other error."""
+    from uniradix.sim.scheduler import SchedulerStalled
+
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if isinstance(exc, SchedulerStalled):
+        return f"the pools are too small for the requests to make progress: {first}"
     if isinstance(exc, MemoryError) or (
         isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc)
     ):
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return f"the pools do not fit in this machine's memory (pool sizes, --max-running): {first}"
     return None
 

@@ -1,13 +1,22 @@
 """The plan sweep: its search, its best split, and the `plan` / `replay` budget commands."""
 
 import json
+from dataclasses import replace
 
 import pytest
 
 from uniradix.cli import main
 from uniradix.plan import preset
 from uniradix.plan.budget import Split
-from uniradix.plan.sweep import PlanPoint, _refinements, coarse_splits, knee, neighbours, run_plan
+from uniradix.plan.sweep import (
+    PlanPoint,
+    _refinements,
+    coarse_splits,
+    knee,
+    neighbours,
+    replay_point,
+    run_plan,
+)
 from uniradix.sim.replay import ReplayOptions
 
 SMALL = ReplayOptions(workload="multi_turn", max_requests=60)
@@ -66,6 +75,13 @@ def test_best_split_beats_every_point_tried() -> None:
     rates = {p.hit_rate for p in result.points if p.gpu_bytes == budgets[0]}
     assert len(rates) > 1  # the split matters at the small budget
     assert [e.split for e in result.even] == [{"full": 0.5, "mamba": 0.5}] * 2
+
+
+def test_a_stalled_split_is_an_infeasible_point() -> None:
+    model = preset("jamba-v0.1")
+    stalled = Split.parse("full=0.8,mamba=0.2", model.pools())
+    point = replay_point(replace(SMALL, max_requests=5), model, 10**8, stalled, 16)
+    assert point.hit_rate is None and "no progress" in (point.error or "")
 
 
 def test_plan_json(capsys: pytest.CaptureFixture[str]) -> None:
@@ -142,6 +158,12 @@ def test_replay_split_auto_searches(capsys: pytest.CaptureFixture[str]) -> None:
         (["plan", "--model", "llama-3-8b", "--gpu-cache", "1GB", "--workers", "0"], "--workers"),
         (["replay", "--gpu-cache", "1GB"], "--gpu-cache needs --model"),
         (["replay", "--model", "jamba-v0.1", "--gpu-cache", "1MB"], "less than one"),
+        (
+            # 2 Mamba slots: a request at page size 16 needs 3 (ping-pong buffers).
+            ["replay", "--model", "jamba-v0.1", "--gpu-cache", "100MB", "--page-size", "16"]
+            + ["--split", "full=0.8,mamba=0.2", "--max-requests", "5"],
+            "too small for the requests to make progress",
+        ),
     ],
 )
 def test_bad_plan_flags(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:

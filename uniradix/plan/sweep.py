@@ -32,6 +32,7 @@ from tqdm import tqdm
 from uniradix.plan.budget import Split, size_pools
 from uniradix.plan.models import ModelSpec
 from uniradix.sim.replay import ReplayOptions, load_specs, run_replay
+from uniradix.sim.scheduler import SchedulerStalled
 
 GRID_STEP = 0.25
 REFINE_ROUNDS = 3
@@ -85,7 +86,7 @@ def replay_point(
     try:
         sizes = size_pools(model, gpu_bytes, split, page_size)
         hit_rate = run_replay(sizes.replay_options(base)).summary["hit_rate"]
-    except (ValueError, MemoryError) as exc:  # no page or slot, no request fits, too big
+    except (ValueError, MemoryError, SchedulerStalled) as exc:  # too small, or too big
         return PlanPoint(gpu_bytes, split.as_dict(), None, {}, time.perf_counter() - t0, str(exc))
     return PlanPoint(
         gpu_bytes, split.as_dict(), hit_rate, sizes.describe(), time.perf_counter() - t0
