@@ -78,9 +78,17 @@ class ReplayResult:
     cumulative_host_hit_rate: list[float] = field(default_factory=list)
 
 
-def load_specs(options: ReplayOptions) -> list[RequestSpec]:
+def load_specs(options: ReplayOptions, max_sequence_len: int | None = None) -> list[RequestSpec]:
+    """The requests of `options`; trace rows longer than `max_sequence_len` are capped before
+    any allocation (see `uniradix.sim.traces`)."""
     if options.trace is not None:
-        return load_trace(options.trace, options.trace_format, options.max_requests, options.seed)
+        return load_trace(
+            options.trace,
+            options.trace_format,
+            options.max_requests,
+            options.seed,
+            max_sequence_len,
+        )
     return generate_workload(options.workload, options.seed, options.max_requests)
 
 
@@ -130,8 +138,8 @@ def run_replay(options: ReplayOptions) -> ReplayResult:
             f"unknown config {options.config!r}; choose from {sorted(CONFIG_COMPONENTS)}"
         )
     config_name = options.config
-    loaded = load_specs(options)
     ps = options.page_size
+    loaded = load_specs(options, options.full_tokens // ps * ps)
     specs = admissible(loaded, options.full_tokens // ps * ps, ps)
     if not specs:
         raise ValueError(f"no request fits full_tokens={options.full_tokens}")
@@ -161,6 +169,12 @@ def run_replay(options: ReplayOptions) -> ReplayResult:
     summary = _summary(options, config_name, specs, len(loaded), ideal, metrics, scheduler)
     summary.update(listener.summary())
     summary.update(wall_s=wall_s, ideal_s=ideal_s, requests_per_s=len(specs) / max(wall_s, 1e-9))
+    kept_lines = {s.source_line for s in specs}
+    summary["rejected_lines"] = [
+        s.source_line
+        for s in loaded
+        if s.source_line is not None and s.source_line not in kept_lines
+    ]
     ideal_rates, total_prompt, total_ideal = [], 0, 0
     for spec, hit in zip(specs, ideal, strict=True):
         total_prompt += len(spec.prompt)

@@ -58,6 +58,22 @@ def markdown_summary(result: ReplayResult) -> str:
             f"| {pool} | {c['capacity']} | {c['peak_used']} | {c['final_used']} | "
             f"{c['evicted']} | {c['hit_tokens']} | {s['leaked'][pool]} |"
         )
+    if "budget" in s:  # pools sized from a model and a byte budget (uniradix.plan)
+        b = s["budget"]
+        lines += [
+            "",
+            f"Budget: {b['gpu_bytes']:,} bytes for {b['model']} ({b['unused_bytes']:,} unused "
+            f"after rounding to whole pages of {b['page_size']} and whole slots)",
+            "",
+            "| pool | share | bytes | units | bytes per unit |",
+            "|---|---|---|---|---|",
+        ]
+        for pool in b["split"]:
+            c = s["components"][pool]
+            lines.append(
+                f"| {pool} | {c['fraction']:.1%} | {c['bytes']:,} | {c['units']:,} {c['unit']} | "
+                f"{c['bytes_per_unit']:,} |"
+            )
     return "\n".join(lines) + "\n"
 
 
