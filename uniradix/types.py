@@ -62,7 +62,8 @@ class CacheSettings:
     Mamba: states are checkpointed only at multiples of the checkpoint grid
     `lcm(mamba_cache_chunk_size, page_size)` (the SSM kernel materializes states per chunk);
     `mamba_max_states_per_path` caps the states kept along one root-to-node path (None: no
-    cap).
+    cap). `aux_eviction_policy` orders the eviction of SWA windows and Mamba states ("lru" or
+    "branch_aware", see `uniradix.components.aux_eviction`).
     """
 
     page_size: int = 1
@@ -72,6 +73,7 @@ class CacheSettings:
     mamba_cache_chunk_size: int = 1
     mamba_max_states_per_path: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    aux_eviction_policy: str = "lru"
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +182,11 @@ class Req:
     tracking slots, `mamba_next_track_idx` the entry the runner writes next, and
     `mamba_last_track_seqlen` / `mamba_prev_track_seqlen` the positions whose states the last
     and the previous tracked entries hold (None: nothing tracked since the last publish).
+
+    `checkpoint_seqlens` (set by the caller, e.g. `uniradix.sim.placement`) are page-aligned
+    positions where the next request is likely to branch: the SWA component keeps the window
+    ending at each one live while the request runs (at most one window more than it would),
+    so the tree receives it.
     """
 
     token_ids: list[int]
@@ -198,3 +205,4 @@ class Req:
     mamba_next_track_idx: int = 0
     mamba_last_track_seqlen: int | None = None
     mamba_prev_track_seqlen: int | None = None
+    checkpoint_seqlens: tuple[int, ...] = ()

@@ -37,7 +37,8 @@ class EngineConfig:
     """Pool sizes and scheduling. The model's layer pattern decides the cache's components:
     SWA layers add the SWA component and pool (`swa_tokens`, default `full_tokens`), Mamba
     layers the Mamba component and `mamba_slots` state slots (default 4 per running request;
-    page_size > 1 turns on the extra buffer, 3 slots per request)."""
+    page_size > 1 turns on the extra buffer, 3 slots per request). `aux_eviction_policy`,
+    `checkpoint_placement` and `checkpoint_grid`: see `CacheConfig` and `SchedulerConfig`."""
 
     page_size: int = 1
     chunk_size: int = 64
@@ -48,6 +49,9 @@ class EngineConfig:
     max_context_len: int = 2048
     decode_reserve_ratio: float = 0.5
     check_invariants: bool = False
+    aux_eviction_policy: str = "lru"
+    checkpoint_placement: bool = True
+    checkpoint_grid: int | None = 512
 
 
 @dataclass
@@ -133,7 +137,12 @@ class Engine:
             runner,
             specs,
             SchedulerConfig(
-                c.max_running, c.chunk_size, c.decode_reserve_ratio, c.check_invariants
+                c.max_running,
+                c.chunk_size,
+                c.decode_reserve_ratio,
+                c.check_invariants,
+                checkpoint_placement=c.checkpoint_placement,
+                checkpoint_grid=c.checkpoint_grid,
             ),
             metrics,
         )
@@ -212,6 +221,7 @@ def build_engine_cache(model: TinyHybridModel, config: EngineConfig) -> UnifiedR
             mamba_conv_shape=m.conv_state_shape,
             mamba_temporal_shape=m.ssm_state_shape,
             mamba_dtype=m.dtype,
+            aux_eviction_policy=config.aux_eviction_policy,
         )
     )
 

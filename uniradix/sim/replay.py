@@ -58,6 +58,9 @@ class ReplayOptions:
     max_requests: int | None = None
     seed: int = 0
     check_invariants: bool = False
+    checkpoint_placement: bool = True
+    checkpoint_grid: int | None = 512
+    aux_eviction_policy: str = "lru"
     model: ModelShape = field(default_factory=ModelShape)
     progress: bool = False
 
@@ -108,6 +111,7 @@ def build_replay_cache(
             swa_tokens=(options.swa_tokens or options.full_tokens // 2) if swa else None,
             mamba_slots=(options.mamba_slots or 4 * options.max_running) if mamba else None,
             mamba_extra_buffer=mamba and options.page_size > 1,
+            aux_eviction_policy=options.aux_eviction_policy,
         )
     )
 
@@ -135,6 +139,8 @@ def run_replay(options: ReplayOptions) -> ReplayResult:
         options.chunk_size,
         options.decode_reserve_ratio,
         options.check_invariants,
+        checkpoint_placement=options.checkpoint_placement,
+        checkpoint_grid=options.checkpoint_grid,
     )
     scheduler = Scheduler(cache, NullRunner(), specs, config, metrics)
     t0 = time.perf_counter()
@@ -191,6 +197,7 @@ def _summary(
         "components": metrics.components(),
         "leaked": metrics.leaked(),
         "tombstones": metrics.tombstones(),
+        "lost_hits": metrics.lost_hits.summary() if metrics.lost_hits.enabled else None,
         "steps": scheduler.num_steps,
         "invariant_checks": scheduler.num_invariant_checks,
         "prefill_flops": {
