@@ -77,14 +77,18 @@ def sized(base: ReplayOptions, config: str, window: int | None, scale: int) -> R
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--label", required=True)
+    parser.add_argument("--label", default="run")
     parser.add_argument("--sources", nargs="+", default=[*sorted(WORKLOADS), "trace"])
     parser.add_argument("--trace", default=str(TRACE))
     parser.add_argument("--policy", default=None, help="aux eviction policy (None: default)")
     parser.add_argument("--placement", action=argparse.BooleanOptionalAction, default=None)
     parser.add_argument("--pool-search", action="store_true")
     parser.add_argument("--out", default="benchmarks/results")
+    parser.add_argument("--compare", nargs="+", help="write hybrid_hits.md from these JSONs")
     args = parser.parse_args()
+    if args.compare:
+        compare(args.compare, Path(args.out))
+        return 0
     extra: dict[str, Any] = {}
     if args.policy is not None:
         extra["aux_eviction_policy"] = args.policy
@@ -136,6 +140,47 @@ def main() -> int:
     return 0
 
 
+def ratio_text(r: dict[str, Any]) -> str:
+    """The hit rate as a fraction of full-only; n/a where full-only hits nothing."""
+    if not r["full_hit_rate"]:
+        return f"n/a ({r['hit_rate']:.4f} / 0)"
+    return f"{r['ratio']:.3f} ({r['hit_rate']:.4f} / {r['full_hit_rate']:.4f})"
+
+
+def compare(paths: list[str], out: Path) -> None:
+    """One table of several labelled runs side by side: ratio and 0.95x pool per row."""
+    runs = {
+        Path(p).stem.removeprefix("hybrid_hits_"): json.loads(Path(p).read_text()) for p in paths
+    }
+    labels = list(runs)
+    lines = [
+        "| source | config | W | "
+        + " | ".join(f"{lb}: hit / full-only" for lb in labels)
+        + " | "
+        + " | ".join(f"{lb}: 0.95x at (SWA, Mamba)" for lb in labels)
+        + " |",
+        "|---|---|---|" + "---|" * (2 * len(labels)),
+    ]
+    keyed = [
+        {(r["source"], r["config"], r["window"]): r for r in run["rows"]} for run in runs.values()
+    ]
+    for key in keyed[0]:
+        rows = [k.get(key) for k in keyed]
+        ratios = [ratio_text(r) if r else "-" for r in rows]
+        pools = [
+            f"{r['target_swa_tokens'] if r['window'] else '-'}, {r['target_mamba_slots']}"
+            if r and r["reaches_target_at_scale"]
+            else "-"
+            for r in rows
+        ]
+        lines.append(
+            f"| {key[0]} | {key[1]} | {key[2] or '-'} | " + " | ".join(ratios + pools) + " |"
+        )
+    commands = [f"- {lb}: `{run['meta']['command']}`" for lb, run in runs.items()]
+    (out / "hybrid_hits.md").write_text("\n".join([*commands, "", *lines]) + "\n")
+    print("\n".join(lines))
+
+
 def write(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -165,8 +210,7 @@ def write(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
         )
         lines.append(
             f"| {r['source']} | {r['config']} | {r['window'] or '-'} | {r['full_tokens']} | "
-            f"{r['swa_tokens']} | {r['ratio']:.3f} ({r['hit_rate']:.4f} / "
-            f"{r['full_hit_rate']:.4f}) | {lost['lost_tokens'] / full:.1%} | "
+            f"{r['swa_tokens'] or '-'} | {ratio_text(r)} | {lost['lost_tokens'] / full:.1%} | "
             f"{c['swa_tombstoned']} | {c['swa_evicted']} | {c['mamba_missing']} | "
             f"{c['mamba_evicted']} | {at} |"
         )
