@@ -83,6 +83,7 @@ def main() -> int:
     parser.add_argument("--policy", default=None, help="aux eviction policy (None: default)")
     parser.add_argument("--placement", action=argparse.BooleanOptionalAction, default=None)
     parser.add_argument("--pool-search", action="store_true")
+    parser.add_argument("--no-trace-search", action="store_true", help="no pool search on it")
     parser.add_argument("--out", default="benchmarks/results")
     parser.add_argument("--compare", nargs="+", help="write hybrid_hits.md from these JSONs")
     args = parser.parse_args()
@@ -111,7 +112,8 @@ def main() -> int:
                 first = first or {**s, "ratio": ratio}
                 if ratio >= TARGET:
                     found = scale
-                if found or not args.pool_search or scale >= MAX_SCALE:
+                search = args.pool_search and not (source == "trace" and args.no_trace_search)
+                if found or not search or scale >= MAX_SCALE:
                     break
                 scale *= 2
             opts = sized(base, config, window, found or scale)
