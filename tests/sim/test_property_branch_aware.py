@@ -7,11 +7,12 @@ from hypothesis import strategies as st
 
 from tests.sim.specs import spec
 from uniradix import CacheConfig, EvictParams, build_cache
+from uniradix.sim.metrics import ReplayMetrics
 from uniradix.sim.replay import NullRunner
 from uniradix.sim.scheduler import Scheduler, SchedulerConfig
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     config=st.sampled_from(["swa", "mamba", "hybrid"]),
     policy=st.sampled_from(["lru", "branch_aware"]),
@@ -25,7 +26,7 @@ from uniradix.sim.scheduler import Scheduler, SchedulerConfig
     max_running=st.integers(1, 3),
     chunk_pages=st.integers(1, 6),
 )
-def test_branch_aware_traffic_keeps_every_pool_exact(  # type: ignore[no-untyped-def]
+def test_branch_aware_traffic_keeps_every_pool_exact_and_counts_lost_hits(  # type: ignore[no-untyped-def]
     config,
     policy,
     grid,
@@ -55,11 +56,13 @@ def test_branch_aware_traffic_keeps_every_pool_exact(  # type: ignore[no-untyped
     limit = full_tokens // 2
     fitting = [(p, n) for p, n in zip(prompts, outputs, strict=False) if len(p) + n <= limit]
     specs = [spec(i, p, [7] * n) for i, (p, n) in enumerate(fitting)] or [spec(0, [1], [1])]
+    metrics = ReplayMetrics(cache, len(specs), progress=False)
     scheduler = Scheduler(
         cache,
         NullRunner(),
         specs,
-        SchedulerConfig(
+        listener=metrics,
+        config=SchedulerConfig(
             max_running,
             chunk_pages * page_size,
             0.0,
@@ -70,6 +73,9 @@ def test_branch_aware_traffic_keeps_every_pool_exact(  # type: ignore[no-untyped
     )
     scheduler.run()
     assert scheduler.num_invariant_checks == scheduler.num_steps
+    lost = metrics.lost_hits.summary()
+    assert lost["full_kv_hit_tokens"] == lost["usable_hit_tokens"] + lost["lost_tokens"]
+    assert lost["usable_hit_tokens"] == metrics.hit_tokens
     cache.evict(EvictParams(num_tokens=full_tokens, swa_num_tokens=full_tokens, mamba_num=64))
     cache.check_invariants({"full": 0, "swa": 0, "mamba": 0, "req": 0})
     assert cache.pools.available() == cache.pools.capacities()

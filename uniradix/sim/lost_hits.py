@@ -75,6 +75,9 @@ class LostHits:
         if full <= usable:
             return LostHit(full, usable, ())
         boundary = self._node_at(match.last_device_node, usable, key, full)
+        if boundary is None:
+            # The match's own Mamba slot allocation evicted the path's unlocked leaf there.
+            return LostHit(full, usable, ("mamba_evicted",))
         return LostHit(full, usable, self.causes_at(boundary))
 
     def add(self, hit: LostHit) -> None:
@@ -110,13 +113,17 @@ class LostHits:
                 causes.append("swa_evicted" if any(map(_evicted, gaps)) else "swa_tombstoned")
         return tuple(causes)
 
-    def _node_at(self, node: TreeNode, offset: int, key: RadixKey, end: int) -> TreeNode:
+    def _node_at(self, node: TreeNode, offset: int, key: RadixKey, end: int) -> TreeNode | None:
         """The node ending key unit `end`, walking down from `node` (ending unit `offset`);
-        the match split the tree at `end`, so every edge on the way ends on a page."""
+        the match split the tree at `end`, so every edge on the way ends on a page. None if
+        the path is gone (a Mamba eviction inside the match removed an unlocked leaf)."""
         units, ns, ps = key.units, key.extra_key, self.cache.page_size
         while offset < end:
             page = units[offset * UNIT_BYTES : (offset + ps) * UNIT_BYTES]
-            node = node.children[page if ns is None else (ns, page)]
+            child = node.children.get(page if ns is None else (ns, page))
+            if child is None:
+                return None
+            node = child
             offset += node.num_tokens
         assert offset == end, f"the match boundary {end} is not a node end ({offset})"
         return node
