@@ -12,6 +12,7 @@ if TYPE_CHECKING:
 
 
 def _replay_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from uniradix.components.aux_eviction import AUX_EVICTION_POLICIES
     from uniradix.sim.replay import CONFIG_COMPONENTS, ReplayOptions
     from uniradix.sim.traces import TRACE_FORMATS
     from uniradix.sim.workloads import WORKLOADS
@@ -55,6 +56,24 @@ def _replay_parser(commands: argparse._SubParsersAction) -> None:  # type: ignor
     )
     p.add_argument("--check-invariants", action="store_true", help="after every step")
     p.add_argument("--sessions", action="store_true", help="session cache: keep turns' context")
+    p.add_argument(
+        "--checkpoint-placement",
+        action=argparse.BooleanOptionalAction,
+        default=d.checkpoint_placement,
+        help="hybrid caches: keep SWA windows and Mamba states where requests branch",
+    )
+    p.add_argument(
+        "--checkpoint-grid",
+        type=int,
+        default=d.checkpoint_grid,
+        help=f"grid of branch positions for --checkpoint-placement (default {d.checkpoint_grid})",
+    )
+    p.add_argument(
+        "--aux-eviction-policy",
+        choices=AUX_EVICTION_POLICIES,
+        default=d.aux_eviction_policy,
+        help="eviction order of SWA windows and Mamba states",
+    )
     p.add_argument("--json", action="store_true", help="print only the JSON summary")
     p.add_argument("--report", metavar="DIR", help="write summary.json, summary.md, plots")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")

@@ -36,6 +36,9 @@ class RandomSessions:
         elif action == 3:
             self.cache.release_session(f"s{(int(sid[1:]) + 1) % 3}")
 
+    def on_match(self, rid: int, key: object, match: MatchResult) -> None:
+        return
+
     def on_admit(self, request: RunningRequest, match: MatchResult) -> None:
         self._act(request)
 

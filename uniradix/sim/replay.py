@@ -61,6 +61,9 @@ class ReplayOptions:
     seed: int = 0
     check_invariants: bool = False
     sessions: bool = False  # the session cache: sessions' contexts are evicted last
+    checkpoint_placement: bool = True
+    checkpoint_grid: int | None = 512
+    aux_eviction_policy: str = "lru"
     model: ModelShape = field(default_factory=ModelShape)
     host_tokens: int | None = None
     hicache_ratio: float | None = None
@@ -127,6 +130,7 @@ def build_replay_cache(
             hicache_ratio=options.hicache_ratio,
             write_policy=options.write_policy,
             enable_session_cache=options.sessions,
+            aux_eviction_policy=options.aux_eviction_policy,
         )
     )
 
@@ -154,6 +158,8 @@ def run_replay(options: ReplayOptions) -> ReplayResult:
         options.chunk_size,
         options.decode_reserve_ratio,
         options.check_invariants,
+        checkpoint_placement=options.checkpoint_placement,
+        checkpoint_grid=options.checkpoint_grid,
     )
     listener = SessionListener(cache, specs, metrics)
     listener.set_ideal(specs, ideal)
@@ -228,6 +234,7 @@ def _summary(
         "components": components,
         "leaked": leaked,
         "tombstones": metrics.tombstones(),
+        "lost_hits": metrics.lost_hits.summary() if metrics.lost_hits.enabled else None,
         "steps": scheduler.num_steps,
         "invariant_checks": scheduler.num_invariant_checks,
         "prefill_flops": {
