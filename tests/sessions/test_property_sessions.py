@@ -7,7 +7,8 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from uniradix import CacheConfig, EvictParams, build_cache
+from tests.sim.specs import small_cache
+from uniradix import EvictParams
 from uniradix.cache import UnifiedRadixCache
 from uniradix.sessions import SessionCache
 from uniradix.sim.batch import RunningRequest
@@ -74,19 +75,7 @@ def test_random_sessions_keep_every_pool_exact(  # type: ignore[no-untyped-def]
     config, turns, outputs, page_size, full_pages, window, actions, closed_memory
 ) -> None:
     full_tokens = full_pages * page_size
-    swa, mamba = config in ("swa", "hybrid"), config in ("mamba", "hybrid")
-    cache = build_cache(
-        CacheConfig(
-            full_tokens=full_tokens,
-            page_size=page_size,
-            max_context_len=256,
-            sliding_window=window if swa else None,
-            swa_tokens=full_tokens // 2 if swa else None,
-            mamba_slots=12 if mamba else None,
-            mamba_extra_buffer=mamba and page_size > 1,
-            enable_session_cache=True,
-        )
-    )
+    cache = small_cache(config, full_tokens, page_size, window, 12, enable_session_cache=True)
     assert isinstance(cache.sessions, SessionCache)
     cache.sessions.closed_memory = closed_memory
     # Each session's turn extends its previous turn's prompt and answer, as a chat does.

@@ -5,8 +5,8 @@ at the end (nothing leaked)."""
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.sim.specs import spec
-from uniradix import CacheConfig, EvictParams, build_cache
+from tests.sim.specs import small_cache, spec
+from uniradix import EvictParams
 from uniradix.sim.metrics import ReplayMetrics
 from uniradix.sim.replay import NullRunner
 from uniradix.sim.scheduler import Scheduler, SchedulerConfig
@@ -40,18 +40,8 @@ def test_branch_aware_traffic_keeps_every_pool_exact_and_counts_lost_hits(  # ty
     chunk_pages,
 ) -> None:
     full_tokens = full_pages * page_size
-    swa, mamba = config in ("swa", "hybrid"), config in ("mamba", "hybrid")
-    cache = build_cache(
-        CacheConfig(
-            full_tokens=full_tokens,
-            page_size=page_size,
-            max_context_len=256,
-            sliding_window=window if swa else None,
-            swa_tokens=full_tokens // 2 if swa else None,
-            mamba_slots=mamba_slots if mamba else None,
-            mamba_extra_buffer=mamba and page_size > 1,
-            aux_eviction_policy=policy,
-        )
+    cache = small_cache(
+        config, full_tokens, page_size, window, mamba_slots, aux_eviction_policy=policy
     )
     limit = full_tokens // 2
     fitting = [(p, n) for p, n in zip(prompts, outputs, strict=False) if len(p) + n <= limit]
