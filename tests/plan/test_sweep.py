@@ -174,3 +174,18 @@ def test_bad_plan_flags(argv: list[str], message: str, capsys: pytest.CaptureFix
     assert status == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+def test_replay_sizes_the_host_tier_from_a_host_budget(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["replay", "--model", "llama-3-8b", "--gpu-cache", "1GB", "--page-size", "16"]
+    assert main([*argv, "--host-cache", "4GB", "--max-requests", "20", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    # Llama-3-8B: 128 KiB of KV per token (32 layers x 8 heads x 128 x 2 x 2 bytes)
+    per_page = 131072 * 16
+    assert summary["components"]["host_full"]["capacity"] == 4_000_000_000 // per_page * 16
+    assert main([*argv, "--host-cache", "4GB", "--host-tokens", "64"]) == 2
+    assert "give one" in capsys.readouterr().err
+    assert main(["replay", "--host-cache", "4GB"]) == 2
+    assert "--host-cache needs --model" in capsys.readouterr().err
+    assert main([*argv, "--host-cache", "1MB"]) == 2
+    assert "hold no page" in capsys.readouterr().err

@@ -54,6 +54,13 @@ def add_budget_flags(p: argparse.ArgumentParser) -> None:
         help="device memory for the cache (40GB, 24GiB); replaces --full-tokens, "
         "--swa-tokens and --mamba-slots; needs --model or --model-config",
     )
+    p.add_argument(
+        "--host-cache",
+        type=byte_size,
+        metavar="SIZE",
+        help="host memory for an L2 tier of full-attention KV (200GB); replaces --host-tokens; "
+        "needs --model or --model-config",
+    )
 
 
 def model_of(args: argparse.Namespace) -> ModelSpec | None:
@@ -71,9 +78,12 @@ def budget_options(
     ValueError naming the flag for a bad combination."""
     model = model_of(args)
     if model is None:
-        if args.gpu_cache is not None:
-            raise ValueError("--gpu-cache needs --model or --model-config")
+        for flag, value in (("--gpu-cache", args.gpu_cache), ("--host-cache", args.host_cache)):
+            if value is not None:
+                raise ValueError(f"{flag} needs --model or --model-config")
         return options, None
+    if args.host_cache is not None:
+        options = replace(options, host_tokens=host_tokens(model, args.host_cache, options))
     if args.gpu_cache is None:
         return replace(
             options,
@@ -84,6 +94,19 @@ def budget_options(
     split = _split_or_search(args.split, model, options, args.gpu_cache)
     sizes = size_pools(model, args.gpu_cache, split, options.page_size)
     return sizes.replay_options(options), sizes
+
+
+def host_tokens(model: ModelSpec, host_bytes: int, options: ReplayOptions) -> int:
+    """Full-KV tokens a host budget holds, floored to whole pages."""
+    if options.host_tokens is not None or options.hicache_ratio is not None:
+        raise ValueError("--host-cache replaces --host-tokens and --hicache-ratio: give one")
+    page_bytes = model.full_token_bytes * options.page_size
+    if host_bytes < page_bytes:
+        raise ValueError(
+            f"--host-cache: {host_bytes} bytes hold no page of {page_bytes} bytes "
+            f"({model.full_token_bytes} bytes per token x page size {options.page_size})"
+        )
+    return host_bytes // page_bytes * options.page_size
 
 
 def _split_or_search(text: str, model: ModelSpec, base: ReplayOptions, gpu_bytes: int) -> Split:
