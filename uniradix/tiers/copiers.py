@@ -14,8 +14,15 @@ per view, never a Python loop over pages or tokens::
     H2D (CUDA):         gather on the host into pinned memory (or a contiguous run as is)
                         -> non_blocking copy -> scatter on the device
 
-Rows are moved as int64 (or the widest integer that divides them): the copy is byte-exact
-and the CPU index kernels run at memcpy speed instead of per fp16 element.
+On CUDA a `page_first` host pool is moved per tensor, not per layer: the device gathers every
+layer's rows into one buffer laid out as the host pages `[pages, layers, page]`, so each of
+K and V crosses PCIe in one copy (`_move_grouped`).
+
+Rows are moved as 16-byte elements (or the widest type that divides them): the copy is
+byte-exact and the CPU index kernels move 8x fewer elements than per fp16 value. On the CPU
+the gather of a scattered-to-scattered move goes through a staging buffer the copier keeps
+(a fresh one per call would cost a page fault per 4 KiB, 3-4x the copy itself); a copier is
+therefore driven by one thread at a time (its engine's).
 
 `launch` enqueues the work on the current CUDA stream and returns a `Launch` whose
 `complete()` runs the host-side steps once the stream has reached them (what
@@ -60,6 +67,10 @@ class _RowCopier:
     valid on each side."""
 
     device: torch.device
+    # The staged path (gather, one copy, scatter, with host-side steps deferred to
+    # `Launch.complete`): taken on CUDA; tests set it on the CPU to run that path there.
+    staged: bool = False
+    _staging: torch.Tensor | None = None
 
     def copy(self, direction: Direction, src: Slots, dst: Slots) -> int:
         """Copies `src` entries to `dst` entries (blocking) and returns the bytes moved."""
@@ -85,13 +96,29 @@ class _RowCopier:
         unit = self._unit(src, dst)
         si, di = src[::unit] // unit, dst[::unit] // unit
         launch = Launch(0)
-        for device_rows, host_rows in self._views(unit):
+        groups = self._groups(unit) if self.staged else []
+        for device_views, host_pages in groups:
+            launch.num_bytes += _move_grouped(device_views, host_pages, si, di, d2h, launch)
+        for device_rows, host_rows in [] if groups else self._views(unit):
             pair = (device_rows, host_rows) if d2h else (host_rows, device_rows)
-            launch.num_bytes += _move(pair, si, di, self.device, d2h, launch)
+            launch.num_bytes += _move(pair, si, di, self.staged, d2h, launch, self._stage)
         return launch
+
+    def _stage(self, like: torch.Tensor, num_rows: int) -> torch.Tensor:
+        """A reused CPU buffer viewed as `[num_rows, like.shape[1]]` of `like.dtype`."""
+        shape = (num_rows, int(like.shape[1]))
+        num_bytes = num_rows * shape[1] * like.element_size()
+        if self._staging is None or self._staging.numel() < num_bytes:
+            self._staging = torch.empty(num_bytes, dtype=torch.uint8)
+        return self._staging[:num_bytes].view(like.dtype).view(shape)
 
     def _views(self, unit: int) -> list[RowPair]:
         raise NotImplementedError
+
+    def _groups(self, unit: int) -> list[tuple[list[torch.Tensor], torch.Tensor]]:
+        """Device views whose host rows sit side by side in one host tensor
+        `[rows, len(views), row]` (page_first), so a CUDA transfer crosses PCIe once."""
+        return []
 
     def _unit(self, src: Slots, dst: Slots) -> int:
         return 1
@@ -122,6 +149,7 @@ class KVCopier(_RowCopier):
         self.host_pool = host_pool
         buffers = device_pool.k_buffers
         self.device = buffers[0].device if buffers else torch.device("cpu")
+        self.staged = self.device.type == "cuda"
 
     def _unit(self, src: Slots, dst: Slots) -> int:
         page_size = self.host_pool.page_size
@@ -145,6 +173,16 @@ class KVCopier(_RowCopier):
             pairs += [(dev_k, host_k), (dev_v, host_v)]
         return pairs
 
+    def _groups(self, unit: int) -> list[tuple[list[torch.Tensor], torch.Tensor]]:
+        host = self.host_pool
+        if host.k_pages is None or host.v_pages is None:
+            return []
+        pairs = self._views(unit)
+        return [
+            ([k for k, _ in pairs[0::2]], host.k_pages.view(host.num_pages, host.num_layers, -1)),
+            ([v for v, _ in pairs[1::2]], host.v_pages.view(host.num_pages, host.num_layers, -1)),
+        ]
+
     def _check_range(self, slots: Slots, on_device: bool, what: str) -> None:
         limit = self.device_pool.num_slots if on_device else self.host_pool.num_slots
         _check_range(slots, self.host_pool.page_size, limit, on_device, what)
@@ -167,6 +205,7 @@ class MambaCopier(_RowCopier):
         self.device_states = device_states
         self.host_states = host_states
         self.device = device_states.conv_states.device
+        self.staged = self.device.type == "cuda"
 
     def _views(self, unit: int) -> list[RowPair]:
         pairs: list[RowPair] = []
@@ -183,7 +222,13 @@ class MambaCopier(_RowCopier):
 
 # ---------------------------------------------------------------------- row moves
 def _move(
-    pair: RowPair, si: Slots, di: Slots, device: torch.device, d2h: bool, launch: Launch
+    pair: RowPair,
+    si: Slots,
+    di: Slots,
+    staged: bool,
+    d2h: bool,
+    launch: Launch,
+    stage: Callable[[torch.Tensor, int], torch.Tensor],
 ) -> int:
     """Rows `si` of `pair[0]` to rows `di` of `pair[1]`; returns the bytes."""
     src, dst = _wide(pair[0]), _wide(pair[1])
@@ -191,47 +236,100 @@ def _move(
     num_bytes = n * pair[0].shape[1] * pair[0].element_size()
     if n == 0 or num_bytes == 0:
         return 0
-    if src.device == dst.device:
+    device = src.device if d2h else dst.device
+    if not staged:
         if _is_run(di):
             torch.index_select(src, 0, _index(si, src.device), out=dst[di[0] : di[0] + n])
         elif _is_run(si):
             dst.index_copy_(0, _index(di, dst.device), src[si[0] : si[0] + n])
         else:
-            dst.index_copy_(0, _index(di, dst.device), src.index_select(0, _index(si, src.device)))
+            buffer = stage(src, n)
+            torch.index_select(src, 0, _index(si, src.device), out=buffer)
+            dst.index_copy_(0, _index(di, dst.device), buffer)
         return num_bytes
     if d2h:
-        staged = src.index_select(0, _index(si, device))
+        rows = src.index_select(0, _index(si, device))
         run = dst[di[0] : di[0] + n] if _is_run(di) else None
         if run is not None and run.is_contiguous():
-            run.copy_(staged, non_blocking=True)
-            launch.keep.append(staged)
+            run.copy_(rows, non_blocking=True)
+            launch.keep.append(rows)
             return num_bytes
-        host = torch.empty(staged.shape, dtype=staged.dtype, pin_memory=True)
-        host.copy_(staged, non_blocking=True)
+        host = torch.empty(rows.shape, dtype=rows.dtype, pin_memory=dst.is_pinned())
+        host.copy_(rows, non_blocking=True)
         host_index = _index(di, dst.device)
-        launch.keep += [staged, host]
+        launch.keep += [rows, host]
         launch.finish.append(lambda: dst.index_copy_(0, host_index, host))
         return num_bytes
     run = src[si[0] : si[0] + n] if _is_run(si) else None
     if run is None or not run.is_contiguous():
         run = torch.empty((n, src.shape[1]), dtype=src.dtype, pin_memory=src.is_pinned())
         torch.index_select(src, 0, _index(si, src.device), out=run)
-    staged = run.to(device, non_blocking=True)
-    dst.index_copy_(0, _index(di, device), staged)
-    launch.keep += [run, staged]
+    rows = run.to(device, non_blocking=True)
+    dst.index_copy_(0, _index(di, device), rows)
+    launch.keep += [run, rows]
+    return num_bytes
+
+
+def _move_grouped(
+    device_views: list[torch.Tensor],
+    host_pages: torch.Tensor,
+    si: Slots,
+    di: Slots,
+    d2h: bool,
+    launch: Launch,
+) -> int:
+    """CUDA, page_first: rows `si` of every device view to host rows `di` of `host_pages`
+    (`[rows, len(device_views), row]`), or back. The views are packed into one device
+    buffer laid out as the host rows, so PCIe sees one copy per K or V."""
+    views = [_wide(v) for v in device_views]
+    host = _wide(host_pages)
+    device = views[0].device
+    n, row = len(si), int(views[0].shape[1])
+    num_bytes = n * len(views) * row * views[0].element_size()
+    if n == 0 or num_bytes == 0:
+        return 0
+    if d2h:
+        index = _index(si, device)
+        per_view = torch.empty((len(views), n, row), dtype=views[0].dtype, device=device)
+        for g, view in enumerate(views):
+            torch.index_select(view, 0, index, out=per_view[g])
+        staged = per_view.transpose(0, 1).contiguous()  # as the host rows: [n, views, row]
+        launch.keep += [per_view, staged]
+        if _is_run(di):
+            host[di[0] : di[0] + n].copy_(staged, non_blocking=True)
+            return num_bytes
+        pinned = torch.empty(staged.shape, dtype=staged.dtype, pin_memory=host.is_pinned())
+        pinned.copy_(staged, non_blocking=True)
+        host_index = _index(di, host.device)
+        launch.keep.append(pinned)
+        launch.finish.append(lambda: host.index_copy_(0, host_index, pinned))
+        return num_bytes
+    if _is_run(si):
+        source = host[si[0] : si[0] + n]
+    else:
+        source = torch.empty((n, *host.shape[1:]), dtype=host.dtype, pin_memory=host.is_pinned())
+        torch.index_select(host, 0, _index(si, host.device), out=source)
+    staged = source.to(device, non_blocking=True)
+    per_view = staged.transpose(0, 1).contiguous()  # [views, n, row]
+    index = _index(di, device)
+    for g, view in enumerate(views):
+        view.index_copy_(0, index, per_view[g])
+    launch.keep += [source, staged, per_view]
     return num_bytes
 
 
 def _wide(rows: torch.Tensor) -> torch.Tensor:
-    """`rows` reinterpreted as the widest integer type its row length, row stride and
+    """`rows` reinterpreted as the widest type its row length, row stride and
     offset allow: same bytes, fewer elements for the index kernels."""
     size = rows.element_size()
-    for wide in (torch.int64, torch.int32, torch.int16):
+    if rows.stride(-1) != 1:
+        return rows
+    byte_counts = [rows.shape[-1], rows.storage_offset(), *rows.stride()[:-1]]
+    for wide in (torch.complex128, torch.int64, torch.int32, torch.int16):
         w = torch.empty((), dtype=wide).element_size()
         if w <= size:
             return rows
-        byte_counts = (rows.shape[1] * size, rows.stride(0) * size, rows.storage_offset() * size)
-        if rows.stride(1) == 1 and all(b % w == 0 for b in byte_counts):
+        if all(b * size % w == 0 for b in byte_counts):
             return rows.view(wide)
     return rows
 
