@@ -44,6 +44,7 @@ from uniradix.tiers.transfer import Direction
 from uniradix.types import Slots
 
 RowPair = tuple[torch.Tensor, torch.Tensor]  # (source rows, destination rows), 2-D views
+_WIDE = ((torch.complex128, 16), (torch.int64, 8), (torch.int32, 4), (torch.int16, 2))
 
 
 @dataclass
@@ -94,7 +95,7 @@ class _RowCopier:
             values, counts = np.unique(dst, return_counts=True)
             raise ValueError(f"dst slot {int(values[counts > 1][0])} appears twice")
         unit = self._unit(src, dst)
-        si, di = src[::unit] // unit, dst[::unit] // unit
+        si, di = _Rows(src[::unit] // unit), _Rows(dst[::unit] // unit)
         launch = Launch(0)
         groups = self._groups(unit) if self.staged else []
         for device_views, host_pages in groups:
@@ -223,8 +224,8 @@ class MambaCopier(_RowCopier):
 # ---------------------------------------------------------------------- row moves
 def _move(
     pair: RowPair,
-    si: Slots,
-    di: Slots,
+    si: _Rows,
+    di: _Rows,
     staged: bool,
     d2h: bool,
     launch: Launch,
@@ -238,34 +239,34 @@ def _move(
         return 0
     device = src.device if d2h else dst.device
     if not staged:
-        if _is_run(di):
-            torch.index_select(src, 0, _index(si, src.device), out=dst[di[0] : di[0] + n])
-        elif _is_run(si):
-            dst.index_copy_(0, _index(di, dst.device), src[si[0] : si[0] + n])
+        if di.start is not None:
+            torch.index_select(src, 0, si.on(src.device), out=dst[di.start : di.start + n])
+        elif si.start is not None:
+            dst.index_copy_(0, di.on(dst.device), src[si.start : si.start + n])
         else:
             buffer = stage(src, n)
-            torch.index_select(src, 0, _index(si, src.device), out=buffer)
-            dst.index_copy_(0, _index(di, dst.device), buffer)
+            torch.index_select(src, 0, si.on(src.device), out=buffer)
+            dst.index_copy_(0, di.on(dst.device), buffer)
         return num_bytes
     if d2h:
-        rows = src.index_select(0, _index(si, device))
-        run = dst[di[0] : di[0] + n] if _is_run(di) else None
+        rows = src.index_select(0, si.on(device))
+        run = None if di.start is None else dst[di.start : di.start + n]
         if run is not None and run.is_contiguous():
             run.copy_(rows, non_blocking=True)
             launch.keep.append(rows)
             return num_bytes
         host = torch.empty(rows.shape, dtype=rows.dtype, pin_memory=dst.is_pinned())
         host.copy_(rows, non_blocking=True)
-        host_index = _index(di, dst.device)
+        host_index = di.on(dst.device)
         launch.keep += [rows, host]
         launch.finish.append(lambda: dst.index_copy_(0, host_index, host))
         return num_bytes
-    run = src[si[0] : si[0] + n] if _is_run(si) else None
+    run = None if si.start is None else src[si.start : si.start + n]
     if run is None or not run.is_contiguous():
         run = torch.empty((n, src.shape[1]), dtype=src.dtype, pin_memory=src.is_pinned())
-        torch.index_select(src, 0, _index(si, src.device), out=run)
+        torch.index_select(src, 0, si.on(src.device), out=run)
     rows = run.to(device, non_blocking=True)
-    dst.index_copy_(0, _index(di, device), rows)
+    dst.index_copy_(0, di.on(device), rows)
     launch.keep += [run, rows]
     return num_bytes
 
@@ -273,8 +274,8 @@ def _move(
 def _move_grouped(
     device_views: list[torch.Tensor],
     host_pages: torch.Tensor,
-    si: Slots,
-    di: Slots,
+    si: _Rows,
+    di: _Rows,
     d2h: bool,
     launch: Launch,
 ) -> int:
@@ -289,29 +290,29 @@ def _move_grouped(
     if n == 0 or num_bytes == 0:
         return 0
     if d2h:
-        index = _index(si, device)
+        index = si.on(device)
         per_view = torch.empty((len(views), n, row), dtype=views[0].dtype, device=device)
         for g, view in enumerate(views):
             torch.index_select(view, 0, index, out=per_view[g])
         staged = per_view.transpose(0, 1).contiguous()  # as the host rows: [n, views, row]
         launch.keep += [per_view, staged]
-        if _is_run(di):
-            host[di[0] : di[0] + n].copy_(staged, non_blocking=True)
+        if di.start is not None:
+            host[di.start : di.start + n].copy_(staged, non_blocking=True)
             return num_bytes
         pinned = torch.empty(staged.shape, dtype=staged.dtype, pin_memory=host.is_pinned())
         pinned.copy_(staged, non_blocking=True)
-        host_index = _index(di, host.device)
+        host_index = di.on(host.device)
         launch.keep.append(pinned)
         launch.finish.append(lambda: host.index_copy_(0, host_index, pinned))
         return num_bytes
-    if _is_run(si):
-        source = host[si[0] : si[0] + n]
+    if si.start is not None:
+        source = host[si.start : si.start + n]
     else:
         source = torch.empty((n, *host.shape[1:]), dtype=host.dtype, pin_memory=host.is_pinned())
-        torch.index_select(host, 0, _index(si, host.device), out=source)
+        torch.index_select(host, 0, si.on(host.device), out=source)
     staged = source.to(device, non_blocking=True)
     per_view = staged.transpose(0, 1).contiguous()  # [views, n, row]
-    index = _index(di, device)
+    index = di.on(device)
     for g, view in enumerate(views):
         view.index_copy_(0, index, per_view[g])
     launch.keep += [source, staged, per_view]
@@ -325,8 +326,7 @@ def _wide(rows: torch.Tensor) -> torch.Tensor:
     if rows.stride(-1) != 1:
         return rows
     byte_counts = [rows.shape[-1], rows.storage_offset(), *rows.stride()[:-1]]
-    for wide in (torch.complex128, torch.int64, torch.int32, torch.int16):
-        w = torch.empty((), dtype=wide).element_size()
+    for wide, w in _WIDE:
         if w <= size:
             return rows
         if all(b * size % w == 0 for b in byte_counts):
@@ -334,17 +334,25 @@ def _wide(rows: torch.Tensor) -> torch.Tensor:
     return rows
 
 
-def _index(rows: Slots, device: torch.device) -> torch.Tensor:
-    return torch.from_numpy(np.ascontiguousarray(rows)).to(device)
+class _Rows:
+    """Row indices of one side of a transfer: `start` is the first row when they are one
+    ascending run (moved as a slice, no index), and `on(device)` the index tensor (built
+    once per device)."""
 
+    def __init__(self, rows: Slots) -> None:
+        self.rows = np.ascontiguousarray(rows)
+        first = int(rows[0]) if len(rows) else 0
+        is_run = len(rows) > 0 and int(rows[-1]) - first == len(rows) - 1
+        self.start = first if is_run and bool(np.all(np.diff(rows) == 1)) else None
+        self._on: dict[torch.device, torch.Tensor] = {}
 
-def _is_run(rows: Slots) -> bool:
-    """Ascending consecutive rows (one slice instead of an index)."""
-    return (
-        len(rows) > 0
-        and int(rows[-1]) - int(rows[0]) == len(rows) - 1
-        and (len(rows) == 1 or bool(np.all(np.diff(rows) == 1)))
-    )
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def on(self, device: torch.device) -> torch.Tensor:
+        if device not in self._on:
+            self._on[device] = torch.from_numpy(self.rows).to(device)
+        return self._on[device]
 
 
 def _whole_pages(slots: Slots, page_size: int) -> bool:
