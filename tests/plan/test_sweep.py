@@ -189,3 +189,12 @@ def test_replay_sizes_the_host_tier_from_a_host_budget(capsys: pytest.CaptureFix
     assert "--host-cache needs --model" in capsys.readouterr().err
     assert main([*argv, "--host-cache", "1MB"]) == 2
     assert "hold no page" in capsys.readouterr().err
+
+
+def test_plan_with_a_host_tier_loads_hits_back(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["plan", "--model", "llama-3-8b", "--gpu-cache", "100MB", "--max-requests", "40"]
+    assert main([*argv, "--host-cache", "2GB", "--json", "--no-progress", "--workers", "1"]) == 0
+    with_host = json.loads(capsys.readouterr().out)["best"]["hit_rate"]
+    assert main([*argv, "--json", "--no-progress", "--workers", "1"]) == 0
+    device_only = json.loads(capsys.readouterr().out)["best"]["hit_rate"]
+    assert with_host > device_only

@@ -156,6 +156,12 @@ def add_plan_parser(commands: argparse._SubParsersAction) -> None:  # type: igno
         metavar="SIZE[,SIZE...]",
         help="device memory budgets for the cache, e.g. 10GB,20GB,40GB",
     )
+    p.add_argument(
+        "--host-cache",
+        type=byte_size,
+        metavar="SIZE",
+        help="host memory of an L2 tier of full-attention KV, the same at every point",
+    )
     for flag, default, what in [
         ("--page-size", d.page_size, "tokens per page"),
         ("--max-running", d.max_running, "cap on running requests"),
@@ -197,6 +203,8 @@ def run_plan_command(args: argparse.Namespace) -> int:
     try:
         model = model_of(args)
         assert model is not None  # the group is required
+        if args.host_cache is not None:
+            base = replace(base, host_tokens=host_tokens(model, args.host_cache, base))
         splits = None if args.split == "auto" else [Split.parse(args.split, model.pools())]
         result = run_plan(
             base,
