@@ -101,7 +101,7 @@ def test_a_failed_backup_is_never_published() -> None:
     assert recorder.take_events() == [removed("GPU")]
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     page_size=st.sampled_from([1, 2, 4]),
     write_policy=st.sampled_from(["write_through", "write_through_selective", "write_back"]),
