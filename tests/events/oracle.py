@@ -12,10 +12,11 @@ from uniradix.tree.node import TreeNode
 
 
 def _committed(node: TreeNode, medium: str) -> bool:
-    """A device copy counts once its load-back landed, a host copy once its backup did."""
+    """A device copy counts once its slots are in the tree, a host copy once its backup
+    landed (a failed backup is dropped)."""
     d = node.data[0]
     if medium == "GPU":
-        return d.value is not None and (d.metadata is None or "load" not in d.metadata)
+        return d.value is not None
     return d.host_value is not None and (d.metadata is None or "write" not in d.metadata)
 
 
@@ -33,9 +34,10 @@ def cached_hashes(cache: UnifiedRadixCache, medium: str = "GPU") -> set[int]:
 
 class StrictStream:
     """Applies events and fails on any that breaks the stream's contract, per medium: a
-    store's parent is held (on some medium: a write-back host copy's parent may be on the
-    device only), its hashes are new on that medium and chain with its tokens; a removed
-    hash is held there, and once it is on no medium no held block names it as parent."""
+    store's parent is held (on the device for a device store; on some medium for a host
+    store, as a write-back host copy's parent may be on the device only), its hashes are
+    new on that medium and chain with its tokens; a removed hash is held there, and once
+    it is on no medium no held block names it as parent."""
 
     def __init__(self, page_size: int) -> None:
         self.page_size = page_size
@@ -55,7 +57,10 @@ class StrictStream:
                 self.held.clear()
             elif isinstance(e, BlockStored):
                 blocks = self.held.setdefault(e.medium or "GPU", {})
-                assert e.parent_block_hash is None or self._anywhere(e.parent_block_hash), e
+                parent = e.parent_block_hash
+                assert parent is None or self._anywhere(parent), e
+                # Device data is a prefix of every path: a device store's parent is there.
+                assert parent is None or e.medium != "GPU" or parent in blocks, e
                 assert len(e.token_ids) == len(e.block_hashes) * self.page_size, e
                 prev = e.parent_block_hash
                 for h in e.block_hashes:

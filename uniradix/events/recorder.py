@@ -35,14 +35,13 @@ def _int64s(digests: list[bytes]) -> list[int]:
 
 
 def holds(node: TreeNode, medium: str) -> bool:
-    """Whether `node`'s full KV is committed on `medium`: a copy whose transfer is still in
-    flight (a load-back's device slots, a backup's host slots) is not there yet."""
+    """Whether `node`'s full KV is on `medium` as announced: device slots (a load-back's as
+    soon as submitted), a host copy once its backup was acked."""
     d = node.data[0]
-    meta = d.metadata or {}
     if medium == MEDIUM_GPU:
-        return d.value is not None and "load" not in meta
+        return d.value is not None
     if medium == MEDIUM_CPU_PINNED:
-        return d.host_value is not None and "write" not in meta
+        return d.host_value is not None and "write" not in (d.metadata or {})
     return False
 
 

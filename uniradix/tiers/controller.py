@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from uniradix.components.full_host import HostFullComponent
-from uniradix.event_sink import MEDIUM_CPU_PINNED, MEDIUM_GPU
+from uniradix.event_sink import MEDIUM_CPU_PINNED
 from uniradix.memory.allocator import to_numpy
 from uniradix.memory.host_pools import HostPools
 from uniradix.tiers import load_back as loads
@@ -309,7 +309,6 @@ class HostTier(NoHostTier):
             anchor, receipt = self.loads.pop(ticket)
             self._acked.discard(ticket)
             loaded = self._clear_marks(anchor, "load", ticket)
-            self._report(loaded[::-1], MEDIUM_GPU, stored=True)
             self.cache.dec_lock_ref(anchor, receipt)
             if self.policy is WritePolicy.WRITE_BACK:
                 self._report(loaded, MEDIUM_CPU_PINNED, stored=False)
