@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On a machine with a CUDA GPU and torch: the CUDA-marked tests, then the engine generating
-# through the cache on the GPU for every config, verified against a no-cache run.
+# through the cache on the GPU for every config, verified against a no-cache run; then the
+# host-tier transfer throughput (pinned host pools, CudaTransferEngine) against plain copies.
 # Writes logs and JSON summaries to $OUT (default: a temporary folder).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -17,4 +18,6 @@ for config in full swa mamba hybrid; do
     > "$OUT/generate_$config.json" || status=1
   python3 -c "import json, sys; d = json.load(open(sys.argv[1])); print(sys.argv[2], {k: d[k] for k in ('hit_tokens', 'evicted_tokens', 'retractions', 'mismatches', 'max_abs_logit_diff', 'leaked')})" "$OUT/generate_$config.json" "$config"
 done
+# Host-tier transfers on the GPU (pinned host pools, CudaTransferEngine), against plain copies.
+python3 -m benchmarks.transfer --device cuda --reps 5 --out "$OUT/transfer_cuda.md" || status=1
 exit "$status"

@@ -103,6 +103,7 @@ class UnifiedRadixCache:
         self.tree.split_hooks = list(self.components)
         for c in self.components:
             c.attach_pools(pools)
+            c.attach_peers(self.components)
         self._by_type = {c.component_type: c for c in self.components}
         self._aux = self.components[1:]
         # insert_overlap hooks: the auxiliary components, and a base one that overrides it

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
 
 
 def _replay_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from uniradix.components.aux_eviction import AUX_EVICTION_POLICIES
     from uniradix.sim.replay import CONFIG_COMPONENTS, ReplayOptions
     from uniradix.sim.traces import TRACE_FORMATS
     from uniradix.sim.workloads import WORKLOADS
@@ -55,9 +56,30 @@ def _replay_parser(commands: argparse._SubParsersAction) -> None:  # type: ignor
     )
     p.add_argument("--check-invariants", action="store_true", help="after every step")
     p.add_argument("--sessions", action="store_true", help="session cache: keep turns' context")
+    p.add_argument(
+        "--checkpoint-placement",
+        action=argparse.BooleanOptionalAction,
+        default=d.checkpoint_placement,
+        help="hybrid caches: keep SWA windows and Mamba states where requests branch",
+    )
+    p.add_argument(
+        "--checkpoint-grid",
+        type=int,
+        default=d.checkpoint_grid,
+        help=f"grid of branch positions for --checkpoint-placement (default {d.checkpoint_grid})",
+    )
+    p.add_argument(
+        "--aux-eviction-policy",
+        choices=AUX_EVICTION_POLICIES,
+        default=d.aux_eviction_policy,
+        help="eviction order of SWA windows and Mamba states",
+    )
     p.add_argument("--json", action="store_true", help="print only the JSON summary")
     p.add_argument("--report", metavar="DIR", help="write summary.json, summary.md, plots")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    from uniradix.plan.command import add_budget_flags
+
+    add_budget_flags(p)
     _cluster_arguments(p)
 
 
@@ -94,7 +116,9 @@ def _cluster(args: argparse.Namespace, options: ReplayOptions) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
+    from uniradix.cli_flags import fail, resource_failure
     from uniradix.errors import InvariantError
+    from uniradix.plan.command import add_pool_bytes, budget_options
     from uniradix.sim.compute import ModelShape
     from uniradix.sim.replay import ReplayOptions, run_replay
     from uniradix.sim.report import markdown_summary, summary_json, write_report
@@ -115,15 +139,21 @@ def _replay(args: argparse.Namespace) -> int:
             ),
             progress=not args.no_progress,
         )
+        options, sizes = budget_options(args, options)
         if args.instances != 1 or args.router != "round-robin" or args.kv_events:
             return _cluster(args, options)
         result = run_replay(options)
+        add_pool_bytes(result.summary, sizes)
     except InvariantError as exc:
         print(f"uniradix replay: {exc}", file=sys.stderr)
         return 1
     except (ValueError, OSError) as exc:
         print(f"uniradix replay: error: {exc}", file=sys.stderr)
         return 2
+    except (MemoryError, RuntimeError) as exc:
+        if (message := resource_failure(exc)) is None:
+            raise
+        return fail("uniradix replay", message)
     print(summary_json(result) if args.json else markdown_summary(result), end="\n")
     status = 0
     if args.report:
@@ -187,6 +217,7 @@ def _generate(args: argparse.Namespace) -> int:
 
     import torch
 
+    from uniradix.cli_flags import fail, resource_failure
     from uniradix.engine.run import GenerateOptions, run_generate, text_summary
     from uniradix.errors import InvariantError
 
@@ -202,6 +233,10 @@ def _generate(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as exc:
         print(f"uniradix generate: error: {exc}", file=sys.stderr)
         return 2
+    except (MemoryError, RuntimeError) as exc:
+        if (message := resource_failure(exc)) is None:
+            raise
+        return fail("uniradix generate", message)
     print(json.dumps(summary) if args.json else text_summary(summary))
     status = 0
     leaked = {pool: n for pool, n in summary["leaked"].items() if n}
@@ -233,12 +268,18 @@ def _events_parser(commands: argparse._SubParsersAction) -> None:  # type: ignor
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="uniradix", description=__doc__)
+    from uniradix.cli_flags import OneLineParser, check_numbers
+
+    parser = OneLineParser(prog="uniradix", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("demo", help="a few requests sharing prefixes, narrated")
     _replay_parser(commands)
     _generate_parser(commands)
     _events_parser(commands)
+    from uniradix.plan.command import add_plan_parser, run_plan_command
+
+    add_plan_parser(commands)
+    check_numbers(parser)
     args = parser.parse_args(argv)
     if args.command == "demo":
         from uniradix.demo import run_demo
@@ -252,6 +293,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         listen(args.listen, args.topic, args.count, args.timeout, bind=args.bind)
         return 0
+    if args.command == "plan":
+        return run_plan_command(args)
     return _replay(args)
 
 

@@ -44,6 +44,7 @@ class CacheConfig:
     max_running_requests: int = 256
     max_context_len: int = 8192
     eviction_policy: str = "lru"
+    aux_eviction_policy: str = "lru"
     is_eagle: bool = False
     device: str = "cpu"
     num_full_layers: int = 0
@@ -143,6 +144,7 @@ def build_cache(
         page_size=ps,
         is_eagle=config.is_eagle,
         eviction_policy=config.eviction_policy,
+        aux_eviction_policy=config.aux_eviction_policy,
         sliding_window=config.sliding_window,
         mamba_cache_chunk_size=config.mamba_cache_chunk_size,
         mamba_max_states_per_path=config.mamba_max_states_per_path,

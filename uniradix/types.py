@@ -69,7 +69,8 @@ class CacheSettings:
     Mamba: states are checkpointed only at multiples of the checkpoint grid
     `lcm(mamba_cache_chunk_size, page_size)` (the SSM kernel materializes states per chunk);
     `mamba_max_states_per_path` caps the states kept along one root-to-node path (None: no
-    cap).
+    cap). `aux_eviction_policy` orders the eviction of SWA windows and Mamba states ("lru" or
+    "branch_aware", see `uniradix.components.aux_eviction`).
     """
 
     page_size: int = 1
@@ -83,6 +84,7 @@ class CacheSettings:
     # remember this many released session ids (a late turn of one does not re-cover it).
     enable_session_cache: bool = False
     session_closed_memory: int = 8192
+    aux_eviction_policy: str = "lru"
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +204,11 @@ class Req:
     tracking slots, `mamba_next_track_idx` the entry the runner writes next, and
     `mamba_last_track_seqlen` / `mamba_prev_track_seqlen` the positions whose states the last
     and the previous tracked entries hold (None: nothing tracked since the last publish).
+
+    `checkpoint_seqlens` (set by the caller, e.g. `uniradix.sim.placement`) are page-aligned
+    positions where the next request is likely to branch: the SWA component keeps the window
+    ending at each one live while the request runs (at most one window more than it would),
+    so the tree receives it.
     """
 
     token_ids: list[int]
@@ -221,3 +228,4 @@ class Req:
     mamba_last_track_seqlen: int | None = None
     mamba_prev_track_seqlen: int | None = None
     session_id: str | None = None  # with the session cache, a finished turn covers its leaf
+    checkpoint_seqlens: tuple[int, ...] = ()

@@ -104,12 +104,12 @@ def test_chunks_smaller_than_a_window_and_one_token_chunks(device: str) -> None:
         assert_equal_to_no_cache(model, prompts, result)
 
 
-def test_the_cache_persists_across_generate_calls(device: str) -> None:
+@pytest.mark.parametrize("placement", [False, True])
+def test_the_cache_persists_across_generate_calls(device: str, placement: bool) -> None:
     model = model_for("hybrid", device)
     prompts = shared_prompts()[:3]
-    engine = Engine(
-        model, engine_config("hybrid", 4, full_tokens=256, swa_tokens=256, mamba_slots=40)
-    )
+    config = engine_config("hybrid", 4, full_tokens=256, swa_tokens=256, mamba_slots=40)
+    engine = Engine(model, dataclasses.replace(config, checkpoint_placement=placement))
     first = engine.generate(prompts, MAX_NEW_TOKENS)
     again = engine.generate(prompts, MAX_NEW_TOKENS)
     assert again.tokens == first.tokens
@@ -118,8 +118,10 @@ def test_the_cache_persists_across_generate_calls(device: str) -> None:
     # 2 shares 12 and resumes from the state at 8.
     assert first.hit_lengths == [0, 16, 8]
     # Repeats match all but the last token, page aligned (24), down to the last state: prompt
-    # 0 checkpointed at its chunk ends 8, 16, 24; prompts 1 and 2 at 20 and 28.
-    assert again.hit_lengths == [24, 20, 20]
+    # 0 checkpointed at its chunk ends 8, 16, 24; prompts 1 and 2 at 20 and 28. With
+    # checkpoint placement every prompt also leaves a state at its length minus one, floored
+    # to the page (24), where a resend matches.
+    assert again.hit_lengths == ([24, 24, 24] if placement else [24, 20, 20])
     assert_equal_to_no_cache(model, prompts, again)
 
 
@@ -147,3 +149,31 @@ def test_float32_pools_follow_the_model_dtype() -> None:
     check = verify(model, prompts, result)
     assert result.hit_tokens > 0
     assert check.max_abs_logit_diff < 1e-4
+
+
+@pytest.mark.parametrize("placement", [False, True])
+@pytest.mark.parametrize("page_size", [1, 4])
+@pytest.mark.parametrize("config", ["swa", "mamba", "hybrid"])
+def test_branch_aware_eviction_and_checkpoint_placement_generate_the_same(
+    config: str, page_size: int, placement: bool, device: str
+) -> None:
+    """The branch-aware eviction order of SWA windows and Mamba states, with and without
+    checkpoint placement (a grid of 8 here, so chunks are cut at grid points): identical
+    tokens, and the hard paths (evictions, tombstones) still run."""
+    model = model_for(config, device)
+    prompts = shared_prompts()
+    cfg = engine_config(
+        config,
+        page_size,
+        aux_eviction_policy="branch_aware",
+        checkpoint_placement=placement,
+        checkpoint_grid=8,
+    )
+    result = Engine(model, cfg).generate(prompts, MAX_NEW_TOKENS)
+    assert_equal_to_no_cache(model, prompts, result)
+    assert result.hit_tokens > 0
+    assert result.evicted_tokens["full"] > 0
+    if "S" in model.config.layer_pattern:
+        assert result.evicted_tokens["swa"] > 0
+    if "M" in model.config.layer_pattern:
+        assert result.mamba_tombstones > 0

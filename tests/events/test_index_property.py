@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.events.oracle import StrictStream, cached_hashes
-from tests.sim.specs import spec
-from uniradix import CacheConfig, EvictParams, build_cache
+from tests.sim.specs import small_cache, spec
+from uniradix import EvictParams
 from uniradix.events import NullEventPublisher, encode_batch
 from uniradix.events.index import KVEventIndex
 from uniradix.events.stream import KVEventStream
@@ -79,21 +79,13 @@ def test_index_follows_the_cache(  # type: ignore[no-untyped-def]
     reset_midway, write_policy,
 ) -> None:  # fmt: skip
     full_tokens = full_pages * page_size
-    swa, mamba = config in ("swa", "hybrid"), config in ("mamba", "hybrid")
-    cache = build_cache(
-        CacheConfig(
-            full_tokens=full_tokens,
-            page_size=page_size,
-            max_context_len=256,
-            sliding_window=window if swa else None,
-            swa_tokens=full_tokens // 2 if swa else None,
-            mamba_slots=12 if mamba else None,
-            mamba_extra_buffer=mamba and page_size > 1,
-            # A host tier (full attention only) of half the device's size, so it evicts too.
-            host_tokens=full_tokens // 2 if config == "full" and write_policy else None,
-            write_policy=write_policy or "write_through",
-        )
-    )
+    # Full attention gets a host tier of half the device's size (so it evicts too).
+    host = config == "full" and write_policy is not None
+    cache = small_cache(
+        config, full_tokens, page_size, window, 12,
+        host_tokens=full_tokens // 2 if host else None,
+        write_policy=write_policy or "write_through",
+    )  # fmt: skip
     sent: list[Any] = []
     stream = KVEventStream(cache, [Capture(sent)])
     checker = Checker(stream, KVEventIndex(page_size), wire)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.tiers.pools import DIM, HEADS, LAYERS, random_kv_pool, random_mamba_states
+from tests.tiers.pools import DIM, HEADS, LAYERS, random_kv_pool, random_mamba_states, same_bits
 from uniradix.memory.host_kv import HostKVPool, HostMambaStates
 from uniradix.memory.kv_pool import KVPool
 from uniradix.tiers.copiers import KVCopier
@@ -80,14 +80,14 @@ def test_page_bytes_are_layout_independent_and_round_trip(layout: str) -> None:
     # Page layout: K of every layer, then V of every layer, each [page, heads, dim].
     page_5 = data[0].view(torch.float16).view(2, LAYERS, 4, HEADS, DIM)
     for layer in range(LAYERS):
-        assert torch.equal(page_5[0, layer], device.k_buffers[layer][20:24])
-        assert torch.equal(page_5[1, layer], device.v_buffers[layer][20:24])
+        assert same_bits(page_5[0, layer], device.k_buffers[layer][20:24])
+        assert same_bits(page_5[1, layer], device.v_buffers[layer][20:24])
     other = HostKVPool.like(device, 64, 4, layout)  # type: ignore[arg-type]
     other.set_page_bytes(np.array([1, 3, 4]), data)
     for layer in range(LAYERS):
         got_k, got_v = other.get_kv(layer, torch.arange(4, 8))
-        assert torch.equal(got_k, device.k_buffers[layer][20:24])
-        assert torch.equal(got_v, device.v_buffers[layer][20:24])
+        assert same_bits(got_k, device.k_buffers[layer][20:24])
+        assert same_bits(got_v, device.v_buffers[layer][20:24])
 
 
 def test_page_bytes_reject_bad_pages_and_data() -> None:

@@ -7,7 +7,8 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from uniradix import CacheConfig, EvictParams, build_cache
+from tests.sim.specs import small_cache
+from uniradix import EvictParams
 from uniradix.cache import UnifiedRadixCache
 from uniradix.sessions import SessionCache
 from uniradix.sim.batch import RunningRequest
@@ -35,6 +36,9 @@ class RandomSessions:
             self.cache.release_session(sid)
         elif action == 3:
             self.cache.release_session(f"s{(int(sid[1:]) + 1) % 3}")
+
+    def on_match(self, rid: int, key: object, match: MatchResult) -> None:
+        return
 
     def on_admit(self, request: RunningRequest, match: MatchResult) -> None:
         self._act(request)
@@ -71,19 +75,7 @@ def test_random_sessions_keep_every_pool_exact(  # type: ignore[no-untyped-def]
     config, turns, outputs, page_size, full_pages, window, actions, closed_memory
 ) -> None:
     full_tokens = full_pages * page_size
-    swa, mamba = config in ("swa", "hybrid"), config in ("mamba", "hybrid")
-    cache = build_cache(
-        CacheConfig(
-            full_tokens=full_tokens,
-            page_size=page_size,
-            max_context_len=256,
-            sliding_window=window if swa else None,
-            swa_tokens=full_tokens // 2 if swa else None,
-            mamba_slots=12 if mamba else None,
-            mamba_extra_buffer=mamba and page_size > 1,
-            enable_session_cache=True,
-        )
-    )
+    cache = small_cache(config, full_tokens, page_size, window, 12, enable_session_cache=True)
     assert isinstance(cache.sessions, SessionCache)
     cache.sessions.closed_memory = closed_memory
     # Each session's turn extends its previous turn's prompt and answer, as a chat does.

@@ -4,8 +4,8 @@ every pool's invariants after every step, and every slot back at the end."""
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.sim.specs import spec
-from uniradix import CacheConfig, EvictParams, build_cache
+from tests.sim.specs import small_cache, spec
+from uniradix import EvictParams
 from uniradix.sim.replay import NullRunner
 from uniradix.sim.scheduler import Scheduler, SchedulerConfig
 
@@ -26,18 +26,7 @@ def test_hybrid_traffic_keeps_every_pool_exact(  # type: ignore[no-untyped-def]
     config, prompts, outputs, page_size, full_pages, window, mamba_slots, max_running, chunk_pages
 ) -> None:
     full_tokens = full_pages * page_size
-    swa, mamba = config in ("swa", "hybrid"), config in ("mamba", "hybrid")
-    cache = build_cache(
-        CacheConfig(
-            full_tokens=full_tokens,
-            page_size=page_size,
-            max_context_len=256,
-            sliding_window=window if swa else None,
-            swa_tokens=full_tokens // 2 if swa else None,
-            mamba_slots=mamba_slots if mamba else None,
-            mamba_extra_buffer=mamba and page_size > 1,
-        )
-    )
+    cache = small_cache(config, full_tokens, page_size, window, mamba_slots)
     limit = full_tokens // 2
     fitting = [(p, n) for p, n in zip(prompts, outputs, strict=False) if len(p) + n <= limit]
     specs = [spec(i, p, [7] * n) for i, (p, n) in enumerate(fitting)] or [spec(0, [1], [1])]

@@ -47,8 +47,10 @@ def test_cli_flags_and_json(capsys):
     assert set(summary["hit_tokens_by_tier"]) == {"device", "host"}
     with pytest.raises(SystemExit):
         main([*argv, "--host-tokens", "100"])  # one size only
-    assert main(["replay", "--config", "full", "--host-tokens", "0", "--max-requests", "5"]) == 2
-    assert "host_tokens" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as bad_size:
+        main(["replay", "--config", "full", "--host-tokens", "0", "--max-requests", "5"])
+    assert bad_size.value.code == 2
+    assert "--host-tokens" in capsys.readouterr().err
 
 
 def test_report_plots_hits_by_tier(tmp_path, capsys):

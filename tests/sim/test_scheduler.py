@@ -71,6 +71,7 @@ def _replay(specs: list[RequestSpec], page_size: int = 1, full_tokens: int = 409
         def on_admit(self, request, match):  # type: ignore[no-untyped-def]
             hits.append(match.device_prefix_len)
 
+        def on_match(self, rid, key, match): ...  # type: ignore[no-untyped-def]
         def on_evict(self, result): ...  # type: ignore[no-untyped-def]
         def on_retract(self, request): ...  # type: ignore[no-untyped-def]
         def on_finish(self, request): ...  # type: ignore[no-untyped-def]

@@ -19,15 +19,30 @@ def random_kv_pool(
     pool = KVPool(num_slots, LAYERS, HEADS, DIM, dtype, device)
     gen = torch.Generator().manual_seed(seed)
     for buf in pool.k_buffers + pool.v_buffers:
-        buf.copy_(torch.randn(buf.shape, generator=gen).to(dtype))
+        fill_random_bits(buf, gen)
     return pool
+
+
+def fill_random_bits(tensor: torch.Tensor, gen: torch.Generator) -> None:
+    """Every bit pattern, NaNs and infinities included: a copy that goes through float
+    arithmetic anywhere would not reproduce them."""
+    bits = torch.randint(0, 256, (tensor.numel() * tensor.element_size(),), generator=gen)
+    tensor.view(-1).view(torch.uint8).copy_(bits.to(torch.uint8))
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal shapes, dtypes and bytes (NaN payloads included)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    a, b = a.cpu().contiguous(), b.cpu().contiguous()
+    return torch.equal(a.view(-1).view(torch.uint8), b.view(-1).view(torch.uint8))
 
 
 def random_mamba_states(num_slots: int, device: str = "cpu", seed: int = 0) -> MambaStatePool:
     states = MambaStatePool(num_slots, LAYERS, (4, 3), (2, 5, 2), torch.float32, device)
     gen = torch.Generator().manual_seed(seed)
     for t in (states.conv_states, states.temporal_states):
-        t.copy_(torch.randn(t.shape, generator=gen))
+        fill_random_bits(t, gen)
     return states
 
 

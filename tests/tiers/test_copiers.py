@@ -7,7 +7,13 @@ import pytest
 import torch
 
 from tests.tiers.engines import ENGINES, device_of, drain, make_engine
-from tests.tiers.pools import kv_rows, random_kv_pool, random_mamba_states, scattered_slots
+from tests.tiers.pools import (
+    kv_rows,
+    random_kv_pool,
+    random_mamba_states,
+    same_bits,
+    scattered_slots,
+)
 from uniradix.memory.host_kv import HostKVPool, HostMambaStates
 from uniradix.memory.kv_pool import KVPool
 from uniradix.memory.mamba_pool import MambaStatePool
@@ -18,14 +24,10 @@ from uniradix.tiers.transfer import CopyOp, Direction
 D2H, H2D = Direction.D2H, Direction.H2D
 
 
-def _bits(rows: list[torch.Tensor]) -> list[torch.Tensor]:
-    return [r.view(torch.int16) for r in rows]
-
-
 def _assert_same_bytes(got: list[torch.Tensor], want: list[torch.Tensor]) -> None:
     assert len(got) == len(want)
-    for g, w in zip(_bits(got), _bits(want), strict=True):
-        assert torch.equal(g, w)
+    for g, w in zip(got, want, strict=True):
+        assert same_bits(g, w)
 
 
 @pytest.mark.parametrize("engine_kind", ENGINES)
@@ -65,8 +67,8 @@ def test_layer_first_moves_single_slots_of_paged_pools(engine_kind: str) -> None
     drain(engine, [engine.submit([CopyOp("full", D2H, src, dst)])])
     for layer in range(3):
         got_k, got_v = host.get_kv(layer, torch.from_numpy(dst))
-        assert torch.equal(got_k, source.k_buffers[layer].cpu()[src])
-        assert torch.equal(got_v, source.v_buffers[layer].cpu()[src])
+        assert same_bits(got_k, source.k_buffers[layer].cpu()[src])
+        assert same_bits(got_v, source.v_buffers[layer].cpu()[src])
     engine.close()
 
 
@@ -108,7 +110,7 @@ def test_mamba_round_trip_is_exact(engine_kind: str) -> None:
     assert drain(engine, [t2]) == [t2]
     for name in ("conv_states", "temporal_states"):
         got, want = getattr(target, name).cpu(), getattr(source, name).cpu()
-        assert torch.equal(got[:, [1, 6, 2]], want[:, [5, 2, 3]])
+        assert same_bits(got[:, [1, 6, 2]], want[:, [5, 2, 3]])
         assert not got[:, [0, 3, 4, 5]].any()
     assert engine.bytes_moved[H2D] == 3 * 3 * (4 * 3 + 2 * 5 * 2) * 4
     engine.close()
@@ -126,8 +128,8 @@ def test_one_batch_moves_every_pool_of_a_chain() -> None:
     ]
     ticket = engine.submit(ops)
     assert drain(engine, [ticket]) == [ticket]
-    assert torch.equal(host_kv.k_buffers[2][4:12], kv.k_buffers[2][8:16])
-    assert torch.equal(host_states.temporal_states[:, 2], states.temporal_states[:, 3])
+    assert same_bits(host_kv.k_buffers[2][4:12], kv.k_buffers[2][8:16])
+    assert same_bits(host_states.temporal_states[:, 2], states.temporal_states[:, 3])
     engine.close()
 
 
@@ -197,3 +199,52 @@ def test_mismatched_pools_are_refused() -> None:
         MambaCopier(random_mamba_states(2), HostMambaStates(2, 3, (4, 3), (2, 5, 3)))
     with pytest.raises(TypeError, match="Direction"):
         KVCopier(KVPool(16), HostKVPool(16)).copy("d2h", np.array([1]), np.array([1]))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("layout", ["layer_first", "page_first"])
+@pytest.mark.parametrize("page_size", [1, 16])
+@pytest.mark.parametrize("host_run", [False, True])
+def test_staged_path_round_trip_on_the_cpu(layout: str, page_size: int, host_run: bool) -> None:
+    """The CUDA path (gather, one copy, host steps deferred to `complete`), run on the CPU."""
+    num_slots = 20 * page_size
+    source = random_kv_pool(num_slots, seed=11)
+    target = KVPool(num_slots, 3, 2, 8, torch.float16)
+    host = HostKVPool.like(source, num_slots, page_size, layout)  # type: ignore[arg-type]
+    src = scattered_slots(num_slots, page_size, 6, seed=12)
+    if host_run:
+        via = np.arange(2 * page_size, 8 * page_size)
+    else:
+        via = scattered_slots(num_slots, page_size, 6, seed=13)
+    back = scattered_slots(num_slots, page_size, 6, seed=14)
+    down, up = KVCopier(source, host), KVCopier(target, host)
+    down.staged = up.staged = True
+    launch = down.launch(D2H, src, via)
+    assert launch.finish == [] if host_run else len(launch.finish) > 0
+    launch.complete()
+    assert launch.keep == [] and launch.finish == []
+    assert up.copy(H2D, via, back) == launch.num_bytes
+    _assert_same_bytes(kv_rows(target, back), kv_rows(source, src))
+
+
+def test_staged_scatter_to_the_host_waits_for_complete() -> None:
+    source = random_kv_pool(64, seed=15)
+    host = HostKVPool.like(source, 64, 4, "page_first")
+    copier = KVCopier(source, host)
+    copier.staged = True
+    launch = copier.launch(D2H, np.arange(8, 16), np.array([44, 45, 46, 47, 20, 21, 22, 23]))
+    assert not host.k_pages.any()  # type: ignore[union-attr]
+    launch.complete()
+    got_k, _ = host.get_kv(1, torch.tensor([44, 45, 46, 47, 20, 21, 22, 23]))
+    assert same_bits(got_k, source.k_buffers[1][8:16])
+
+
+def test_staged_mamba_round_trip_on_the_cpu() -> None:
+    source = random_mamba_states(5, seed=16)
+    target = MambaStatePool(5, 3, (4, 3), (2, 5, 2), torch.float32)
+    host = HostMambaStates.like(source, 5)
+    down, up = MambaCopier(source, host), MambaCopier(target, host)
+    down.staged = up.staged = True
+    down.copy(D2H, np.array([4, 1]), np.array([2, 5]))
+    up.copy(H2D, np.array([2, 5]), np.array([3, 2]))
+    for name in ("conv_states", "temporal_states"):
+        assert same_bits(getattr(target, name)[:, [3, 2]], getattr(source, name)[:, [4, 1]])

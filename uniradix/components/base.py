@@ -24,11 +24,11 @@ checks     `check_invariants`
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from uniradix.tree.core import MatchWalk, TreeCore, Validator
-from uniradix.tree.node import TreeNode
+from uniradix.tree.node import ComponentData, TreeNode
 from uniradix.types import (
     CacheSettings,
     ComponentKey,
@@ -42,6 +42,17 @@ from uniradix.types import (
 
 if TYPE_CHECKING:
     from uniradix.memory.pools import CachePools
+
+
+EVICTED_MARK = "evicted"
+"""`ComponentData.metadata` key set when a component's value on the node was evicted (not
+freed by a running request), so a replay can tell an evicted state from one never kept."""
+
+
+def mark_evicted(data: ComponentData) -> None:
+    if data.metadata is None:
+        data.metadata = {}
+    data.metadata[EVICTED_MARK] = True
 
 
 class TreeComponent(ABC):
@@ -67,6 +78,11 @@ class TreeComponent(ABC):
     def attach_pools(self, pools: CachePools) -> None:
         """Called once by the cache; a component may keep the pools to *read* them (never to
         allocate or free) and raises TypeError if they lack what it needs."""
+        return
+
+    def attach_peers(self, components: Sequence[TreeComponent]) -> None:
+        """Called once by the cache with all its components, in order (e.g. a Mamba state's
+        eviction order asks whether the SWA window before it is live)."""
         return
 
     # ------------------------------------------------------------------ accounting

@@ -20,12 +20,13 @@ matched state into a request's own slot, belong to the cache (`uniradix.cache_ma
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
-from uniradix.components.base import TreeComponent
+from uniradix.components.aux_eviction import BranchAwareEviction, check_aux_eviction_policy
+from uniradix.components.base import TreeComponent, mark_evicted
 from uniradix.memory.allocator import to_numpy
 from uniradix.tree.core import MatchWalk, TreeCore, Validator
 from uniradix.tree.lru import LRUList
@@ -56,6 +57,19 @@ class MambaComponent(TreeComponent):
         self.checkpoint_grid = math.lcm(chunk, settings.page_size)
         self.max_states_per_path = cap
         self.lru = LRUList(index, tree.num_components)
+        self._order = (
+            BranchAwareEviction(self, None, covered=True)
+            if check_aux_eviction_policy(settings.aux_eviction_policy) == "branch_aware"
+            else None
+        )
+
+    def attach_peers(self, components: Sequence[TreeComponent]) -> None:
+        """Tells the branch-aware order where the SWA window lives, if the cache has one."""
+        for c in components:
+            window = getattr(c, "window", None)
+            if self._order is not None and c.component_type == ComponentType.SWA:
+                assert isinstance(window, int)
+                self._order.swa = (c.index, window)
 
     def reset(self) -> None:
         super().reset()
@@ -125,6 +139,9 @@ class MambaComponent(TreeComponent):
         return 0
 
     def eviction_candidates(self) -> Iterator[TreeNode]:
+        if self._order is not None:
+            yield from self._order.candidates()
+            return
         while (node := self.lru.least_recent_unlocked()) is not None:
             yield node
 
@@ -134,6 +151,7 @@ class MambaComponent(TreeComponent):
         actions.append(FreeSlots(FreeKind.MAMBA, d.value))
         self.evictable_tokens -= 1
         d.value = None
+        mark_evicted(d)
         self.lru.remove(node)
         return 1
 

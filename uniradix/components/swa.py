@@ -29,7 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from uniradix.components.base import TreeComponent
+from uniradix.components.aux_eviction import BranchAwareEviction, check_aux_eviction_policy
+from uniradix.components.base import EVICTED_MARK, TreeComponent, mark_evicted
 from uniradix.memory.pools import CachePools
 from uniradix.memory.swa_allocator import SWASlotAllocator
 from uniradix.tree.core import MatchWalk, TreeCore, Validator
@@ -63,6 +64,11 @@ class SWAComponent(TreeComponent):
         self.lru = LRUList(index, tree.num_components)
         self._uuids = itertools.count(1)
         self._allocator: SWASlotAllocator | None = None
+        self._order = (
+            BranchAwareEviction(self, (index, window), covered=False)
+            if check_aux_eviction_policy(settings.aux_eviction_policy) == "branch_aware"
+            else None
+        )
 
     def reset(self) -> None:
         super().reset()
@@ -131,6 +137,8 @@ class SWAComponent(TreeComponent):
         # A lock boundary marks the topmost locked node, which is now the parent.
         if c.metadata and _UUID in c.metadata:
             p.metadata = {_UUID: c.metadata.pop(_UUID)}
+        if c.metadata and EVICTED_MARK in c.metadata:
+            mark_evicted(p)
 
     # ------------------------------------------------------------------ insert
     def check_insert(self, value: Slots, params: InsertParams) -> None:
@@ -237,6 +245,9 @@ class SWAComponent(TreeComponent):
         return 0 if is_leaf else 1
 
     def eviction_candidates(self) -> Iterator[TreeNode]:
+        if self._order is not None:
+            yield from self._order.candidates()
+            return
         while (node := self.lru.least_recent_unlocked()) is not None:
             yield node
 
@@ -249,6 +260,7 @@ class SWAComponent(TreeComponent):
         num = int(d.value.shape[0])
         self.evictable_tokens -= num
         d.value = None
+        mark_evicted(d)
         self.lru.remove(node)
         return num
 
@@ -302,8 +314,15 @@ class SWAComponent(TreeComponent):
     # ------------------------------------------------------------------ requests
     def _window_start(self, req: Req) -> int:
         """First position whose SWA KV `req` may still read: the next token's window, and the
-        last window of the page-aligned key `req` will be cached under, stay live."""
-        return self._page_floor(req.kv_committed_len) - self.window_tail
+        last window of the page-aligned key `req` will be cached under, stay live; so does
+        the window ending at each of `req.checkpoint_seqlens` within one window back."""
+        end = self._page_floor(req.kv_committed_len)
+        start = end - self.window_tail
+        for c in req.checkpoint_seqlens:
+            # The window ending at a checkpoint stays while it is at most one window back.
+            if start <= c <= end:
+                start = min(start, c - self.window_tail)
+        return start
 
     def free_out_of_window(self, req: Req, row: Slots, actions: list[FreeSlots]) -> int:
         """Frees the SWA slots of `req`'s own positions `[cursor, window start)` and moves

@@ -37,7 +37,8 @@ class EngineConfig:
     """Pool sizes and scheduling. The model's layer pattern decides the cache's components:
     SWA layers add the SWA component and pool (`swa_tokens`, default `full_tokens`), Mamba
     layers the Mamba component and `mamba_slots` state slots (default 4 per running request;
-    page_size > 1 turns on the extra buffer, 3 slots per request)."""
+    page_size > 1 turns on the extra buffer, 3 slots per request). `aux_eviction_policy`,
+    `checkpoint_placement` and `checkpoint_grid`: see `CacheConfig` and `SchedulerConfig`."""
 
     page_size: int = 1
     chunk_size: int = 64
@@ -53,6 +54,9 @@ class EngineConfig:
     host_engine: str = "sync"
     write_policy: str = "write_through"
     enable_session_cache: bool = False
+    aux_eviction_policy: str = "lru"
+    checkpoint_placement: bool = True
+    checkpoint_grid: int | None = 512
 
 
 @dataclass
@@ -150,7 +154,12 @@ class Engine:
             runner,
             specs,
             SchedulerConfig(
-                c.max_running, c.chunk_size, c.decode_reserve_ratio, c.check_invariants
+                c.max_running,
+                c.chunk_size,
+                c.decode_reserve_ratio,
+                c.check_invariants,
+                checkpoint_placement=c.checkpoint_placement,
+                checkpoint_grid=c.checkpoint_grid,
             ),
             metrics,
         )
@@ -236,6 +245,7 @@ def build_engine_cache(model: TinyHybridModel, config: EngineConfig) -> UnifiedR
             host_engine=config.host_engine,
             write_policy=config.write_policy,
             enable_session_cache=config.enable_session_cache,
+            aux_eviction_policy=config.aux_eviction_policy,
         )
     )
 

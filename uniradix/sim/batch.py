@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from uniradix.key import RadixKey
 from uniradix.sim.request_spec import RequestSpec
 from uniradix.types import EvictResult, MatchResult, Req
 
@@ -58,6 +59,7 @@ class ModelRunner(Protocol):
 class SchedulerListener(Protocol):
     """What the scheduler reports (metrics, progress). Every method is optional to act on."""
 
+    def on_match(self, rid: int, key: RadixKey, match: MatchResult) -> None: ...
     def on_admit(self, request: RunningRequest, match: MatchResult) -> None: ...
     def on_evict(self, result: EvictResult) -> None: ...
     def on_retract(self, request: RunningRequest) -> None: ...
@@ -66,6 +68,10 @@ class SchedulerListener(Protocol):
 
 
 class NullListener:
+    def on_match(self, rid: int, key: RadixKey, match: MatchResult) -> None:
+        """Right after the admission match of request `rid` (admitted or not)."""
+        return
+
     def on_admit(self, request: RunningRequest, match: MatchResult) -> None:
         return
 

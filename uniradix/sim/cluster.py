@@ -20,6 +20,7 @@ from uniradix.cache import UnifiedRadixCache
 from uniradix.events.index import IndexPublisher, KVEventIndex
 from uniradix.events.publisher import EventPublisher, KVEventsConfig, ZmqEventPublisher
 from uniradix.events.stream import KVEventStream
+from uniradix.key import RadixKey
 from uniradix.sim.batch import RunningRequest
 from uniradix.sim.metrics import ReplayMetrics
 from uniradix.sim.replay import (
@@ -76,6 +77,9 @@ class _Listener:
 
     def _inst(self) -> Instance:
         return self.cluster.instances[self.i]
+
+    def on_match(self, rid: int, key: RadixKey, match: MatchResult) -> None:
+        self._inst().metrics.on_match(rid, key, match)
 
     def on_admit(self, request: RunningRequest, match: MatchResult) -> None:
         self._inst().metrics.on_admit(request, match)

@@ -7,7 +7,9 @@ from typing import Any
 from tqdm import tqdm
 
 from uniradix.cache import UnifiedRadixCache
+from uniradix.key import RadixKey
 from uniradix.sim.batch import RunningRequest
+from uniradix.sim.lost_hits import LostHit, LostHits
 from uniradix.sim.scheduler import Scheduler
 from uniradix.types import ComponentType, EvictResult, MatchResult
 
@@ -35,6 +37,8 @@ class ReplayMetrics:
         self.decode_tokens = 0
         self.timeline: dict[str, list[int]] = {p: [] for p in self.pools}
         self.peak_used = dict.fromkeys(self.pools, 0)
+        self.lost_hits = LostHits(cache)
+        self._pending_match: dict[int, LostHit] = {}
         self._bar = tqdm(
             total=num_requests,
             unit="req",
@@ -42,7 +46,12 @@ class ReplayMetrics:
             leave=False,
         )
 
+    def on_match(self, rid: int, key: RadixKey, match: MatchResult) -> None:
+        if self.lost_hits.enabled:
+            self._pending_match[rid] = self.lost_hits.observe(key, match)
+
     def on_admit(self, request: RunningRequest, match: MatchResult) -> None:
+        lost = self._pending_match.pop(request.spec.rid, None)
         if request.num_admissions > 1:
             self.recomputed_tokens += request.prompt_len - match.device_prefix_len
             return
@@ -56,6 +65,8 @@ class ReplayMetrics:
                 match.full_kv_hit_length if pool == "full" else match.device_prefix_len
             )
         self.hit_lengths.append(match.device_prefix_len)
+        if lost is not None:
+            self.lost_hits.add(lost)
         self.cumulative_hit_rate.append(self.hit_tokens / self.prompt_tokens)
         self.cumulative_host_hit_rate.append(self.host_hit_tokens / self.prompt_tokens)
 

@@ -61,6 +61,9 @@ class ReplayOptions:
     seed: int = 0
     check_invariants: bool = False
     sessions: bool = False  # the session cache: sessions' contexts are evicted last
+    checkpoint_placement: bool = True
+    checkpoint_grid: int | None = 512
+    aux_eviction_policy: str = "lru"
     model: ModelShape = field(default_factory=ModelShape)
     host_tokens: int | None = None
     hicache_ratio: float | None = None
@@ -78,9 +81,17 @@ class ReplayResult:
     cumulative_host_hit_rate: list[float] = field(default_factory=list)
 
 
-def load_specs(options: ReplayOptions) -> list[RequestSpec]:
+def load_specs(options: ReplayOptions, max_sequence_len: int | None = None) -> list[RequestSpec]:
+    """The requests of `options`; trace rows longer than `max_sequence_len` are capped before
+    any allocation (see `uniradix.sim.traces`)."""
     if options.trace is not None:
-        return load_trace(options.trace, options.trace_format, options.max_requests, options.seed)
+        return load_trace(
+            options.trace,
+            options.trace_format,
+            options.max_requests,
+            options.seed,
+            max_sequence_len,
+        )
     return generate_workload(options.workload, options.seed, options.max_requests)
 
 
@@ -119,6 +130,7 @@ def build_replay_cache(
             hicache_ratio=options.hicache_ratio,
             write_policy=options.write_policy,
             enable_session_cache=options.sessions,
+            aux_eviction_policy=options.aux_eviction_policy,
         )
     )
 
@@ -130,8 +142,8 @@ def run_replay(options: ReplayOptions) -> ReplayResult:
             f"unknown config {options.config!r}; choose from {sorted(CONFIG_COMPONENTS)}"
         )
     config_name = options.config
-    loaded = load_specs(options)
     ps = options.page_size
+    loaded = load_specs(options, options.full_tokens // ps * ps)
     specs = admissible(loaded, options.full_tokens // ps * ps, ps)
     if not specs:
         raise ValueError(f"no request fits full_tokens={options.full_tokens}")
@@ -146,6 +158,8 @@ def run_replay(options: ReplayOptions) -> ReplayResult:
         options.chunk_size,
         options.decode_reserve_ratio,
         options.check_invariants,
+        checkpoint_placement=options.checkpoint_placement,
+        checkpoint_grid=options.checkpoint_grid,
     )
     listener = SessionListener(cache, specs, metrics)
     listener.set_ideal(specs, ideal)
@@ -161,6 +175,12 @@ def run_replay(options: ReplayOptions) -> ReplayResult:
     summary = _summary(options, config_name, specs, len(loaded), ideal, metrics, scheduler)
     summary.update(listener.summary())
     summary.update(wall_s=wall_s, ideal_s=ideal_s, requests_per_s=len(specs) / max(wall_s, 1e-9))
+    kept_lines = {s.source_line for s in specs}
+    summary["rejected_lines"] = [
+        s.source_line
+        for s in loaded
+        if s.source_line is not None and s.source_line not in kept_lines
+    ]
     ideal_rates, total_prompt, total_ideal = [], 0, 0
     for spec, hit in zip(specs, ideal, strict=True):
         total_prompt += len(spec.prompt)
@@ -214,6 +234,7 @@ def _summary(
         "components": components,
         "leaked": leaked,
         "tombstones": metrics.tombstones(),
+        "lost_hits": metrics.lost_hits.summary() if metrics.lost_hits.enabled else None,
         "steps": scheduler.num_steps,
         "invariant_checks": scheduler.num_invariant_checks,
         "prefill_flops": {

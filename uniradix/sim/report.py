@@ -58,6 +58,36 @@ def markdown_summary(result: ReplayResult) -> str:
             f"| {pool} | {c['capacity']} | {c['peak_used']} | {c['final_used']} | "
             f"{c['evicted']} | {c['hit_tokens']} | {s['leaked'][pool]} |"
         )
+    if "budget" in s:  # pools sized from a model and a byte budget (uniradix.plan)
+        b = s["budget"]
+        lines += [
+            "",
+            f"Budget: {b['gpu_bytes']:,} bytes for {b['model']} ({b['unused_bytes']:,} unused "
+            f"after rounding to whole pages of {b['page_size']} and whole slots)",
+            "",
+            "| pool | share | bytes | units | bytes per unit |",
+            "|---|---|---|---|---|",
+        ]
+        for pool in b["split"]:
+            c = s["components"][pool]
+            lines.append(
+                f"| {pool} | {c['fraction']:.1%} | {c['bytes']:,} | {c['units']:,} {c['unit']} | "
+                f"{c['bytes_per_unit']:,} |"
+            )
+    lost = s.get("lost_hits")
+    if lost:
+        full = max(lost["full_kv_hit_tokens"], 1)
+        lines += [
+            "",
+            f"Lost hybrid hits: {lost['lost_tokens']} of {lost['full_kv_hit_tokens']} full-KV "
+            f"hit tokens ({lost['lost_tokens'] / full:.2%}, {lost['lost_requests']} requests); "
+            f"{lost['both_tokens']} lost to SWA and Mamba at once.",
+            "",
+            "| cause | lost tokens | of full-KV hits |",
+            "|---|---|---|",
+        ]
+        for cause, num in lost["causes"].items():
+            lines.append(f"| {cause} | {num} | {num / full:.2%} |")
     return "\n".join(lines) + "\n"
 
 
@@ -127,4 +157,16 @@ def write_report(result: ReplayResult, directory: str | Path) -> list[Path]:
     written.append(out / "hit_lengths.png")
     fig.savefig(written[-1], dpi=100, bbox_inches="tight")
     plt.close(fig)
+
+    lost = result.summary.get("lost_hits")
+    if lost:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        names = ["full-KV match", "usable", *lost["causes"]]
+        values = [lost["full_kv_hit_tokens"], lost["usable_hit_tokens"], *lost["causes"].values()]
+        ax.bar(names, values, color=["tab:gray", "tab:green"] + ["tab:red"] * len(lost["causes"]))
+        ax.set(ylabel="tokens (first admissions)", title="hybrid hits lost, by cause")
+        ax.tick_params(axis="x", labelrotation=30)
+        written.append(out / "lost_hits.png")
+        fig.savefig(written[-1], dpi=100, bbox_inches="tight")
+        plt.close(fig)
     return written

@@ -78,7 +78,8 @@ class BlockPrompt:
 class RequestSpec:
     """`rid` is the position in arrival order. `output_ids` (at least one token) are the
     tokens the model generates; `after` is the rid of an earlier request that must finish
-    before this one is sent (the next turn of a conversation)."""
+    before this one is sent (the next turn of a conversation). `source_line` is the line of
+    the trace file the request came from (None for generated workloads)."""
 
     rid: int
     prompt: Prompt
@@ -86,6 +87,7 @@ class RequestSpec:
     arrival_ms: float = 0.0
     after: int | None = None
     session_id: str | None = None  # the conversation or agent this turn belongs to
+    source_line: int | None = None
 
     def __post_init__(self) -> None:
         if self.output_ids.ndim != 1 or self.output_ids.shape[0] < 1:

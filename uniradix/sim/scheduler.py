@@ -52,8 +52,9 @@ from uniradix.sim.batch import (
     RunningRequest,
     SchedulerListener,
 )
+from uniradix.sim.placement import checkpoint_seqlens
 from uniradix.sim.request_spec import RequestSpec
-from uniradix.types import EvictParams, MatchPrefixParams, MatchResult, Req
+from uniradix.types import ComponentType, EvictParams, MatchPrefixParams, MatchResult, Req
 
 
 @dataclass(frozen=True)
@@ -62,8 +63,14 @@ class SchedulerConfig:
     chunk_size: int = 4096
     decode_reserve_ratio: float = 0.5
     check_invariants: bool = False
+    # Hybrid caches: keep SWA windows and Mamba states where requests branch
+    # (`uniradix.sim.placement`); `checkpoint_grid` None places none on a grid.
+    checkpoint_placement: bool = True
+    checkpoint_grid: int | None = 512
 
     def __post_init__(self) -> None:
+        if self.checkpoint_grid is not None and self.checkpoint_grid < 1:
+            raise ValueError(f"checkpoint_grid={self.checkpoint_grid} must be None or >= 1")
         if self.max_running < 1 or self.chunk_size < 1:
             raise ValueError(
                 f"max_running={self.max_running} and chunk_size={self.chunk_size} must be >= 1"
@@ -95,6 +102,22 @@ class Scheduler:
                 f"chunk_size={self.config.chunk_size} is less than one page ({self.page_size})"
             )
         self.specs = specs
+        # Checkpoint alignment: the Mamba grid on a Mamba cache (chunks end at checkpoints),
+        # the page on an SWA cache; None (no placement) on a full-only cache.
+        mamba = cache.mamba_requests
+        self._mamba_align = (
+            mamba.component.checkpoint_grid
+            if isinstance(mamba, MambaRequests) and self.config.checkpoint_placement
+            else None
+        )
+        self._checkpoint_align = self._mamba_align or (
+            self.page_size
+            if len(cache.components) > 1 and self.config.checkpoint_placement
+            else None
+        )
+        self._free_before_publish = self._checkpoint_align is not None and any(
+            c.component_type == ComponentType.SWA for c in cache.components
+        )
         self.running: list[RunningRequest] = []
         self.chunked: RunningRequest | None = None
         self.num_steps = 0
@@ -187,7 +210,12 @@ class Scheduler:
         """Stops the chunk `[start, end)` at the match's `mamba_branching_seqlen`, so the
         `cache_unfinished_req` after it checkpoints a state where the branch starts."""
         branch = request.mamba_branch
-        return branch if branch is not None and start < branch < end else end
+        end = branch if branch is not None and start < branch < end else end
+        if self._mamba_align is not None:
+            for c in request.req.checkpoint_seqlens:
+                if start < c < end:
+                    return c
+        return end
 
     def _track_seqlen(self, start: int, end: int) -> int | None:
         mamba = self.cache.mamba_requests
@@ -295,7 +323,9 @@ class Scheduler:
         previous = self._retracted.get(rid)
         tokens = previous.req.token_ids if previous else spec.prompt.token_ids().tolist()
         req = Req(token_ids=tokens, req_pool_idx=row, session_id=spec.session_id)
-        match = cache.match_prefix(MatchPrefixParams(cache.make_key(tokens[:-1]), req=req))
+        key = cache.make_key(tokens[:-1])
+        match = cache.match_prefix(MatchPrefixParams(key, req=req))
+        self.listener.on_match(rid, key, match)
         if pools.mamba is not None and req.mamba_pool_idx is None:
             cache.release_req_slots(req)  # no Mamba slot to be had now: wait
             pools.req_to_token_pool.free(row)
@@ -311,6 +341,10 @@ class Scheduler:
         pools.req_to_token_pool.write(row, 0, match.device_indices)
         hit = match.device_prefix_len
         req.cache_protected_len = req.kv_committed_len = req.kv_allocated_len = hit
+        if self._checkpoint_align is not None:
+            req.checkpoint_seqlens = checkpoint_seqlens(
+                len(tokens), self._checkpoint_align, self.config.checkpoint_grid, match
+            )
         request = RunningRequest(spec, req, len(tokens), mamba_branch=match.mamba_branching_seqlen)
         request.host_hit_tokens = hit - device_hit
         if previous is not None:
@@ -343,6 +377,12 @@ class Scheduler:
     def _after_prefill(self, entry: ForwardEntry, token: int | None) -> None:
         request = entry.request
         request.req.kv_committed_len = entry.end
+        if self._free_before_publish and token is None:
+            # A middle chunk's out-of-window SWA goes before the chunk is published, so the
+            # tree receives its last window (and checkpoint windows), not the whole chunk
+            # live. (After the last chunk the order stays: measured, the tree keeping that
+            # chunk live serves the retries and branches of agent traffic better.)
+            self.cache.free_out_of_window_slots(request.req)
         if token is None:
             self.cache.cache_unfinished_req(request.req, chunked=True)
             self._free_out_of_window(request)

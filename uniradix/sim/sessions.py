@@ -16,6 +16,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from uniradix.cache import UnifiedRadixCache
+from uniradix.key import RadixKey
 from uniradix.sim.batch import RunningRequest, SchedulerListener
 from uniradix.sim.request_spec import RequestSpec
 from uniradix.types import EvictResult, MatchResult
@@ -57,6 +58,9 @@ class SessionListener:
 
     def _kind(self, rid: int) -> str:
         return "followup" if rid in self.followups else "other"
+
+    def on_match(self, rid: int, key: RadixKey, match: MatchResult) -> None:
+        self.inner.on_match(rid, key, match)
 
     def on_admit(self, request: RunningRequest, match: MatchResult) -> None:
         self.inner.on_admit(request, match)

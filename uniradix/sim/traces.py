@@ -9,7 +9,11 @@ partial) and map to tokens as `BlockPrompt` documents. Plain token JSONL: each l
 of token ids, or an object `{"token_ids": [...], "output_length": n}`.
 
 Traces carry no output tokens: they are drawn from a generator seeded with `seed`. A row of
-either format with a `session_id` (or `chat_id`) field gives its request that session id.
+either format with a `session_id` (or `chat_id`) field gives its request that session id. With
+`max_sequence_len` (the most tokens the pools can ever hold for one request), a row asking for
+more is validated before anything is allocated for it: its outputs are capped at one token
+past the limit, so the replay still rejects it as too long and reports its line number
+(`RequestSpec.source_line`), and a row claiming 10**11 output tokens costs nothing.
 """
 
 from __future__ import annotations
@@ -61,11 +65,19 @@ def _session_id(row: Any, where: str) -> str | None:
     return str(value)
 
 
+def _output_len(prompt_len: int, output_len: int, max_sequence_len: int | None) -> int:
+    """`output_len`, capped so that the sequence is at most one token past the limit."""
+    if max_sequence_len is None:
+        return output_len
+    return max(1, min(output_len, max_sequence_len + 1 - prompt_len))
+
+
 def load_mooncake(
     path: str | Path,
     max_requests: int | None = None,
     seed: int = 0,
     block_size: int = MOONCAKE_BLOCK_SIZE,
+    max_sequence_len: int | None = None,
 ) -> list[RequestSpec]:
     """Requests of a Mooncake trace, sorted by timestamp (stable)."""
     path = Path(path)
@@ -87,8 +99,8 @@ def load_mooncake(
         stamp = row.get("timestamp", 0)
         if not isinstance(stamp, int | float) or isinstance(stamp, bool):
             raise ValueError(f"{where}: timestamp must be a number, got {stamp!r}")
-        out_len = _int(row, "output_length", where, 1)
-        rows.append((float(stamp), prompt, out_len, _session_id(row, where)))
+        out = _output_len(len(prompt), _int(row, "output_length", where, 1), max_sequence_len)
+        rows.append((float(stamp), prompt, out, lineno, _session_id(row, where)))
     rows.sort(key=lambda r: r[0])
     return [
         RequestSpec(
@@ -96,9 +108,10 @@ def load_mooncake(
             prompt,
             rng.integers(0, VOCAB_SIZE, size=out, dtype=np.int64),
             stamp,
+            source_line=lineno,
             session_id=sid,
         )
-        for rid, (stamp, prompt, out, sid) in enumerate(rows)
+        for rid, (stamp, prompt, out, lineno, sid) in enumerate(rows)
     ]
 
 
@@ -107,6 +120,7 @@ def load_token_lists(
     max_requests: int | None = None,
     seed: int = 0,
     output_len: int = 16,
+    max_sequence_len: int | None = None,
 ) -> list[RequestSpec]:
     """Requests of a token-list JSONL in file order; `output_len` where a line gives none."""
     path = Path(path)
@@ -130,17 +144,26 @@ def load_token_lists(
                 f"{where}: expected a non-empty list of token ids >= 0, got {tokens!r:.80}"
             )
         rid = len(specs)
+        out = _output_len(len(tokens), out, max_sequence_len)
         outputs = rng.integers(0, VOCAB_SIZE, size=out, dtype=np.int64)
         sid = _session_id(row, where)
-        specs.append(RequestSpec(rid, TokenPrompt(tokens), outputs, float(rid), session_id=sid))
+        specs.append(
+            RequestSpec(
+                rid, TokenPrompt(tokens), outputs, float(rid), source_line=lineno, session_id=sid
+            )
+        )
     return specs
 
 
 def load_trace(
-    path: str | Path, trace_format: str, max_requests: int | None = None, seed: int = 0
+    path: str | Path,
+    trace_format: str,
+    max_requests: int | None = None,
+    seed: int = 0,
+    max_sequence_len: int | None = None,
 ) -> list[RequestSpec]:
     if trace_format == "mooncake":
-        return load_mooncake(path, max_requests, seed)
+        return load_mooncake(path, max_requests, seed, max_sequence_len=max_sequence_len)
     if trace_format == "tokens":
-        return load_token_lists(path, max_requests, seed)
+        return load_token_lists(path, max_requests, seed, max_sequence_len=max_sequence_len)
     raise ValueError(f"unknown trace format {trace_format!r}; choose from {TRACE_FORMATS}")

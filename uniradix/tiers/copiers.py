@@ -14,8 +14,15 @@ per view, never a Python loop over pages or tokens::
     H2D (CUDA):         gather on the host into pinned memory (or a contiguous run as is)
                         -> non_blocking copy -> scatter on the device
 
-Rows are moved as int64 (or the widest integer that divides them): the copy is byte-exact
-and the CPU index kernels run at memcpy speed instead of per fp16 element.
+On CUDA a `page_first` host pool is moved per tensor, not per layer: the device gathers every
+layer's rows into one buffer laid out as the host pages `[pages, layers, page]`, so each of
+K and V crosses PCIe in one copy (`_move_grouped`).
+
+Rows are moved as 16-byte elements (or the widest type that divides them): the copy is
+byte-exact and the CPU index kernels move 8x fewer elements than per fp16 value. On the CPU
+the gather of a scattered-to-scattered move goes through a staging buffer the copier keeps
+(a fresh one per call would cost a page fault per 4 KiB, 3-4x the copy itself); a copier is
+therefore driven by one thread at a time (its engine's).
 
 `launch` enqueues the work on the current CUDA stream and returns a `Launch` whose
 `complete()` runs the host-side steps once the stream has reached them (what
@@ -37,6 +44,7 @@ from uniradix.tiers.transfer import Direction
 from uniradix.types import Slots
 
 RowPair = tuple[torch.Tensor, torch.Tensor]  # (source rows, destination rows), 2-D views
+_WIDE = ((torch.complex128, 16), (torch.int64, 8), (torch.int32, 4), (torch.int16, 2))
 
 
 @dataclass
@@ -60,6 +68,10 @@ class _RowCopier:
     valid on each side."""
 
     device: torch.device
+    # The staged path (gather, one copy, scatter, with host-side steps deferred to
+    # `Launch.complete`): taken on CUDA; tests set it on the CPU to run that path there.
+    staged: bool = False
+    _staging: torch.Tensor | None = None
 
     def copy(self, direction: Direction, src: Slots, dst: Slots) -> int:
         """Copies `src` entries to `dst` entries (blocking) and returns the bytes moved."""
@@ -83,15 +95,31 @@ class _RowCopier:
             values, counts = np.unique(dst, return_counts=True)
             raise ValueError(f"dst slot {int(values[counts > 1][0])} appears twice")
         unit = self._unit(src, dst)
-        si, di = src[::unit] // unit, dst[::unit] // unit
+        si, di = _Rows(src[::unit] // unit), _Rows(dst[::unit] // unit)
         launch = Launch(0)
-        for device_rows, host_rows in self._views(unit):
+        groups = self._groups(unit) if self.staged else []
+        for device_views, host_pages in groups:
+            launch.num_bytes += _move_grouped(device_views, host_pages, si, di, d2h, launch)
+        for device_rows, host_rows in [] if groups else self._views(unit):
             pair = (device_rows, host_rows) if d2h else (host_rows, device_rows)
-            launch.num_bytes += _move(pair, si, di, self.device, d2h, launch)
+            launch.num_bytes += _move(pair, si, di, self.staged, d2h, launch, self._stage)
         return launch
+
+    def _stage(self, like: torch.Tensor, num_rows: int) -> torch.Tensor:
+        """A reused CPU buffer viewed as `[num_rows, like.shape[1]]` of `like.dtype`."""
+        shape = (num_rows, int(like.shape[1]))
+        num_bytes = num_rows * shape[1] * like.element_size()
+        if self._staging is None or self._staging.numel() < num_bytes:
+            self._staging = torch.empty(num_bytes, dtype=torch.uint8)
+        return self._staging[:num_bytes].view(like.dtype).view(shape)
 
     def _views(self, unit: int) -> list[RowPair]:
         raise NotImplementedError
+
+    def _groups(self, unit: int) -> list[tuple[list[torch.Tensor], torch.Tensor]]:
+        """Device views whose host rows sit side by side in one host tensor
+        `[rows, len(views), row]` (page_first), so a CUDA transfer crosses PCIe once."""
+        return []
 
     def _unit(self, src: Slots, dst: Slots) -> int:
         return 1
@@ -122,6 +150,7 @@ class KVCopier(_RowCopier):
         self.host_pool = host_pool
         buffers = device_pool.k_buffers
         self.device = buffers[0].device if buffers else torch.device("cpu")
+        self.staged = self.device.type == "cuda"
 
     def _unit(self, src: Slots, dst: Slots) -> int:
         page_size = self.host_pool.page_size
@@ -145,6 +174,16 @@ class KVCopier(_RowCopier):
             pairs += [(dev_k, host_k), (dev_v, host_v)]
         return pairs
 
+    def _groups(self, unit: int) -> list[tuple[list[torch.Tensor], torch.Tensor]]:
+        host = self.host_pool
+        if host.k_pages is None or host.v_pages is None:
+            return []
+        pairs = self._views(unit)
+        return [
+            ([k for k, _ in pairs[0::2]], host.k_pages.view(host.num_pages, host.num_layers, -1)),
+            ([v for v, _ in pairs[1::2]], host.v_pages.view(host.num_pages, host.num_layers, -1)),
+        ]
+
     def _check_range(self, slots: Slots, on_device: bool, what: str) -> None:
         limit = self.device_pool.num_slots if on_device else self.host_pool.num_slots
         _check_range(slots, self.host_pool.page_size, limit, on_device, what)
@@ -167,6 +206,7 @@ class MambaCopier(_RowCopier):
         self.device_states = device_states
         self.host_states = host_states
         self.device = device_states.conv_states.device
+        self.staged = self.device.type == "cuda"
 
     def _views(self, unit: int) -> list[RowPair]:
         pairs: list[RowPair] = []
@@ -183,7 +223,13 @@ class MambaCopier(_RowCopier):
 
 # ---------------------------------------------------------------------- row moves
 def _move(
-    pair: RowPair, si: Slots, di: Slots, device: torch.device, d2h: bool, launch: Launch
+    pair: RowPair,
+    si: _Rows,
+    di: _Rows,
+    staged: bool,
+    d2h: bool,
+    launch: Launch,
+    stage: Callable[[torch.Tensor, int], torch.Tensor],
 ) -> int:
     """Rows `si` of `pair[0]` to rows `di` of `pair[1]`; returns the bytes."""
     src, dst = _wide(pair[0]), _wide(pair[1])
@@ -191,62 +237,122 @@ def _move(
     num_bytes = n * pair[0].shape[1] * pair[0].element_size()
     if n == 0 or num_bytes == 0:
         return 0
-    if src.device == dst.device:
-        if _is_run(di):
-            torch.index_select(src, 0, _index(si, src.device), out=dst[di[0] : di[0] + n])
-        elif _is_run(si):
-            dst.index_copy_(0, _index(di, dst.device), src[si[0] : si[0] + n])
+    device = src.device if d2h else dst.device
+    if not staged:
+        if di.start is not None:
+            torch.index_select(src, 0, si.on(src.device), out=dst[di.start : di.start + n])
+        elif si.start is not None:
+            dst.index_copy_(0, di.on(dst.device), src[si.start : si.start + n])
         else:
-            dst.index_copy_(0, _index(di, dst.device), src.index_select(0, _index(si, src.device)))
+            buffer = stage(src, n)
+            torch.index_select(src, 0, si.on(src.device), out=buffer)
+            dst.index_copy_(0, di.on(dst.device), buffer)
         return num_bytes
     if d2h:
-        staged = src.index_select(0, _index(si, device))
-        run = dst[di[0] : di[0] + n] if _is_run(di) else None
+        rows = src.index_select(0, si.on(device))
+        run = None if di.start is None else dst[di.start : di.start + n]
         if run is not None and run.is_contiguous():
-            run.copy_(staged, non_blocking=True)
-            launch.keep.append(staged)
+            run.copy_(rows, non_blocking=True)
+            launch.keep.append(rows)
             return num_bytes
-        host = torch.empty(staged.shape, dtype=staged.dtype, pin_memory=True)
-        host.copy_(staged, non_blocking=True)
-        host_index = _index(di, dst.device)
-        launch.keep += [staged, host]
+        host = torch.empty(rows.shape, dtype=rows.dtype, pin_memory=dst.is_pinned())
+        host.copy_(rows, non_blocking=True)
+        host_index = di.on(dst.device)
+        launch.keep += [rows, host]
         launch.finish.append(lambda: dst.index_copy_(0, host_index, host))
         return num_bytes
-    run = src[si[0] : si[0] + n] if _is_run(si) else None
+    run = None if si.start is None else src[si.start : si.start + n]
     if run is None or not run.is_contiguous():
         run = torch.empty((n, src.shape[1]), dtype=src.dtype, pin_memory=src.is_pinned())
-        torch.index_select(src, 0, _index(si, src.device), out=run)
-    staged = run.to(device, non_blocking=True)
-    dst.index_copy_(0, _index(di, device), staged)
-    launch.keep += [run, staged]
+        torch.index_select(src, 0, si.on(src.device), out=run)
+    rows = run.to(device, non_blocking=True)
+    dst.index_copy_(0, di.on(device), rows)
+    launch.keep += [run, rows]
+    return num_bytes
+
+
+def _move_grouped(
+    device_views: list[torch.Tensor],
+    host_pages: torch.Tensor,
+    si: _Rows,
+    di: _Rows,
+    d2h: bool,
+    launch: Launch,
+) -> int:
+    """CUDA, page_first: rows `si` of every device view to host rows `di` of `host_pages`
+    (`[rows, len(device_views), row]`), or back. The views are packed into one device
+    buffer laid out as the host rows, so PCIe sees one copy per K or V."""
+    views = [_wide(v) for v in device_views]
+    host = _wide(host_pages)
+    device = views[0].device
+    n, row = len(si), int(views[0].shape[1])
+    num_bytes = n * len(views) * row * views[0].element_size()
+    if n == 0 or num_bytes == 0:
+        return 0
+    if d2h:
+        index = si.on(device)
+        per_view = torch.empty((len(views), n, row), dtype=views[0].dtype, device=device)
+        for g, view in enumerate(views):
+            torch.index_select(view, 0, index, out=per_view[g])
+        staged = per_view.transpose(0, 1).contiguous()  # as the host rows: [n, views, row]
+        launch.keep += [per_view, staged]
+        if di.start is not None:
+            host[di.start : di.start + n].copy_(staged, non_blocking=True)
+            return num_bytes
+        pinned = torch.empty(staged.shape, dtype=staged.dtype, pin_memory=host.is_pinned())
+        pinned.copy_(staged, non_blocking=True)
+        host_index = di.on(host.device)
+        launch.keep.append(pinned)
+        launch.finish.append(lambda: host.index_copy_(0, host_index, pinned))
+        return num_bytes
+    if si.start is not None:
+        source = host[si.start : si.start + n]
+    else:
+        source = torch.empty((n, *host.shape[1:]), dtype=host.dtype, pin_memory=host.is_pinned())
+        torch.index_select(host, 0, si.on(host.device), out=source)
+    staged = source.to(device, non_blocking=True)
+    per_view = staged.transpose(0, 1).contiguous()  # [views, n, row]
+    index = di.on(device)
+    for g, view in enumerate(views):
+        view.index_copy_(0, index, per_view[g])
+    launch.keep += [source, staged, per_view]
     return num_bytes
 
 
 def _wide(rows: torch.Tensor) -> torch.Tensor:
-    """`rows` reinterpreted as the widest integer type its row length, row stride and
+    """`rows` reinterpreted as the widest type its row length, row stride and
     offset allow: same bytes, fewer elements for the index kernels."""
     size = rows.element_size()
-    for wide in (torch.int64, torch.int32, torch.int16):
-        w = torch.empty((), dtype=wide).element_size()
+    if rows.stride(-1) != 1:
+        return rows
+    byte_counts = [rows.shape[-1], rows.storage_offset(), *rows.stride()[:-1]]
+    for wide, w in _WIDE:
         if w <= size:
             return rows
-        byte_counts = (rows.shape[1] * size, rows.stride(0) * size, rows.storage_offset() * size)
-        if rows.stride(1) == 1 and all(b % w == 0 for b in byte_counts):
+        if all(b * size % w == 0 for b in byte_counts):
             return rows.view(wide)
     return rows
 
 
-def _index(rows: Slots, device: torch.device) -> torch.Tensor:
-    return torch.from_numpy(np.ascontiguousarray(rows)).to(device)
+class _Rows:
+    """Row indices of one side of a transfer: `start` is the first row when they are one
+    ascending run (moved as a slice, no index), and `on(device)` the index tensor (built
+    once per device)."""
 
+    def __init__(self, rows: Slots) -> None:
+        self.rows = np.ascontiguousarray(rows)
+        first = int(rows[0]) if len(rows) else 0
+        is_run = len(rows) > 0 and int(rows[-1]) - first == len(rows) - 1
+        self.start = first if is_run and bool(np.all(np.diff(rows) == 1)) else None
+        self._on: dict[torch.device, torch.Tensor] = {}
 
-def _is_run(rows: Slots) -> bool:
-    """Ascending consecutive rows (one slice instead of an index)."""
-    return (
-        len(rows) > 0
-        and int(rows[-1]) - int(rows[0]) == len(rows) - 1
-        and (len(rows) == 1 or bool(np.all(np.diff(rows) == 1)))
-    )
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def on(self, device: torch.device) -> torch.Tensor:
+        if device not in self._on:
+            self._on[device] = torch.from_numpy(self.rows).to(device)
+        return self._on[device]
 
 
 def _whole_pages(slots: Slots, page_size: int) -> bool:

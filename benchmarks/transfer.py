@@ -1,0 +1,180 @@
+"""Host-tier transfer throughput (GB/s), D2H and H2D, against a plain torch copy of the bytes.
+
+Model rows: 32 layers x 8 KV heads x head_dim 128 x fp16, i.e. 2 KiB per token per layer for
+K (and as much for V), 128 KiB per token over all layers. One batch moves 2,048 tokens
+(256 MiB) of one node chain through the public engine (`submit` then `wait`), for
+
+- "2 MB pages": page_size 1024, so each page of one layer's K (or V) is a 2 MiB row;
+- "16-token pages": page_size 16, 32 KiB rows per layer (a page of every layer's K is 1 MiB
+  contiguous in `page_first`),
+
+each layout (`layer_first`, `page_first`) and two index patterns: device and host pages both
+scattered at random (the worst case), and scattered device pages into / out of a run of
+consecutive host pages (what a freshly allocated host range looks like). "plain" is
+`dst.copy_(src)` of one contiguous tensor of the same bytes, between the same two devices
+(CPU to CPU here; GPU to pinned host and back with `--device cuda`), timed alternately with
+ours so both see the same machine load. Medians of `--reps` runs. On the CPU torch runs
+`--threads` intra-op threads (default 1: on a shared 2-core machine a second thread only
+adds contention to both sides).
+
+Run: `python -m benchmarks.transfer [--device cuda] [--reps 7] [--threads 1] [--out FILE.md]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from uniradix.memory.host_kv import LAYOUTS, HostKVPool, Layout
+from uniradix.memory.kv_pool import KVPool
+from uniradix.tiers.async_engine import CudaTransferEngine, ThreadTransferEngine
+from uniradix.tiers.copiers import KVCopier
+from uniradix.tiers.transfer import CopyOp, Direction, TransferEngine
+
+LAYERS, HEADS, HEAD_DIM, DTYPE = 32, 8, 128, torch.float16
+BATCH_TOKENS = 2048
+CASES = (("2 MB", 1024), ("16-token", 16))
+PATTERNS = ("scattered", "host run")
+
+
+@dataclass(frozen=True)
+class Row:
+    page: str
+    layout: str
+    direction: str
+    pattern: str
+    ours_gbps: float
+    plain_gbps: float
+
+    @property
+    def ratio(self) -> float:
+        return self.ours_gbps / self.plain_gbps
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _timed(fn: Callable[[], None], device: str) -> float:
+    _sync(device)
+    start = time.perf_counter()
+    fn()
+    _sync(device)
+    return time.perf_counter() - start
+
+
+def _pages_to_slots(pages: np.ndarray, page_size: int) -> np.ndarray:
+    return (pages[:, None] * page_size + np.arange(page_size)).reshape(-1)
+
+
+def run_case(
+    page: str, page_size: int, layout: Layout, device: str, reps: int, seed: int = 0
+) -> list[Row]:
+    batch_pages = BATCH_TOKENS // page_size
+    pool_pages = 2 * batch_pages  # room to scatter the batch
+    num_slots = (pool_pages + 1) * page_size  # + the padding page
+    device_pool = KVPool(num_slots, LAYERS, HEADS, HEAD_DIM, DTYPE, device)
+    host_pool = HostKVPool.like(device_pool, num_slots, page_size, layout)
+    engine: TransferEngine
+    copiers = {"full": KVCopier(device_pool, host_pool)}
+    if device == "cuda":
+        engine = CudaTransferEngine(copiers, device)
+    else:
+        engine = ThreadTransferEngine(copiers)
+    num_bytes = BATCH_TOKENS * LAYERS * 2 * HEADS * HEAD_DIM * DTYPE.itemsize
+    pin = device == "cuda"
+    plain_dev = torch.ones(num_bytes // 2, dtype=DTYPE, device=device)
+    plain_host = torch.ones(num_bytes // 2, dtype=DTYPE, pin_memory=pin)
+    rng = np.random.default_rng(seed)
+    rows = []
+    for pattern in PATTERNS:
+        dev_pages = rng.permutation(np.arange(1, pool_pages + 1))[:batch_pages]
+        if pattern == "scattered":
+            host_pages = rng.permutation(np.arange(1, pool_pages + 1))[:batch_pages]
+        else:
+            host_pages = np.arange(1, batch_pages + 1)
+        dev_slots = _pages_to_slots(dev_pages, page_size)
+        host_slots = _pages_to_slots(host_pages, page_size)
+        for direction in (Direction.D2H, Direction.H2D):
+            if direction is Direction.D2H:
+                op = CopyOp("full", direction, dev_slots, host_slots)
+                plain_src, plain_dst = plain_dev, plain_host
+            else:
+                op = CopyOp("full", direction, host_slots, dev_slots)
+                plain_src, plain_dst = plain_host, plain_dev
+
+            def ours(op: CopyOp = op) -> None:
+                engine.wait(engine.submit([op]))
+                engine.poll()
+
+            def plain(src: torch.Tensor = plain_src, dst: torch.Tensor = plain_dst) -> None:
+                dst.copy_(src, non_blocking=True)
+
+            ours(), plain()  # warm-up: allocator, pinned staging, page faults
+            ours_s, plain_s = [], []
+            for _ in range(reps):
+                ours_s.append(_timed(ours, device))
+                plain_s.append(_timed(plain, device))
+            if engine.failed():
+                raise RuntimeError(f"a transfer failed: {page} {layout} {direction}")
+            rows.append(
+                Row(
+                    page,
+                    layout,
+                    direction.name,
+                    pattern,
+                    num_bytes / statistics.median(ours_s) / 1e9,
+                    num_bytes / statistics.median(plain_s) / 1e9,
+                )
+            )
+    engine.close()
+    return rows
+
+
+def table(rows: list[Row], device: str) -> str:
+    lines = [
+        f"Device: {device} (torch threads: {torch.get_num_threads()}); {LAYERS} layers x "
+        f"{HEADS} KV heads x {HEAD_DIM} x fp16, {BATCH_TOKENS} tokens "
+        f"({BATCH_TOKENS * LAYERS * 4 * HEADS * HEAD_DIM >> 20} MiB) per batch.",
+        "",
+        "| page | layout | direction | host slots | ours GB/s | plain GB/s | ours / plain |",
+        "|---|---|---|---|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r.page} | {r.layout} | {r.direction} | {r.pattern} | {r.ours_gbps:.1f} | "
+            f"{r.plain_gbps:.1f} | {r.ratio:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    parser.add_argument("--out", help="also write the table (markdown) to this file")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    rows: list[Row] = []
+    for page, page_size in CASES:
+        for layout in LAYOUTS:
+            rows += run_case(page, page_size, layout, args.device, args.reps)
+            gc.collect()
+    text = table(rows, args.device)
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,42 @@
+"""The hybrid-hits benchmark's sizing and its before/after table."""
+
+import json
+from pathlib import Path
+
+from benchmarks.hybrid_hits import base_options, compare, full_pool, sized
+
+
+def test_sizes_follow_the_issue() -> None:
+    base = base_options("multi_turn", "unused")
+    full_tokens, working = full_pool(base)
+    assert full_tokens % 16 == 0 and full_tokens >= working // 4
+    opts = sized(base.__class__(**{**vars(base), "full_tokens": 65536}), "hybrid", 1024, 2)
+    assert (opts.swa_tokens, opts.mamba_slots, opts.sliding_window) == (32768, 1024, 1024)
+
+
+def test_compare_table(tmp_path: Path) -> None:
+    lost = {"full_kv_hit_tokens": 10, "lost_tokens": 5, "causes": {}}
+    row = {
+        "source": "trace",
+        "config": "swa",
+        "window": 1024,
+        "full_hit_rate": 0.4,
+        "hit_rate": 0.2,
+        "ratio": 0.5,
+        "lost_hits": lost,
+        "reaches_target_at_scale": None,
+    }
+    for label, ratio in (("before", 0.5), ("after", 0.96)):
+        r = {**row, "ratio": ratio, "hit_rate": 0.4 * ratio}
+        if ratio > 0.95:
+            r.update(reaches_target_at_scale=1, target_swa_tokens=4096, target_mamba_slots=512)
+        doc = {"meta": {"command": f"run {label}"}, "rows": [r]}
+        (tmp_path / f"hybrid_hits_{label}.json").write_text(json.dumps(doc))
+    paths = [str(tmp_path / f"hybrid_hits_{lb}.json") for lb in ("before", "after")]
+    compare(paths, tmp_path)
+    text = (tmp_path / "hybrid_hits.md").read_text()
+    assert (
+        "| trace | swa | 1024 | 0.500 (0.2000 / 0.4000) | 0.960 (0.3840 / 0.4000) | - | 4096, 512 |"
+        in text
+    )
+    assert "- before: `run before`" in text

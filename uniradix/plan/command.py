@@ -1,0 +1,221 @@
+"""`uniradix plan`, and the budget flags `uniradix replay` takes: argument parsing and
+printing only; the work is in `uniradix.plan.sweep` and `uniradix.plan.budget`.
+
+`--model NAME` (a preset) or `--model-config FILE` (a Hugging Face config.json) gives the
+bytes per pool unit; `--gpu-cache` the budget; `--split auto` (default) searches the split,
+`--split full=0.6,mamba=0.4` fixes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from typing import Any
+
+from uniradix.cli_flags import byte_size, byte_sizes, fail, int_at_least
+from uniradix.plan.budget import PoolSizes, Split, annotate_components, size_pools
+from uniradix.plan.models import ModelSpec, load_hf_config
+from uniradix.plan.presets import PRESET_CONFIGS, preset
+from uniradix.plan.sweep import GRID_STEP, REFINE_ROUNDS, run_plan
+from uniradix.sim.replay import ReplayOptions
+
+
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 < value <= 0.5:
+        raise argparse.ArgumentTypeError(f"must be in (0, 0.5], got {text}")
+    return value
+
+
+def _model_flags(p: argparse.ArgumentParser, required: bool) -> None:
+    group = p.add_mutually_exclusive_group(required=required)
+    group.add_argument("--model", choices=sorted(PRESET_CONFIGS), help="a preset model shape")
+    group.add_argument("--model-config", metavar="FILE", help="a Hugging Face config.json")
+    p.add_argument(
+        "--split",
+        default="auto",
+        help="auto (search the best) or POOL=FRACTION,... over the model's pools "
+        "(full, swa, mamba), e.g. full=0.7,mamba=0.3 (default auto)",
+    )
+
+
+def add_budget_flags(p: argparse.ArgumentParser) -> None:
+    """The flags `uniradix replay` takes to size its pools from a model and a budget."""
+    _model_flags(p, required=False)
+    p.add_argument(
+        "--gpu-cache",
+        type=byte_size,
+        metavar="SIZE",
+        help="device memory for the cache (40GB, 24GiB); replaces --full-tokens, "
+        "--swa-tokens and --mamba-slots; needs --model or --model-config",
+    )
+    p.add_argument(
+        "--host-cache",
+        type=byte_size,
+        metavar="SIZE",
+        help="host memory for an L2 tier of full-attention KV (200GB); replaces --host-tokens; "
+        "needs --model or --model-config",
+    )
+
+
+def model_of(args: argparse.Namespace) -> ModelSpec | None:
+    if args.model is not None:
+        return preset(args.model)
+    if args.model_config is not None:
+        return load_hf_config(args.model_config)
+    return None
+
+
+def budget_options(
+    args: argparse.Namespace, options: ReplayOptions
+) -> tuple[ReplayOptions, PoolSizes | None]:
+    """`options` resized by replay's budget flags (model shape, pools from --gpu-cache);
+    ValueError naming the flag for a bad combination."""
+    model = model_of(args)
+    if model is None:
+        for flag, value in (("--gpu-cache", args.gpu_cache), ("--host-cache", args.host_cache)):
+            if value is not None:
+                raise ValueError(f"{flag} needs --model or --model-config")
+        return options, None
+    if args.host_cache is not None:
+        options = replace(options, host_tokens=host_tokens(model, args.host_cache, options))
+    if args.gpu_cache is None:
+        return replace(
+            options,
+            config=model.replay_config(),
+            sliding_window=model.sliding_window or options.sliding_window,
+            model=model.compute_shape(),
+        ), None
+    split = _split_or_search(args.split, model, options, args.gpu_cache)
+    sizes = size_pools(model, args.gpu_cache, split, options.page_size)
+    return sizes.replay_options(options), sizes
+
+
+def host_tokens(model: ModelSpec, host_bytes: int, options: ReplayOptions) -> int:
+    """Full-KV tokens a host budget holds, floored to whole pages."""
+    if options.host_tokens is not None or options.hicache_ratio is not None:
+        raise ValueError("--host-cache replaces --host-tokens and --hicache-ratio: give one")
+    page_bytes = model.full_token_bytes * options.page_size
+    if host_bytes < page_bytes:
+        raise ValueError(
+            f"--host-cache: {host_bytes} bytes hold no page of {page_bytes} bytes "
+            f"({model.full_token_bytes} bytes per token x page size {options.page_size})"
+        )
+    return host_bytes // page_bytes * options.page_size
+
+
+def _split_or_search(text: str, model: ModelSpec, base: ReplayOptions, gpu_bytes: int) -> Split:
+    if text != "auto":
+        try:
+            return Split.parse(text, model.pools())
+        except ValueError as exc:
+            raise ValueError(f"--split: {exc}") from None
+    result = run_plan(base, model, [gpu_bytes], base.page_size, progress=base.progress)
+    best = result.best[-1]
+    if best.hit_rate is None:
+        raise ValueError(f"--gpu-cache: no split of {gpu_bytes} bytes can replay: {best.error}")
+    split = Split.of(model.pools(), best.split)
+    print(
+        f"split auto: {len(result.points)} replays, best {split.label()} "
+        f"(hit rate {best.hit_rate:.4f})",
+        file=sys.stderr,
+    )
+    return split
+
+
+def add_pool_bytes(summary: dict[str, Any], sizes: PoolSizes | None) -> None:
+    if sizes is not None:
+        annotate_components(summary, sizes)
+
+
+def add_plan_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from uniradix.sim.traces import TRACE_FORMATS
+    from uniradix.sim.workloads import WORKLOADS
+
+    d = ReplayOptions()
+    p = commands.add_parser(
+        "plan",
+        help="the hit rate a memory budget buys, and the best split between pools",
+        description="Replay a trace for each budget and split of the model's pools (one "
+        "process per core) and report hit rate against memory, the best split per budget "
+        "and the knee of the curve.",
+    )
+    p.add_argument("--workload", choices=sorted(WORKLOADS), default=d.workload)
+    p.add_argument("--trace", help="trace file (JSONL); overrides --workload")
+    p.add_argument("--trace-format", choices=TRACE_FORMATS, default=d.trace_format)
+    _model_flags(p, required=True)
+    p.add_argument(
+        "--gpu-cache",
+        type=byte_sizes,
+        required=True,
+        metavar="SIZE[,SIZE...]",
+        help="device memory budgets for the cache, e.g. 10GB,20GB,40GB",
+    )
+    for flag, default, what in [
+        ("--page-size", d.page_size, "tokens per page"),
+        ("--max-running", d.max_running, "cap on running requests"),
+        ("--chunk-size", d.chunk_size, "prefill tokens per step"),
+        ("--max-requests", d.max_requests, "replay only the first N requests"),
+        ("--seed", d.seed, "seed of workloads and generated tokens"),
+        ("--refine-rounds", REFINE_ROUNDS, "rounds of the split search after the grid"),
+    ]:
+        minimum = 0 if flag in ("--seed", "--refine-rounds") else 1
+        p.add_argument(
+            flag, type=int_at_least(minimum), default=default, help=f"{what} (default {default})"
+        )
+    p.add_argument("--workers", type=int_at_least(1), help="processes (default: one per core)")
+    p.add_argument(
+        "--grid-step",
+        type=_share,
+        default=GRID_STEP,
+        help=f"share step of the coarse grid (default {GRID_STEP})",
+    )
+    p.add_argument("--json", action="store_true", help="print only the JSON result")
+    p.add_argument("--report", metavar="DIR", help="write plan.json, plan.md, plan.png")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+
+
+def run_plan_command(args: argparse.Namespace) -> int:
+    from uniradix.plan.report import markdown_plan, write_plan_report
+
+    prog = "uniradix plan"
+    base = ReplayOptions(
+        workload=args.workload,
+        trace=args.trace,
+        trace_format=args.trace_format,
+        page_size=args.page_size,
+        max_running=args.max_running,
+        chunk_size=args.chunk_size,
+        max_requests=args.max_requests,
+        seed=args.seed,
+    )
+    try:
+        model = model_of(args)
+        assert model is not None  # the group is required
+        splits = None if args.split == "auto" else [Split.parse(args.split, model.pools())]
+        result = run_plan(
+            base,
+            model,
+            args.gpu_cache,
+            args.page_size,
+            splits,
+            args.grid_step,
+            args.refine_rounds,
+            args.workers,
+            progress=not args.no_progress,
+        )
+    except (ValueError, OSError) as exc:
+        return fail(prog, str(exc))
+    print(json.dumps(result.to_json()) if args.json else markdown_plan(result), end="\n")
+    if args.report:
+        try:
+            paths = write_plan_report(result, args.report)
+        except RuntimeError as exc:
+            return fail(prog, str(exc))
+        print(f"report: {', '.join(map(str, paths))}", file=sys.stderr)
+    return 0 if result.best[-1].hit_rate is not None else 1

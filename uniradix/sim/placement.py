@@ -1,0 +1,47 @@
+"""Checkpoint placement: where a hybrid cache keeps a request's SWA window and Mamba state, so
+that the next request branching off its prefix can resume there.
+
+A full-attention cache can resume anywhere along a cached prefix; an SWA layer only where the
+window before the boundary is live, a Mamba layer only where a state was saved. Requests
+branch at a few predictable places (Marconi, MLSys 2025), and the scheduler names them at
+admission in `Req.checkpoint_seqlens`:
+
+- the prompt end floored to the alignment (an agent's alternative call, a retry: the next
+  request sends this prompt plus something else), and the end of the prompt minus its last
+  token (what a resend of the same prompt matches);
+- the last multiple of `grid` before it (traces whose sharing is block granular, e.g.
+  Mooncake's 512-token blocks: the next turn shares the whole blocks only);
+- the full-KV match end when the usable match stopped short of it: the tree knows a branch
+  starts there (`mamba_branching_seqlen` and its SWA equivalent).
+
+Positions at or below the usable match are left out (the tree has them already). The SWA
+component does not free the window ending at a listed position (`free_out_of_window`); the
+scheduler ends a prefill chunk at each one on a Mamba cache, so the state is taken there.
+
+Example (alignment 16, grid 512, prompt of 1300 tokens, nothing matched): (1024, 1296, 1296)
+deduplicated to (1024, 1296): a state and a window at the last block boundary and at the
+prompt end.
+"""
+
+from __future__ import annotations
+
+import math
+
+from uniradix.types import MatchResult
+
+
+def checkpoint_seqlens(
+    prompt_len: int, align: int, grid: int | None, match: MatchResult
+) -> tuple[int, ...]:
+    """Ascending positions (multiples of `align`) past `match`'s usable length where the
+    request should leave a checkpoint; `grid=None` places none on a grid."""
+    if align < 1 or (grid is not None and grid < 1):
+        raise ValueError(f"align={align} and grid={grid} must be >= 1")
+    hit = match.device_prefix_len
+    points = {prompt_len // align * align, (prompt_len - 1) // align * align}
+    if grid is not None:
+        step = math.lcm(grid, align)
+        points.add(prompt_len // step * step)
+    if match.full_kv_hit_length > hit:
+        points.add(match.full_kv_hit_length // align * align)
+    return tuple(sorted(p for p in points if p > hit))
