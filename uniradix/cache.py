@@ -144,10 +144,6 @@ class UnifiedRadixCache:
     def set_event_sink(self, sink: CacheEventSink | None) -> None:
         """Reports full-KV stores, removes and clears to `sink` from now on (None: stop);
         the sink also follows splits, as a split hook of the tree."""
-        if sink is not None and self.host_tier.enabled:
-            # Demotion, revival and load-back do not report to the sink yet: its view of
-            # the device tier would drift, so the combination is refused, not half-served.
-            raise ValueError("KV events are not yet supported on a cache with a host tier")
         hooks = self.tree.split_hooks
         if self.event_sink is not None:
             hooks.remove(self.event_sink)
@@ -215,12 +211,18 @@ class UnifiedRadixCache:
         prev, swa_cursor = params.prev_prefix_len, params.swa_evicted_seqlen
         aux = self._overlapping
 
+        sink = self.event_sink
+
         def on_overlap(node: TreeNode, offset: int, num: int) -> None:
+            # An insert over a demoted (host-only) node revives its device copy.
+            revived = sink is not None and node.data[0].value is None
             adopted_from = num
             for c in aux:
                 adopted_from = min(
                     adopted_from, c.insert_overlap(node, offset, num, value, params, actions)
                 )
+            if revived and sink is not None and node.data[0].value is not None:
+                sink.on_stored(node, MEDIUM_GPU)
             start = max(0, prev - offset)
             if start < adopted_from:
                 tree_slots = self._span_slots(node, num)

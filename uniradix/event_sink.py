@@ -3,8 +3,9 @@ leaves a tier. The cache reports only what it executed; a sink (see `uniradix.ev
 turns that into router events. The tree and the components never call it.
 
 A cache has no sink by default (`cache.event_sink is None`): each hook site then costs one
-attribute check. The `medium` argument names the tier, so the host tier reports
-`MEDIUM_CPU_PINNED` through the same sink.
+attribute check. The `medium` argument names the tier: the host tier's controller reports
+`MEDIUM_CPU_PINNED` (backup acks, host eviction) and device moves (demotion, load-back)
+through the same sink.
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ MEDIA = (MEDIUM_GPU, MEDIUM_CPU_PINNED, MEDIUM_DISK)
 class CacheEventSink(Protocol):
     """Told, in execution order, of every full-KV value entering or leaving a tier.
 
-    Contract: `on_stored(node)` comes after `node`'s parent was stored on that medium and
-    before any of its children; `on_removed(node)` comes while `node` is still attached and
-    after every stored descendant on that medium was removed. A split is reported only
-    through `redistribute_on_split` (the cache registers the sink as a split hook), never
-    as a remove and a store.
+    Contract: `on_stored(node)` comes after `node`'s parent was stored on some medium (the
+    same one, except where write-back backs up a leaf whose parent is on the device only)
+    and not removed from all of them; `on_removed(node)` comes while `node` is still
+    attached, and once `node` is on no medium no descendant is stored anywhere. The host
+    tier reports only committed copies: a load-back when it lands, a backup when acked.
+    A split is reported only through `redistribute_on_split` (the cache registers the sink
+    as a split hook), never as a remove and a store.
     """
 
     def on_stored(self, node: TreeNode, medium: str) -> None: ...

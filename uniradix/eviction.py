@@ -49,6 +49,8 @@ def evict_components(cache: UnifiedRadixCache, params: EvictParams) -> EvictResu
                 demoted = 0 if demote is None else demote(victim, actions)
                 if demoted:  # backed up: the node stays, host-only
                     tracker[0] += demoted
+                    if cache.event_sink is not None:
+                        cache.event_sink.on_removed(victim, MEDIUM_GPU)
                 else:
                     _evict_leaf(cache, victim, actions, tracker)
             else:

@@ -1,6 +1,6 @@
 """Random traffic through the scheduler on every config: after every step the published
 stream keeps its contract and the index, fed the decoded bytes, equals the cache's actual
-full-KV content."""
+full-KV content, on the device and (full attention with a host tier) on the host."""
 
 from __future__ import annotations
 
@@ -38,6 +38,12 @@ class Checker(NullListener):
         self.strict.apply(events)
         cache = self.stream.cache
         assert self.index.blocks("a") == cached_hashes(cache) == set(self.strict.parent)
+        host = cached_hashes(cache, "CPU_PINNED")
+        assert (
+            self.index.blocks("a", "CPU_PINNED")
+            == host
+            == set(self.strict.held.get("CPU_PINNED", {}))
+        )
         assert self.index.stats.orphan_stores == 0
 
     def on_step(self, scheduler: Scheduler) -> None:
@@ -66,13 +72,20 @@ class Capture(NullEventPublisher):
     max_running=st.integers(1, 3),
     chunk_pages=st.integers(1, 6),
     reset_midway=st.booleans(),
+    write_policy=st.sampled_from([None, "write_through", "write_through_selective", "write_back"]),
 )
 def test_index_follows_the_cache(  # type: ignore[no-untyped-def]
     config, wire, prompts, outputs, page_size, full_pages, window, max_running, chunk_pages,
-    reset_midway,
+    reset_midway, write_policy,
 ) -> None:  # fmt: skip
     full_tokens = full_pages * page_size
-    cache = small_cache(config, full_tokens, page_size, window, 12)
+    # Full attention gets a host tier of half the device's size (so it evicts too).
+    host = config == "full" and write_policy is not None
+    cache = small_cache(
+        config, full_tokens, page_size, window, 12,
+        host_tokens=full_tokens // 2 if host else None,
+        write_policy=write_policy or "write_through",
+    )  # fmt: skip
     sent: list[Any] = []
     stream = KVEventStream(cache, [Capture(sent)])
     checker = Checker(stream, KVEventIndex(page_size), wire)
@@ -92,7 +105,10 @@ def test_index_follows_the_cache(  # type: ignore[no-untyped-def]
         if reset_midway and round_ == 0:
             cache.reset()
             checker.check()
+    cache.host_tier.drain()
     cache.evict(EvictParams(num_tokens=full_tokens, swa_num_tokens=full_tokens, mamba_num=12))
+    if cache.host_tier.enabled:
+        cache.host_tier.evict_host(cache.host_tier.full.host_tokens)
     checker.check()
     cache.check_invariants({"full": 0, "swa": 0, "mamba": 0, "req": 0})
-    assert checker.index.blocks("a") == set()
+    assert checker.index.blocks("a") == checker.index.blocks("a", "CPU_PINNED") == set()

@@ -4,7 +4,6 @@ decoded by a subscriber with msgspec typed structs, give exactly the expected ev
 from __future__ import annotations
 
 import msgspec
-import pytest
 import zmq
 
 from tests.events.zmq_helpers import WAIT_MS, loopback_publisher, published
@@ -185,12 +184,3 @@ def test_topic_template_and_live_subscriber() -> None:
     finally:
         sub.close()
         stream.close()
-
-
-def test_a_cache_with_a_host_tier_refuses_an_event_sink() -> None:
-    from uniradix import CacheConfig, build_cache
-    from uniradix.events.recorder import EventRecorder
-
-    cache = build_cache(CacheConfig(full_tokens=64, host_tokens=128))
-    with pytest.raises(ValueError, match="host tier"):
-        cache.set_event_sink(EventRecorder(cache))

@@ -95,7 +95,11 @@ class KVEventIndex:
         if isinstance(event, BlockStored):
             blocks = inst.blocks.setdefault((medium, event.lora_name), set())
             parent = event.parent_block_hash
-            if parent is not None and parent not in blocks:
+            # The parent may be held on another medium: a write-back host copy's parent can
+            # be device-only (llm-d keys blocks across tiers the same way).
+            if parent is not None and not any(
+                parent in b for (_, lora), b in inst.blocks.items() if lora == event.lora_name
+            ):
                 self.stats.orphan_stores += 1  # as llm-d and Dynamo do: dropped
                 return
             blocks.update(event.block_hashes)
@@ -142,6 +146,24 @@ class KVEventIndex:
                     break
                 n += 1
             out[name] = n * self.block_size
+        return out
+
+    def weighted_prefix(
+        self, hashes: list[int], weights: dict[str, float], lora_name: str | None = None
+    ) -> dict[str, tuple[float, int]]:
+        """Per instance: (score, pages) of the longest prefix of `hashes` held on any medium
+        in `weights`, each page scoring the largest weight of a medium holding it."""
+        out = {}
+        for name, inst in self._instances.items():
+            tiers = [(inst.blocks.get((m, lora_name), set()), w) for m, w in weights.items()]
+            score, n = 0.0, 0
+            for h in hashes:
+                w = max((w for blocks, w in tiers if h in blocks), default=None)
+                if w is None:
+                    break
+                score += w
+                n += 1
+            out[name] = (score, n)
         return out
 
     # ------------------------------------------------------------------ ZeroMQ

@@ -1,6 +1,7 @@
 """EventRecorder: the cache's event sink. It records what the cache executed (a new leaf's
-full KV stored, a leaf's full KV removed, a reset) and, once per scheduler step, turns it
-into coalesced `BlockStored` / `BlockRemoved` / `AllBlocksCleared` events.
+full KV stored, a leaf's full KV removed, a reset; with a host tier also revival, load-back,
+demotion, host backup and host eviction, each on its medium) and, once per scheduler step,
+turns it into coalesced `BlockStored` / `BlockRemoved` / `AllBlocksCleared` events.
 
 Hashing is deferred to `take_events()`, so a cache operation pays only for appending a
 record. Each stored node's page digests live in a side table owned here (never in the tree):
@@ -8,8 +9,8 @@ a chain continues from the parent's last digest, a split hands the first pages t
 parent (forcing the hash of a still-pending store first), so a split changes no hash and
 emits nothing. Per step, in execution order::
 
-    store(leaf)   -> BlockStored(hashes of leaf's pages, parent = parent's last hash)
-    remove(leaf)  -> BlockRemoved(leaf's hashes, deepest first)
+    store(node)   -> BlockStored(hashes of node's pages, parent = parent's last hash)
+    remove(node)  -> BlockRemoved(node's hashes, deepest first)
     reset()       -> AllBlocksCleared (what came before it in the step is dropped)
 
 Consecutive stores that chain (same medium and namespace) and consecutive removes of one
@@ -21,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from uniradix.cache import UnifiedRadixCache
-from uniradix.event_sink import MEDIA, MEDIUM_GPU
+from uniradix.event_sink import MEDIA, MEDIUM_CPU_PINNED, MEDIUM_GPU
 from uniradix.events.types import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
 from uniradix.page_hash import digest_to_int64, page_digests, salt_seed
 from uniradix.tree.node import TreeNode
@@ -31,6 +32,17 @@ def _int64s(digests: list[bytes]) -> list[int]:
     """`digest_to_int64` of each digest, in one numpy pass (flushes convert many)."""
     values: list[int] = np.frombuffer(b"".join(d[:8] for d in digests), dtype=">i8").tolist()
     return values
+
+
+def holds(node: TreeNode, medium: str) -> bool:
+    """Whether `node`'s full KV is on `medium` as announced: device slots (a load-back's as
+    soon as submitted), a host copy once its backup was acked."""
+    d = node.data[0]
+    if medium == MEDIUM_GPU:
+        return d.value is not None
+    if medium == MEDIUM_CPU_PINNED:
+        return d.host_value is not None and "write" not in (d.metadata or {})
+    return False
 
 
 class _Pages:
@@ -76,11 +88,17 @@ class EventRecorder:
         self._group_idx = group_idx
         self._kind = kv_cache_spec_kind
         self._pages: dict[TreeNode, _Pages] = {}
-        self._records: list[_Store | tuple[TreeNode, str] | None] = []  # None = cleared
+        # A remove carries its digests (deepest first): the node may be split after it.
+        self._records: list[_Store | tuple[list[bytes], str] | None] = []  # None = cleared
         self._pending: dict[TreeNode, _Store] = {}
 
     # ------------------------------------------------------------------ sink
     def on_stored(self, node: TreeNode, medium: str) -> None:
+        if node in self._pages or node in self._pending:
+            # Known KV on a further medium (revival, load-back, host backup): same hashes.
+            self._records.append(self._again(node, medium))
+            self._pages[node].media.add(medium)
+            return
         # A component may have split the new leaf before the cache reports it (SWA keeps one
         # window per node): the split-off parents are new too, and are stored first.
         fresh = [node]
@@ -98,8 +116,25 @@ class EventRecorder:
             self._records.append(record)
             self._pending[n] = record
 
+    def _again(self, node: TreeNode, medium: str) -> _Store:
+        record = _Store(node, medium)
+        record.digests = list(self._known(node))
+        prior = self._last_digest(node.parent)
+        if prior is not None and prior is not self._seed:
+            record.parent_hash = digest_to_int64(prior)
+        return record
+
+    def _known(self, node: TreeNode) -> list[bytes]:
+        record = self._pending.get(node)
+        return self._pages[node].digests if record is None else self._resolve(record)
+
     def on_removed(self, node: TreeNode, medium: str) -> None:
-        self._records.append((node, medium))
+        digests = self._known(node)
+        pages = self._pages[node]
+        pages.media.discard(medium)
+        if not pages.media:
+            del self._pages[node]
+        self._records.append((digests[::-1], medium))
 
     def on_cleared(self) -> None:
         self._records = [None]
@@ -131,11 +166,7 @@ class EventRecorder:
             if prior is not None and prior is not self._seed:
                 record.parent_hash = digest_to_int64(prior)
             record.digests = page_digests(record.key, self.block_size, prior)
-            pages = self._pages.get(record.node)
-            if pages is None:
-                self._pages[record.node] = _Pages(record.digests, {record.medium})
-            else:
-                pages.media.add(record.medium)
+            self._pages[record.node] = _Pages(record.digests, {record.medium})
             del self._pending[record.node]
         return record.digests
 
@@ -160,12 +191,8 @@ class EventRecorder:
                 tokens = np.frombuffer(record.key, dtype="<i8").tolist()
                 self._add_store(events, hashes, record.parent_hash, tokens, record)
             else:
-                node, medium = record
-                pages = self._pages[node]
-                pages.media.discard(medium)
-                if not pages.media:
-                    del self._pages[node]
-                hashes = _int64s(pages.digests[::-1])
+                deepest_first, medium = record
+                hashes = _int64s(deepest_first)
                 tail = events[-1] if events else None
                 if isinstance(tail, BlockRemoved) and tail.medium == medium:
                     tail.block_hashes.extend(hashes)
@@ -223,13 +250,14 @@ class EventRecorder:
             raise ValueError(f"unknown medium {medium!r}; choose from {MEDIA}")
         events: list[KVEvent] = []
         for node in self.cache.tree.nodes():
-            if node.data[0].value is None:
+            if not holds(node, medium):
                 continue
             pages = self._pages.get(node)
             prior = self._last_digest(node.parent)
             if pages is None:
-                pages = _Pages(page_digests(node.key, self.block_size, prior), {medium})
+                pages = _Pages(page_digests(node.key, self.block_size, prior), set())
                 self._pages[node] = pages
+            pages.media.add(medium)
             parent_hash = None if prior is None or prior is self._seed else digest_to_int64(prior)
             hashes = [digest_to_int64(d) for d in pages.digests]
             tokens = np.frombuffer(node.key, dtype="<i8").tolist()

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from uniradix.cache import UnifiedRadixCache
+from uniradix.event_sink import MEDIUM_CPU_PINNED
 from uniradix.events.publisher import EventPublisher
 from uniradix.events.recorder import EventRecorder
 from uniradix.events.types import AllBlocksCleared, KVEvent
@@ -42,6 +43,8 @@ class KVEventStream:
             if self._resync[i]:
                 if resync is None:
                     resync = [AllBlocksCleared(), *self.recorder.snapshot()]
+                    if self.cache.host_tier.enabled:
+                        resync += self.recorder.snapshot(MEDIUM_CPU_PINNED)
                     self.resyncs += 1
                 batch = resync
             if not batch:

@@ -13,6 +13,7 @@ from typing import Protocol
 
 import numpy as np
 
+from uniradix.event_sink import MEDIUM_CPU_PINNED, MEDIUM_GPU
 from uniradix.events.index import KVEventIndex
 
 ROUTERS = ("round-robin", "least-loaded", "cache-aware")
@@ -55,14 +56,25 @@ class CacheAware:
     What an instance holds is what its events said, plus the pages of the last `recent`
     prompts routed to it: those are being prefilled and will be cached before the events
     say so (SGLang's router likewise inserts a routed prompt into its own tree at once).
-    `names` are the index's instance names, in the cluster's order.
+    `names` are the index's instance names, in the cluster's order. A page held only on an
+    instance's host tier (`CPU_PINNED`) counts `host_weight` of a device page: it is a hit
+    after a load-back (0.8 is llm-d's default `cpu` tier weight).
     """
 
     def __init__(
-        self, index: KVEventIndex, names: Sequence[str], slack: int = 16, recent: int = 128
+        self,
+        index: KVEventIndex,
+        names: Sequence[str],
+        slack: int = 16,
+        recent: int = 128,
+        host_weight: float = 0.8,
     ) -> None:
-        if slack < 0 or recent < 0:
-            raise ValueError(f"slack={slack} and recent={recent} must be >= 0")
+        if slack < 0 or recent < 0 or not 0 <= host_weight <= 1:
+            raise ValueError(
+                f"slack={slack} and recent={recent} must be >= 0, "
+                f"host_weight={host_weight} in [0, 1]"
+            )
+        self.weights = {MEDIUM_GPU: 1.0, MEDIUM_CPU_PINNED: host_weight}
         self.index = index
         self.names = list(names)
         self.slack = slack
@@ -73,14 +85,15 @@ class CacheAware:
 
     def choose(self, tokens: np.ndarray, loads: Sequence[int]) -> int:
         hashes = self.index.page_hashes(tokens)
-        prefix = self.index.prefix_lengths(tokens, hashes=hashes)
+        prefix = self.index.weighted_prefix(hashes, self.weights)
         held = []
         for i, name in enumerate(self.names):
-            n = prefix.get(name, 0) // self.index.block_size
+            score, n = prefix.get(name, (0.0, 0))
             in_flight = self._in_flight[i]
             while n < len(hashes) and hashes[n] in in_flight:
                 n += 1
-            held.append(n)
+                score += 1.0
+            held.append(score)
         limit = min(loads) + self.slack
         best = max((held[i], -loads[i]) for i in range(len(loads)) if loads[i] <= limit)
         if best[0] == 0:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from uniradix.components.full_host import HostFullComponent
+from uniradix.event_sink import MEDIUM_CPU_PINNED
 from uniradix.memory.allocator import to_numpy
 from uniradix.memory.host_pools import HostPools
 from uniradix.tiers import load_back as loads
@@ -169,8 +170,21 @@ class HostTier(NoHostTier):
             chain = self._clear_marks(anchor, "write", ticket)
             if ticket in self._failed:
                 self._failed.discard(ticket)
-                self._drop_failed_backup(chain)
+                self._drop_failed_backup(chain)  # never reported stored: nothing to remove
+            else:
+                self._report(chain[::-1], MEDIUM_CPU_PINNED, stored=True)
             self.cache.dec_lock_ref(anchor, receipt)
+
+    def _report(self, nodes: list[TreeNode], medium: str, stored: bool) -> None:
+        """Tells the cache's event sink, if any, what just committed (in `nodes` order)."""
+        sink = self.cache.event_sink
+        if sink is None:
+            return
+        for n in nodes:
+            if stored:
+                sink.on_stored(n, medium)
+            else:
+                sink.on_removed(n, medium)
 
     def _poll(self) -> None:
         self._acked.update(self.engine.poll())
@@ -203,6 +217,8 @@ class HostTier(NoHostTier):
                 if ticket in self._failed:
                     self._failed.discard(ticket)
                     self._drop_failed_backup([node])
+                else:
+                    self._report([node], MEDIUM_CPU_PINNED, stored=True)
         if d.host_value is not None:
             num = self.full.demote(node, actions)
             self.stats.demoted_tokens += num
@@ -267,6 +283,7 @@ class HostTier(NoHostTier):
         return freed
 
     def _evict_host_leaf(self, node: TreeNode) -> int:
+        self._report([node], MEDIUM_CPU_PINNED, stored=False)
         slots = self.full.evict_host_node(node)
         self.host_pools.full.free(slots, node_value=True)
         parent = self.cache.tree.remove_leaf(node)
@@ -294,6 +311,7 @@ class HostTier(NoHostTier):
             loaded = self._clear_marks(anchor, "load", ticket)
             self.cache.dec_lock_ref(anchor, receipt)
             if self.policy is WritePolicy.WRITE_BACK:
+                self._report(loaded, MEDIUM_CPU_PINNED, stored=False)
                 # Exclusive tiers: the device copy is backed up again if it is evicted, so
                 # the host room goes to data that is nowhere else.
                 for node in loaded:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 import torch
 
+from uniradix.event_sink import MEDIUM_GPU
 from uniradix.memory.allocator import to_numpy
 from uniradix.tiers.transfer import CopyOp, Direction
 from uniradix.tree.node import TreeNode
@@ -78,6 +79,11 @@ def init_load_back(tier: HostTier, node: TreeNode, mem_quota: int | None) -> Loa
     src = np.concatenate(host_values) if len(host_values) > 1 else host_values[0]  # type: ignore[arg-type]
     assert src is not None
     full.commit_load_back(segment, device_slots)
+    if cache.event_sink is not None:
+        # Announced at submit, as the tree now holds it: the slots are locked until the data
+        # lands, and a child inserted meanwhile then has its parent on the device already.
+        for n in segment:
+            cache.event_sink.on_stored(n, MEDIUM_GPU)
     ticket = tier.engine.submit([CopyOp("full", Direction.H2D, src, device_slots)])
     for n in segment:
         n.data[0].metadata = {"load": ticket}
