@@ -23,6 +23,7 @@ from uniradix.sim.scheduler import Scheduler, SchedulerConfig
 from uniradix.sim.sessions import SessionListener
 from uniradix.sim.traces import load_trace
 from uniradix.sim.workloads import generate_workload
+from uniradix.storage.backend import StorageBackend
 from uniradix.types import ComponentType
 
 CONFIG_COMPONENTS: dict[str, tuple[ComponentType, ...]] = {
@@ -66,6 +67,9 @@ class ReplayOptions:
     hicache_ratio: float | None = None
     write_policy: str = "write_through"
     progress: bool = False
+    storage_url: str | None = None  # an L3 store under the host tier
+    storage_backend: StorageBackend | None = None  # an open one to share (instances)
+    model_fingerprint: str = "uniradix-sim"
 
 
 @dataclass
@@ -119,6 +123,9 @@ def build_replay_cache(
             hicache_ratio=options.hicache_ratio,
             write_policy=options.write_policy,
             enable_session_cache=options.sessions,
+            storage_url=options.storage_url,
+            storage_backend=options.storage_backend,
+            model_fingerprint=options.model_fingerprint,
         )
     )
 
@@ -156,6 +163,8 @@ def run_replay(options: ReplayOptions) -> ReplayResult:
     finally:
         metrics.close()
     cache.host_tier.drain()  # the last steps' backups land before the leak check
+    if cache.host_tier.storage is not None:
+        cache.host_tier.storage.flush()  # and their L3 copies, before the counters are read
     wall_s = time.perf_counter() - t0
     scheduler.check_invariants()
     summary = _summary(options, config_name, specs, len(loaded), ideal, metrics, scheduler)

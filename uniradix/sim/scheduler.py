@@ -295,7 +295,10 @@ class Scheduler:
         previous = self._retracted.get(rid)
         tokens = previous.req.token_ids if previous else spec.prompt.token_ids().tolist()
         req = Req(token_ids=tokens, req_pool_idx=row, session_id=spec.session_id)
-        match = cache.match_prefix(MatchPrefixParams(cache.make_key(tokens[:-1]), req=req))
+        key = cache.make_key(tokens[:-1])
+        storage = cache.host_tier.storage  # an L3 store: its pages join the host hit first
+        fetched = storage.prefetch(key) if storage is not None else 0
+        match = cache.match_prefix(MatchPrefixParams(key, req=req))
         if pools.mamba is not None and req.mamba_pool_idx is None:
             cache.release_req_slots(req)  # no Mamba slot to be had now: wait
             pools.req_to_token_pool.free(row)
@@ -327,6 +330,8 @@ class Scheduler:
             heapq.heappush(self._ready, rid)
             return None
         self._retracted.pop(rid, None)
+        if storage is not None and fetched and request.host_hit_tokens:
+            storage.stats.hit_tokens += min(fetched, request.host_hit_tokens)
         self.running.append(request)
         self.listener.on_admit(request, match)
         return entry

@@ -170,6 +170,8 @@ class HostTier(NoHostTier):
             if ticket in self._failed:
                 self._failed.discard(ticket)
                 self._drop_failed_backup(chain)
+            elif self.storage is not None:
+                self.storage.backup(chain)
             self.cache.dec_lock_ref(anchor, receipt)
 
     def _poll(self) -> None:
@@ -346,6 +348,8 @@ class HostTier(NoHostTier):
 
     def close(self) -> None:
         self.engine.close()
+        if self.storage is not None:
+            self.storage.close()
 
     def check_invariants(self, errors: list[str]) -> None:
         check_host_tier(self, errors)
