@@ -144,6 +144,8 @@ def run_replay(options: ReplayOptions) -> ReplayResult:
         raise ValueError(f"no request fits full_tokens={options.full_tokens}")
     max_len = max(len(s.prompt) + s.output_len for s in specs)
     cache = build_replay_cache(options, config_name, -(-max_len // ps) * ps)
+    if cache.host_tier.storage is not None:
+        cache.host_tier.storage.backpressure = True
     t0 = time.perf_counter()
     ideal = ideal_hits(specs, ps)
     ideal_s = time.perf_counter() - t0

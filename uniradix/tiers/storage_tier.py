@@ -83,6 +83,9 @@ class StorageTier:
         self.prefetch_threshold = prefetch_threshold
         self.cache_salt = cache_salt
         self.writer = BackupWriter(backend)
+        # A full writer queue drops the chain (a server must not block); a replay sets this
+        # to wait for the queue instead, so its figures show the store, not the queue bound.
+        self.backpressure = False
         self.stats = StorageTierStats()
         tier.storage = self
 
@@ -102,7 +105,11 @@ class StorageTier:
         pages = keys[max(first, 0) :]
         if not pages:
             return
-        ticket = self.writer.submit(pages, [_EMPTY] * len(pages))
+        payloads = [_EMPTY] * len(pages)
+        ticket = self.writer.submit(pages, payloads)
+        if ticket is None and self.backpressure:
+            self.writer.flush()  # a replay has no clock to protect: wait rather than drop
+            ticket = self.writer.submit(pages, payloads)
         if ticket is None:
             self.stats.backup_pages_dropped += len(pages)
         else:
