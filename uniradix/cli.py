@@ -55,6 +55,13 @@ def _replay_parser(commands: argparse._SubParsersAction) -> None:  # type: ignor
         help="when device KV gets its host copy (with a host tier)",
     )
     p.add_argument("--check-invariants", action="store_true", help="after every step")
+    p.add_argument(
+        "--storage",
+        dest="storage_url",
+        metavar="URL",
+        help="L3 store under the host tier: file://DIR, file (a temp dir), redis://HOST:PORT/DB",
+    )
+    p.add_argument("--model-fingerprint", default=d.model_fingerprint, help="isolates L3 pages")
     p.add_argument("--sessions", action="store_true", help="session cache: keep turns' context")
     p.add_argument(
         "--checkpoint-placement",
@@ -128,7 +135,7 @@ def _replay(args: argparse.Namespace) -> int:
             **{
                 k: getattr(args, k)
                 for k in ReplayOptions.__dataclass_fields__
-                if k not in ("model", "progress")
+                if k not in ("model", "progress", "storage_backend")
             },
             model=ModelShape(
                 args.full_layers,

@@ -17,7 +17,8 @@ from uniradix.memory.mamba_pool import MambaReqPool, MambaSlotAllocator, MambaSt
 from uniradix.memory.pools import CachePools, ExtraPool
 from uniradix.memory.req_pool import ReqToTokenPool
 from uniradix.memory.swa_allocator import SWASlotAllocator
-from uniradix.tiers.setup import attach_host_tier
+from uniradix.storage.backend import StorageBackend
+from uniradix.tiers.setup import attach_host_tier, attach_storage_tier
 from uniradix.types import CacheSettings, ComponentType
 
 
@@ -68,6 +69,12 @@ class CacheConfig:
     load_back_threshold: int = 1
     host_layout: str = "layer_first"
     host_engine: str = "sync"
+    storage_url: str | None = (
+        None  # an L3 store under the host tier (`uniradix.tiers.storage_tier`)
+    )
+    storage_backend: StorageBackend | None = None  # an open backend to share (wins over the URL)
+    model_fingerprint: str = "uniradix-sim"  # model id + revision: isolates stored pages
+    prefetch_threshold: int = 256
     enable_session_cache: bool = False
     disable_radix_cache: bool = False  # a cache that matches nothing (`uniradix.disabled`)
 
@@ -154,11 +161,14 @@ def build_cache(
     if config.disable_radix_cache:
         return DisabledRadixCache(pools, settings, components, registry=registry)
     if not config.has_host_tier:
+        if config.storage_url is not None or config.storage_backend is not None:
+            raise ValueError("storage_url / storage_backend need a host tier (host_tokens)")
         return UnifiedRadixCache(pools, settings, components, registry=registry)
     cache = UnifiedRadixCache(
         pools, settings, components, {ComponentType.FULL: HostFullComponent}, registry=registry
     )
     attach_host_tier(cache, config)
+    attach_storage_tier(cache, config)
     return cache
 
 

@@ -22,6 +22,11 @@ def host_summary(
     tier = cache.host_tier
     if not isinstance(tier, HostTier):
         return out
+    if tier.storage is not None:  # L3 hits were loaded back through the host: split them out
+        by_tier = out["hit_tokens_by_tier"]
+        by_tier["storage"] = tier.storage.stats.hit_tokens
+        by_tier["host"] -= by_tier["storage"]
+        out["storage"] = tier.storage.counters()
     pool, stats = tier.host_pools.full, tier.stats
     used = pool.used_size()
     out["host_components"] = {

@@ -23,6 +23,7 @@ from uniradix.sim.scheduler import Scheduler, SchedulerConfig
 from uniradix.sim.sessions import SessionListener
 from uniradix.sim.traces import load_trace
 from uniradix.sim.workloads import generate_workload
+from uniradix.storage.backend import StorageBackend
 from uniradix.types import ComponentType
 
 CONFIG_COMPONENTS: dict[str, tuple[ComponentType, ...]] = {
@@ -69,6 +70,9 @@ class ReplayOptions:
     hicache_ratio: float | None = None
     write_policy: str = "write_through"
     progress: bool = False
+    storage_url: str | None = None  # an L3 store under the host tier
+    storage_backend: StorageBackend | None = None  # an open one to share (instances)
+    model_fingerprint: str = "uniradix-sim"
 
 
 @dataclass
@@ -131,6 +135,9 @@ def build_replay_cache(
             write_policy=options.write_policy,
             enable_session_cache=options.sessions,
             aux_eviction_policy=options.aux_eviction_policy,
+            storage_url=options.storage_url,
+            storage_backend=options.storage_backend,
+            model_fingerprint=options.model_fingerprint,
         )
     )
 
@@ -149,6 +156,8 @@ def run_replay(options: ReplayOptions) -> ReplayResult:
         raise ValueError(f"no request fits full_tokens={options.full_tokens}")
     max_len = max(len(s.prompt) + s.output_len for s in specs)
     cache = build_replay_cache(options, config_name, -(-max_len // ps) * ps)
+    if cache.host_tier.storage is not None:
+        cache.host_tier.storage.backpressure = True
     t0 = time.perf_counter()
     ideal = ideal_hits(specs, ps)
     ideal_s = time.perf_counter() - t0
@@ -170,6 +179,8 @@ def run_replay(options: ReplayOptions) -> ReplayResult:
     finally:
         metrics.close()
     cache.host_tier.drain()  # the last steps' backups land before the leak check
+    if cache.host_tier.storage is not None:
+        cache.host_tier.storage.flush()  # and their L3 copies, before the counters are read
     wall_s = time.perf_counter() - t0
     scheduler.check_invariants()
     summary = _summary(options, config_name, specs, len(loaded), ideal, metrics, scheduler)

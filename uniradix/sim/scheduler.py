@@ -324,6 +324,8 @@ class Scheduler:
         tokens = previous.req.token_ids if previous else spec.prompt.token_ids().tolist()
         req = Req(token_ids=tokens, req_pool_idx=row, session_id=spec.session_id)
         key = cache.make_key(tokens[:-1])
+        storage = cache.host_tier.storage  # an L3 store: its pages join the host hit first
+        fetched = storage.prefetch(key) if storage is not None else 0
         match = cache.match_prefix(MatchPrefixParams(key, req=req))
         self.listener.on_match(rid, key, match)
         if pools.mamba is not None and req.mamba_pool_idx is None:
@@ -361,6 +363,8 @@ class Scheduler:
             heapq.heappush(self._ready, rid)
             return None
         self._retracted.pop(rid, None)
+        if storage is not None and fetched and request.host_hit_tokens:
+            storage.stats.hit_tokens += min(fetched, request.host_hit_tokens)
         self.running.append(request)
         self.listener.on_admit(request, match)
         return entry

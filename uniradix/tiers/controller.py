@@ -173,6 +173,8 @@ class HostTier(NoHostTier):
                 self._drop_failed_backup(chain)  # never reported stored: nothing to remove
             else:
                 self._report(chain[::-1], MEDIUM_CPU_PINNED, stored=True)
+                if self.storage is not None:
+                    self.storage.backup(chain)
             self.cache.dec_lock_ref(anchor, receipt)
 
     def _report(self, nodes: list[TreeNode], medium: str, stored: bool) -> None:
@@ -364,6 +366,8 @@ class HostTier(NoHostTier):
 
     def close(self) -> None:
         self.engine.close()
+        if self.storage is not None:
+            self.storage.close()
 
     def check_invariants(self, errors: list[str]) -> None:
         check_host_tier(self, errors)

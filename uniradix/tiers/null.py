@@ -9,12 +9,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from uniradix.tiers.storage_tier import StorageTier
     from uniradix.tree.node import TreeNode
     from uniradix.types import FreeSlots, MatchResult
 
 
 class NoHostTier:
     enabled = False
+    storage: StorageTier | None = None  # an L3 store under the host tier, when configured
 
     def after_insert(self, node: TreeNode) -> None:
         return

@@ -7,9 +7,11 @@ from typing import TYPE_CHECKING
 
 from uniradix.memory.host_kv import LAYOUTS, HostKVPool
 from uniradix.memory.host_pools import HostPools, host_capacity
+from uniradix.storage.backend import open_backend
 from uniradix.tiers.async_engine import CudaTransferEngine, ThreadTransferEngine
 from uniradix.tiers.controller import HostTier
 from uniradix.tiers.copiers import KVCopier
+from uniradix.tiers.storage_tier import StorageTier
 from uniradix.tiers.transfer import Copier, SyncTransferEngine, TransferEngine
 
 if TYPE_CHECKING:
@@ -63,3 +65,18 @@ def attach_host_tier(cache: UnifiedRadixCache, config: CacheConfig) -> HostTier:
         config.write_policy,
         load_back_threshold=config.load_back_threshold,
     )
+
+
+def attach_storage_tier(cache: UnifiedRadixCache, config: CacheConfig) -> StorageTier | None:
+    """Gives `cache`'s host tier the L3 store `config` names (`storage_backend`, shared by
+    the caller, or one opened from `storage_url`); None when neither is set."""
+    if config.storage_backend is None and config.storage_url is None:
+        return None
+    tier = cache.host_tier
+    if not isinstance(tier, HostTier):
+        raise ValueError("storage_url / storage_backend need a host tier (host_tokens)")
+    backend = config.storage_backend
+    if backend is None:
+        assert config.storage_url is not None
+        backend = open_backend(config.storage_url)
+    return StorageTier(tier, backend, config.model_fingerprint, config.prefetch_threshold)

@@ -1,0 +1,150 @@
+"""The L3 store under the host tier, end to end through the replayer and the scheduler: a
+second cache on the same file store hits what the first wrote; a store that fails at random
+(raises, drops pages) leaks nothing, with invariants checked after every step; model
+fingerprints isolate. The Redis case is in `tests/storage/test_storage_tier_redis.py`
+(it needs that directory's server fixtures)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from uniradix import CacheConfig, EvictParams, build_cache
+from uniradix.sim.replay import NullRunner, ReplayOptions, admissible, run_replay
+from uniradix.sim.scheduler import Scheduler, SchedulerConfig
+from uniradix.sim.workloads import generate_workload
+from uniradix.storage import CircuitBreaker
+from uniradix.storage.backend import StoredPage
+from uniradix.storage.file_backend import FileBackend
+from uniradix.storage.page_format import Payload
+from uniradix.tiers.controller import HostTier
+
+DEVICE, HOST, PAGE = 12_000, 24_000, 16
+
+
+def _options(**kw: object) -> ReplayOptions:
+    base: dict[str, object] = dict(
+        workload="long_doc_qa",
+        config="full",
+        full_tokens=DEVICE,
+        host_tokens=HOST,
+        page_size=PAGE,
+        max_requests=16,
+        check_invariants=True,
+    )
+    base.update(kw)
+    return ReplayOptions(**base)  # type: ignore[arg-type]
+
+
+def test_second_cache_on_the_same_directory_hits_what_the_first_wrote(tmp_path: Path) -> None:
+    url = f"file://{tmp_path / 'l3'}"
+    first = run_replay(_options(storage_url=url)).summary
+    assert first["storage"]["pages_written"] > 0
+    assert first["storage"]["tier"]["stored_pages"] == first["storage"]["pages_written"]
+    assert first["storage"]["tier"]["backup_pages_dropped"] == 0  # the replay waits instead
+    assert first["hit_tokens_by_tier"]["storage"] == 0  # nothing was stored before it
+    second = run_replay(_options(storage_url=url)).summary
+    by_tier = second["hit_tokens_by_tier"]
+    assert by_tier["storage"] > 0 and second["storage"]["pages_read"] > 0
+    assert by_tier["device"] + by_tier["host"] + by_tier["storage"] == second["hit_tokens"]
+    assert second["hit_tokens"] > first["hit_tokens"]  # the first request's document hits now
+    assert not any(second["leaked"].values()) and not any(first["leaked"].values())
+    # Another model's fingerprint finds none of it; the same one finds the first prompt.
+    prompt = generate_workload("long_doc_qa", 0, 1)[0].prompt.token_ids().tolist()
+    stored = []
+    for fingerprint in ("uniradix-sim", "other@1"):
+        cache = build_cache(
+            CacheConfig(
+                full_tokens=DEVICE,
+                host_tokens=HOST,
+                page_size=PAGE,
+                storage_url=url,
+                model_fingerprint=fingerprint,
+            )
+        )
+        assert cache.host_tier.storage is not None
+        stored.append(cache.host_tier.storage.prefetch(cache.make_key(prompt)))
+        cache.check_invariants({"full": 0})
+        cache.host_tier.close()
+    assert stored[0] >= len(prompt) // PAGE * PAGE - PAGE and stored[1] == 0
+
+
+def test_replay_without_storage_reports_no_storage_block() -> None:
+    summary = run_replay(_options(max_requests=4)).summary
+    assert "storage" not in summary and "storage" not in summary["hit_tokens_by_tier"]
+
+
+def test_storage_needs_a_host_tier(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="host tier"):
+        build_cache(CacheConfig(full_tokens=64, storage_url=f"file://{tmp_path}"))
+
+
+class FlakyFileBackend(FileBackend):
+    """A file store whose operations raise `OSError` or lose pages at random."""
+
+    def __init__(self, directory: Path, seed: int, fail: float) -> None:
+        super().__init__(directory, breaker=CircuitBreaker(failure_threshold=2, cooldown_s=0.0))
+        self.rng = random.Random(seed)
+        self.fail = fail
+
+    def _maybe_fail(self) -> None:
+        if self.rng.random() < self.fail:
+            raise OSError("injected store failure")
+
+    def _store_exists_prefix(self, names: list[str]) -> int:
+        self._maybe_fail()
+        return super()._store_exists_prefix(names)
+
+    def _store_get(self, names: list[str]) -> list[StoredPage | None]:
+        self._maybe_fail()
+        pages = super()._store_get(names)
+        cut = self.rng.randrange(len(pages) + 1) if self.rng.random() < self.fail else len(pages)
+        return pages[:cut] + [None] * (len(pages) - cut)  # a page lost mid-batch
+
+    def _store_set(self, names: list[str], headers: list[bytes], payloads: list[Payload]) -> int:
+        self._maybe_fail()
+        return super()._store_set(names, headers, payloads)
+
+
+def _run_scheduler(backend: FileBackend, seed: int) -> tuple[int, HostTier]:
+    cache = build_cache(
+        CacheConfig(
+            full_tokens=DEVICE,
+            host_tokens=HOST,
+            page_size=PAGE,
+            max_context_len=DEVICE,
+            storage_backend=backend,
+        )
+    )
+    specs = admissible(generate_workload("long_doc_qa", seed, 16), DEVICE, PAGE)
+    scheduler = Scheduler(cache, NullRunner(), specs, SchedulerConfig(check_invariants=True))
+    scheduler.run()
+    tier = cache.host_tier
+    assert isinstance(tier, HostTier) and tier.storage is not None
+    tier.drain()
+    tier.storage.flush()
+    scheduler.check_invariants()
+    fetched = tier.storage.stats.fetched_tokens
+    # Every pool back at the end: nothing locked, pinned or reserved survives.
+    assert cache.protected_size() == 0 and not tier.writes and not tier.loads
+    cache.evict(EvictParams(num_tokens=cache.evictable_size()))
+    tier.evict_host(tier.full.host_tokens)
+    cache.check_invariants({"full": 0})
+    assert cache.pools.kv_allocator.available_size() == cache.pools.kv_allocator.capacity
+    assert tier.host_pools.full.available_size() == tier.host_pools.full.capacity
+    tier.close()
+    return fetched, tier
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_injected_store_failures_leak_nothing(tmp_path: Path, seed: int) -> None:
+    healthy = FileBackend(tmp_path)
+    _run_scheduler(healthy, seed)  # fills the store
+    flaky = FlakyFileBackend(tmp_path, seed, fail=0.3)
+    fetched, _ = _run_scheduler(flaky, seed)
+    stats = flaky.stats()
+    assert stats.failed_ops > 0  # the faults did happen ...
+    assert stats.pages_missed > 0
+    assert fetched > 0  # ... and pages still came through between them
