@@ -7,6 +7,7 @@ fingerprints isolate. The Redis case is in `tests/storage/test_storage_tier_redi
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -148,3 +149,17 @@ def test_injected_store_failures_leak_nothing(tmp_path: Path, seed: int) -> None
     assert stats.failed_ops > 0  # the faults did happen ...
     assert stats.pages_missed > 0
     assert fetched > 0  # ... and pages still came through between them
+
+
+def test_instances_share_one_store(tmp_path: Path) -> None:
+    from uniradix.sim.cluster import run_cluster
+
+    options = _options(workload="agentic", max_requests=40)
+    alone = run_cluster(options, 2, "round-robin")
+    shared = run_cluster(replace(options, storage_url=f"file://{tmp_path}"), 2, "round-robin")
+    assert alone["storage"] is None and "storage" not in alone["hit_tokens_by_tier"]
+    assert shared["storage"]["pages_written"] > 0 and shared["storage"]["pages_read"] > 0
+    assert sum(shared["hit_tokens_by_tier"].values()) == shared["hit_tokens"]
+    assert shared["hit_rate"] > alone["hit_rate"]  # one instance reads what the other wrote
+    with pytest.raises(ValueError, match="sessions"):
+        run_cluster(replace(options, sessions=True), 2, "round-robin")

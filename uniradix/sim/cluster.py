@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import heapq
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from uniradix.cache import UnifiedRadixCache
@@ -30,9 +30,11 @@ from uniradix.sim.replay import (
     admissible,
     build_replay_cache,
     load_specs,
+    scheduler_config,
 )
 from uniradix.sim.router import make_router
-from uniradix.sim.scheduler import Scheduler, SchedulerConfig
+from uniradix.sim.scheduler import Scheduler
+from uniradix.storage.backend import StorageBackend, open_backend
 from uniradix.types import EvictResult, MatchResult
 
 
@@ -52,6 +54,15 @@ class Instance:
     def outstanding(self) -> int:
         return len(self.global_rids) - self.metrics.finished
 
+    def hit_tokens_by_tier(self) -> dict[str, int]:
+        m = self.metrics
+        by_tier = {"device": m.hit_tokens - m.host_hit_tokens, "host": m.host_hit_tokens}
+        storage = self.cache.host_tier.storage
+        if storage is not None:  # L3 hits were loaded back through the host
+            by_tier["storage"] = storage.stats.hit_tokens
+            by_tier["host"] -= by_tier["storage"]
+        return by_tier
+
     def summary(self) -> dict[str, Any]:
         m = self.metrics
         return {
@@ -61,6 +72,7 @@ class Instance:
             "hit_tokens": m.hit_tokens,
             "hit_rate": m.hit_tokens / max(m.prompt_tokens, 1),
             "evicted_tokens": m.evicted["full"],
+            "hit_tokens_by_tier": self.hit_tokens_by_tier(),
             "steps": self.scheduler.num_steps,
             "events_published": self.stream.events_published,
             "events_dropped": self.stream.events_dropped,
@@ -115,6 +127,13 @@ class Cluster:
             raise ValueError(
                 f"unknown config {options.config!r}; choose from {sorted(CONFIG_COMPONENTS)}"
             )
+        if options.sessions:
+            raise ValueError("--sessions is not reported per instance yet: replay one instance")
+        self.shared_storage: StorageBackend | None = None
+        if options.storage_url is not None and options.storage_backend is None:
+            # One store behind every instance: what one writes, the others read.
+            self.shared_storage = open_backend(options.storage_url)
+            options = replace(options, storage_backend=self.shared_storage)
         self.options = options
         ps = options.page_size
         self.num_loaded = len(loaded := load_specs(options))
@@ -128,15 +147,12 @@ class Cluster:
         self.router = make_router(
             router, self.index, names, recent=num_instances * options.max_running
         )
-        config = SchedulerConfig(
-            options.max_running,
-            options.chunk_size,
-            options.decode_reserve_ratio,
-            options.check_invariants,
-        )
+        config = scheduler_config(options)
         self.instances: list[Instance] = []
         for i, name in enumerate(names):
             cache = build_replay_cache(options, options.config, -(-max_len // ps) * ps)
+            if cache.host_tier.storage is not None:
+                cache.host_tier.storage.backpressure = True
             publishers: list[EventPublisher] = [IndexPublisher(self.index, name)]
             if kv_events is not None and kv_events.publisher == "zmq":
                 publishers.append(
@@ -184,12 +200,20 @@ class Cluster:
                 for inst in busy:
                     inst.scheduler.step()
             for inst in self.instances:
+                inst.cache.host_tier.drain()  # the last backups land before the leak check
+                if inst.cache.host_tier.storage is not None:
+                    inst.cache.host_tier.storage.flush()
                 inst.scheduler.check_invariants()
         finally:
             for inst in self.instances:
                 inst.stream.close()
+                if inst.cache.host_tier.storage is not None:
+                    inst.cache.host_tier.storage.close()
         assert not self._ready and not self._blocked, "requests left unrouted"
-        return self._summary(time.perf_counter() - t0)
+        summary = self._summary(time.perf_counter() - t0)
+        if self.shared_storage is not None:
+            self.shared_storage.close()  # after its counters are read
+        return summary
 
     def _summary(self, wall_s: float) -> dict[str, Any]:
         per = [inst.summary() for inst in self.instances]
@@ -209,6 +233,11 @@ class Cluster:
             "hit_tokens": hits,
             "hit_rate": hits / max(prompt, 1),
             "load_imbalance": max(counts) / (sum(counts) / len(counts)) if sum(counts) else 0.0,
+            "hit_tokens_by_tier": {
+                tier: sum(p["hit_tokens_by_tier"].get(tier, 0) for p in per)
+                for tier in per[0]["hit_tokens_by_tier"]
+            },
+            "storage": None if self.shared_storage is None else asdict(self.shared_storage.stats()),
             "events_published": sum(p["events_published"] for p in per),
             "events_dropped": sum(p["events_dropped"] for p in per),
             "index": vars(self.index.stats),

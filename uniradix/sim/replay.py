@@ -162,14 +162,7 @@ def run_replay(options: ReplayOptions) -> ReplayResult:
     ideal = ideal_hits(specs, ps)
     ideal_s = time.perf_counter() - t0
     metrics = ReplayMetrics(cache, len(specs), options.progress)
-    config = SchedulerConfig(
-        options.max_running,
-        options.chunk_size,
-        options.decode_reserve_ratio,
-        options.check_invariants,
-        checkpoint_placement=options.checkpoint_placement,
-        checkpoint_grid=options.checkpoint_grid,
-    )
+    config = scheduler_config(options)
     listener = SessionListener(cache, specs, metrics)
     listener.set_ideal(specs, ideal)
     scheduler = Scheduler(cache, NullRunner(), specs, config, listener)
@@ -204,6 +197,18 @@ def run_replay(options: ReplayOptions) -> ReplayResult:
         ideal_rates,
         metrics.timeline,
         metrics.cumulative_host_hit_rate,
+    )
+
+
+def scheduler_config(options: ReplayOptions) -> SchedulerConfig:
+    """The scheduler settings a replay (one instance or a cluster's) runs with."""
+    return SchedulerConfig(
+        options.max_running,
+        options.chunk_size,
+        options.decode_reserve_ratio,
+        options.check_invariants,
+        checkpoint_placement=options.checkpoint_placement,
+        checkpoint_grid=options.checkpoint_grid,
     )
 
 
