@@ -17,8 +17,6 @@ A request matched with `req=` but never admitted gives its slots back with
 
 from __future__ import annotations
 
-import dataclasses
-import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -28,7 +26,7 @@ import torch
 from uniradix import request_caching
 from uniradix.cache_checks import check_cache_invariants, format_tree
 from uniradix.cache_mamba import MambaRequests, NoMambaRequests
-from uniradix.components.base import TreeComponent
+from uniradix.components.base import TreeComponent, overriding
 from uniradix.components.registry import (
     DEFAULT_REGISTRY,
     ComponentRegistry,
@@ -40,7 +38,7 @@ from uniradix.event_sink import MEDIUM_GPU, CacheEventSink
 from uniradix.eviction import evict_components
 from uniradix.insert_slots import checked_value, duplicate_frees
 from uniradix.key import RadixKey
-from uniradix.memory.allocator import to_numpy
+from uniradix.lock_receipts import LockReceipts
 from uniradix.memory.pools import CachePools
 from uniradix.sessions.coverage import NullSessions, SessionCache, SessionRelease
 from uniradix.tiers.null import NoHostTier
@@ -107,26 +105,13 @@ class UnifiedRadixCache:
         self._by_type = {c.component_type: c for c in self.components}
         self._aux = self.components[1:]
         # insert_overlap hooks: the auxiliary components, and a base one that overrides it
-        self._overlapping = [
-            c
-            for c in self.components
-            if c.index or type(c).insert_overlap is not TreeComponent.insert_overlap
-        ]
+        self._overlapping = overriding(self.components[:1], "insert_overlap") + self._aux
         self.host_tier: NoHostTier = NoHostTier()  # `uniradix.tiers.controller` attaches one
-        self._validating = [
-            c
-            for c in self.components
-            if type(c).match_validator is not TreeComponent.match_validator
-        ]
-        self._insert_checkers = [
-            c for c in self.components if type(c).check_insert is not TreeComponent.check_insert
-        ]
-        self._finalizers = [
-            c for c in self.components if type(c).finalize_match is not TreeComponent.finalize_match
-        ]
+        self._validating = overriding(self.components, "match_validator")
+        self._insert_checkers = overriding(self.components, "check_insert")
+        self._finalizers = overriding(self.components, "finalize_match")
         self._free: dict[FreeKind | str, Callable[[Slots, bool], None]] = pools.free_functions()
-        self._receipts: dict[int, IncLockRefResult] = {}
-        self._receipt_ids = itertools.count(1)
+        self._receipts = LockReceipts()
         self.device = pools.kv_allocator.device
         self._on_cpu = self.device.type == "cpu"
         self._empty: Slots = np.empty(0, dtype=np.int64)
@@ -281,31 +266,13 @@ class UnifiedRadixCache:
             if c.index == 0:
                 delta = moved
         self.tree.update_leaf(node)
-        receipt = IncLockRefResult(next(self._receipt_ids), node, delta, uuids)
-        self._receipts[receipt.receipt_id] = receipt
-        return receipt
+        return self._receipts.issue(node, delta, uuids)
 
     def dec_lock_ref(
         self, node: TreeNode, params: DecLockRefParams | IncLockRefResult | None = None
     ) -> None:
         """Releases one lock on `node`: the receipt's (`params`), or any one taken on `node`."""
-        if params is None:
-            receipt = next((r for r in self._receipts.values() if r.node is node), None)
-            if receipt is None:
-                raise ValueError(f"dec_lock_ref: no outstanding lock on {node!r}")
-        else:
-            receipt = self._receipts.get(params.receipt_id)
-            if receipt is None:
-                raise ValueError(
-                    f"dec_lock_ref: receipt {params.receipt_id} is not outstanding "
-                    "(released twice?)"
-                )
-            if receipt.node is not node or params.node is not node:
-                raise ValueError(
-                    f"dec_lock_ref: receipt {params.receipt_id} is anchored on "
-                    f"{receipt.node}, not {node}"
-                )
-        del self._receipts[receipt.receipt_id]
+        receipt = self._receipts.take(node, params)
         for c in reversed(self.components):
             if c.component_type not in receipt.skipped_lock_components:
                 c.unlock(node, receipt.component_lock_uuids[c.component_type])
@@ -333,33 +300,13 @@ class UnifiedRadixCache:
         """Frees the slots of the running request's own positions that its attention will
         never read again (SWA KV that left the window), advancing `req.swa_evicted_seqlen`.
         Returns the slots freed (always 0 on a cache without windowed components)."""
-        if req.req_pool_idx is None:
-            raise ValueError("request has no req_pool_idx (never admitted, or already finished)")
-        row = to_numpy(self.pools.req_to_token_pool.read(req.req_pool_idx, 0, req.kv_committed_len))
-        actions: list[FreeSlots] = []
-        freed = sum(c.free_out_of_window(req, row, actions) for c in self._aux)
-        self.apply(actions)
-        return freed
+        return request_caching.free_out_of_window_slots(self, req)
 
     def release_window_lock(self, req: Req) -> None:
         """Releases the window part (SWA) of `req.lock` early, once the request's decode has
         left the cached prefix's window; the full lock stays, and the later unlock skips what
         was released. Does nothing before that, so a scheduler may call it every step."""
-        stored = None if req.lock is None else self._receipts.get(req.lock.receipt_id)
-        if stored is None:
-            raise ValueError(f"release_window_lock: request holds no outstanding lock: {req.lock}")
-        skipped = stored.skipped_lock_components
-        released = tuple(
-            c.component_type
-            for c in self._aux
-            if c.component_type not in skipped
-            and c.release_window_lock(
-                req, stored.node, stored.component_lock_uuids[c.component_type]
-            )
-        )
-        if released:
-            stored = dataclasses.replace(stored, skipped_lock_components=skipped + released)
-            self._receipts[stored.receipt_id] = req.lock = stored
+        self._receipts.release_window(req, self._aux)
 
     # ------------------------------------------------------------------ sessions
     def open_session(self, session_id: str) -> None:

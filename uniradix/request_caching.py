@@ -16,7 +16,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from uniradix.key import RadixKey
-from uniradix.types import InsertParams, InsertResult, Req
+from uniradix.memory.allocator import to_numpy
+from uniradix.types import FreeSlots, InsertParams, InsertResult, Req
 
 if TYPE_CHECKING:
     from uniradix.cache import UnifiedRadixCache
@@ -55,6 +56,16 @@ def cache_finished_req(cache: UnifiedRadixCache, req: Req, is_insert: bool) -> N
     req.cache_protected_len = 0
     req.kv_allocated_len = req.kv_committed_len = 0
     req.swa_evicted_seqlen = 0
+
+
+def free_out_of_window_slots(cache: UnifiedRadixCache, req: Req) -> int:
+    if req.req_pool_idx is None:
+        raise ValueError("request has no req_pool_idx (never admitted, or already finished)")
+    row = to_numpy(cache.pools.req_to_token_pool.read(req.req_pool_idx, 0, req.kv_committed_len))
+    actions: list[FreeSlots] = []
+    freed = sum(c.free_out_of_window(req, row, actions) for c in cache.components[1:])
+    cache.apply(actions)
+    return freed
 
 
 def _req_row_and_key(cache: UnifiedRadixCache, req: Req) -> tuple[int, RadixKey]:

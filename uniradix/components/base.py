@@ -225,3 +225,10 @@ class TreeComponent(ABC):
                 f"protected={self.protected_tokens}, tree holds evictable={evictable} "
                 f"protected={protected}"
             )
+
+
+def overriding(components: Sequence[TreeComponent], hook: str) -> list[TreeComponent]:
+    """The components whose class overrides `TreeComponent.<hook>`: only they are called for
+    it on the hot path (the default does nothing)."""
+    default = getattr(TreeComponent, hook)
+    return [c for c in components if getattr(type(c), hook) is not default]
