@@ -11,6 +11,7 @@ from uniradix.sim.request_spec import RequestSpec
 from uniradix.types import EvictResult, MatchResult, Req
 
 if TYPE_CHECKING:
+    from uniradix.memory.mamba_pool import MambaReqPool
     from uniradix.sim.scheduler import Scheduler
 
 
@@ -86,3 +87,17 @@ class NullListener:
 
     def on_step(self, scheduler: Scheduler) -> None:
         return
+
+
+def held_by(running: list[RunningRequest], mamba: MambaReqPool | None) -> dict[str, int]:
+    """Units per pool that `running` requests hold privately (not yet the tree's): own KV
+    slots `[cache_protected_len, kv_allocated_len)`, of which SWA slots only from the
+    request's SWA cursor on; Mamba working and ping-pong slots; request rows."""
+    held = {"full": 0, "swa": 0, "mamba": 0, "req": len(running)}
+    for r in running:
+        req = r.req
+        held["full"] += req.kv_allocated_len - req.cache_protected_len
+        held["swa"] += req.kv_allocated_len - max(req.cache_protected_len, req.swa_evicted_seqlen)
+        if mamba is not None:
+            held["mamba"] += len(mamba.held_slots(req))
+    return held

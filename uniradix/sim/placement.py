@@ -26,8 +26,14 @@ prompt end.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-from uniradix.types import MatchResult
+from uniradix.cache_mamba import MambaRequests
+from uniradix.types import ComponentType, MatchResult
+
+if TYPE_CHECKING:
+    from uniradix.cache import UnifiedRadixCache
+    from uniradix.sim.batch import ForwardEntry, RunningRequest
 
 
 def checkpoint_seqlens(
@@ -45,3 +51,54 @@ def checkpoint_seqlens(
     if match.full_kv_hit_length > hit:
         points.add(match.full_kv_hit_length // align * align)
     return tuple(sorted(p for p in points if p > hit))
+
+
+class CheckpointPlan:
+    """Where one scheduler leaves checkpoints on its cache. The alignment is the Mamba grid on
+    a Mamba cache (chunks end at checkpoints), the page on an SWA cache, and none on a
+    full-only cache or with placement off (then only the tree's own branch points count)."""
+
+    def __init__(self, cache: UnifiedRadixCache, placement: bool, grid: int | None) -> None:
+        mamba = cache.mamba_requests
+        self.mamba = mamba if isinstance(mamba, MambaRequests) else None
+        self.grid = grid
+        self.mamba_align = (
+            self.mamba.component.checkpoint_grid if self.mamba and placement else None
+        )
+        self.align = self.mamba_align or (
+            cache.page_size if len(cache.components) > 1 and placement else None
+        )
+        self.free_before_publish = self.align is not None and any(
+            c.component_type == ComponentType.SWA for c in cache.components
+        )
+
+    def seqlens(self, prompt_len: int, match: MatchResult) -> tuple[int, ...]:
+        """`Req.checkpoint_seqlens` for a request admitted with `match`."""
+        if self.align is None:
+            return ()
+        return checkpoint_seqlens(prompt_len, self.align, self.grid, match)
+
+    def chunk_end(self, request: RunningRequest, start: int, end: int) -> int:
+        """Stops the chunk `[start, end)` at the match's `mamba_branching_seqlen`, and on a
+        Mamba cache at the first checkpoint inside it, so the `cache_unfinished_req` after
+        it saves a state there."""
+        branch = request.mamba_branch
+        end = branch if branch is not None and start < branch < end else end
+        if self.mamba_align is not None:
+            for c in request.req.checkpoint_seqlens:
+                if start < c < end:
+                    return c
+        return end
+
+    def track_seqlen(self, start: int, end: int) -> int | None:
+        """The position whose state an extra-buffer Mamba cache tracks in `[start, end)`."""
+        if self.mamba is None or not self.mamba.pool.extra_buffer:
+            return None
+        return self.mamba.checkpoint_seqlen(start, end)
+
+    def commit_tracks(self, entries: list[ForwardEntry]) -> None:
+        if self.mamba is None:
+            return
+        for e in entries:
+            if e.track_seqlen is not None:
+                self.mamba.commit_track(e.request.req, e.track_seqlen)

@@ -43,7 +43,6 @@ import math
 from dataclasses import dataclass
 
 from uniradix.cache import UnifiedRadixCache
-from uniradix.cache_mamba import MambaRequests
 from uniradix.sim.batch import (
     ForwardBatch,
     ForwardEntry,
@@ -51,10 +50,11 @@ from uniradix.sim.batch import (
     NullListener,
     RunningRequest,
     SchedulerListener,
+    held_by,
 )
-from uniradix.sim.placement import checkpoint_seqlens
+from uniradix.sim.placement import CheckpointPlan
 from uniradix.sim.request_spec import RequestSpec
-from uniradix.types import ComponentType, EvictParams, MatchPrefixParams, MatchResult, Req
+from uniradix.types import EvictParams, MatchPrefixParams, MatchResult, Req
 
 
 @dataclass(frozen=True)
@@ -102,21 +102,8 @@ class Scheduler:
                 f"chunk_size={self.config.chunk_size} is less than one page ({self.page_size})"
             )
         self.specs = specs
-        # Checkpoint alignment: the Mamba grid on a Mamba cache (chunks end at checkpoints),
-        # the page on an SWA cache; None (no placement) on a full-only cache.
-        mamba = cache.mamba_requests
-        self._mamba_align = (
-            mamba.component.checkpoint_grid
-            if isinstance(mamba, MambaRequests) and self.config.checkpoint_placement
-            else None
-        )
-        self._checkpoint_align = self._mamba_align or (
-            self.page_size
-            if len(cache.components) > 1 and self.config.checkpoint_placement
-            else None
-        )
-        self._free_before_publish = self._checkpoint_align is not None and any(
-            c.component_type == ComponentType.SWA for c in cache.components
+        self.checkpoints = CheckpointPlan(
+            cache, self.config.checkpoint_placement, self.config.checkpoint_grid
         )
         self.running: list[RunningRequest] = []
         self.chunked: RunningRequest | None = None
@@ -184,20 +171,8 @@ class Scheduler:
 
     # ------------------------------------------------------------------ hook points
     def held_by_requests(self) -> dict[str, int]:
-        """Units per pool that running requests hold privately (not yet the tree's): own KV
-        slots `[cache_protected_len, kv_allocated_len)`, of which SWA slots only from the
-        request's SWA cursor on; Mamba working and ping-pong slots; request rows."""
-        held = {"full": 0, "swa": 0, "mamba": 0, "req": len(self.running)}
-        mamba = self.cache.pools.mamba
-        for r in self.running:
-            req = r.req
-            held["full"] += req.kv_allocated_len - req.cache_protected_len
-            held["swa"] += req.kv_allocated_len - max(
-                req.cache_protected_len, req.swa_evicted_seqlen
-            )
-            if mamba is not None:
-                held["mamba"] += len(mamba.held_slots(req))
-        return held
+        """Units per pool that running requests hold privately (see `held_by`)."""
+        return held_by(self.running, self.cache.pools.mamba)
 
     def _free_out_of_window(self, request: RunningRequest) -> None:
         """After each prefill chunk and decode step: frees the request's SWA slots that left
@@ -205,29 +180,6 @@ class Scheduler:
         self.cache.free_out_of_window_slots(request.req)
         if request.prefilled:
             self.cache.release_window_lock(request.req)
-
-    def _mamba_chunk_end(self, request: RunningRequest, start: int, end: int) -> int:
-        """Stops the chunk `[start, end)` at the match's `mamba_branching_seqlen`, so the
-        `cache_unfinished_req` after it checkpoints a state where the branch starts."""
-        branch = request.mamba_branch
-        end = branch if branch is not None and start < branch < end else end
-        if self._mamba_align is not None:
-            for c in request.req.checkpoint_seqlens:
-                if start < c < end:
-                    return c
-        return end
-
-    def _track_seqlen(self, start: int, end: int) -> int | None:
-        mamba = self.cache.mamba_requests
-        if not isinstance(mamba, MambaRequests) or not mamba.pool.extra_buffer:
-            return None
-        return mamba.checkpoint_seqlen(start, end)
-
-    def _commit_tracks(self, entries: list[ForwardEntry]) -> None:
-        mamba = self.cache.mamba_requests
-        for e in entries:
-            if e.track_seqlen is not None and isinstance(mamba, MambaRequests):
-                mamba.commit_track(e.request.req, e.track_seqlen)
 
     # ------------------------------------------------------------------ memory
     def _page_ceil(self, num_tokens: int) -> int:
@@ -290,7 +242,7 @@ class Scheduler:
             return False
         self.cache.host_tier.wait_loads()  # loaded-back prefixes must land before compute
         tokens = iter(self.runner.forward(ForwardBatch(False, entries)))
-        self._commit_tracks(entries)
+        self.checkpoints.commit_tracks(entries)
         for e in entries:
             self._after_prefill(e, next(tokens) if e.samples else None)
         return True
@@ -304,11 +256,11 @@ class Scheduler:
             if prompt_len - start <= budget
             else start + budget // self.page_size * self.page_size
         )
-        end = self._mamba_chunk_end(request, start, end)
+        end = self.checkpoints.chunk_end(request, start, end)
         if end <= start or not self._alloc_row_slots(request, end):
             return None
         self.chunked = None if end == prompt_len else request
-        track = self._track_seqlen(start, end)
+        track = self.checkpoints.track_seqlen(start, end)
         return ForwardEntry(request, start, end, end == prompt_len, track)
 
     def _admit(self, rid: int, budget: int) -> ForwardEntry | None:
@@ -343,10 +295,7 @@ class Scheduler:
         pools.req_to_token_pool.write(row, 0, match.device_indices)
         hit = match.device_prefix_len
         req.cache_protected_len = req.kv_committed_len = req.kv_allocated_len = hit
-        if self._checkpoint_align is not None:
-            req.checkpoint_seqlens = checkpoint_seqlens(
-                len(tokens), self._checkpoint_align, self.config.checkpoint_grid, match
-            )
+        req.checkpoint_seqlens = self.checkpoints.seqlens(len(tokens), match)
         request = RunningRequest(spec, req, len(tokens), mamba_branch=match.mamba_branching_seqlen)
         request.host_hit_tokens = hit - device_hit
         if previous is not None:
@@ -381,7 +330,7 @@ class Scheduler:
     def _after_prefill(self, entry: ForwardEntry, token: int | None) -> None:
         request = entry.request
         request.req.kv_committed_len = entry.end
-        if self._free_before_publish and token is None:
+        if self.checkpoints.free_before_publish and token is None:
             # A middle chunk's out-of-window SWA goes before the chunk is published, so the
             # tree receives its last window (and checkpoint windows), not the whole chunk
             # live. (After the last chunk the order stays: measured, the tree keeping that
@@ -413,12 +362,12 @@ class Scheduler:
             position = len(r.req.token_ids) - 1
             ok = self._alloc_row_slots(r, position + 1)
             assert ok, "decode allocation failed after _decode_fits"
-            track = self._track_seqlen(position, position + 1)
+            track = self.checkpoints.track_seqlen(position, position + 1)
             entries.append(ForwardEntry(r, position, position + 1, True, track))
         if not entries:
             return retracted
         tokens = self.runner.forward(ForwardBatch(True, entries))
-        self._commit_tracks(entries)
+        self.checkpoints.commit_tracks(entries)
         for e, token in zip(entries, tokens, strict=True):
             e.request.req.kv_committed_len = e.end
             self._append_output(e.request, token)
