@@ -12,7 +12,7 @@ from tests.events.oracle import StrictStream, cached_hashes
 from tests.events.test_scenarios import GOLDEN
 from tests.helpers import insert_fresh
 from tests.tiers.builders import host_cache
-from tests.tiers.test_property_host_full import PREFIXES, op
+from tests.tiers.test_property_host_full import apply_op, op
 from uniradix import EvictParams, MatchPrefixParams, RadixKey
 from uniradix.events import BlockRemoved, BlockStored, encode_batch
 from uniradix.events.index import KVEventIndex
@@ -131,33 +131,7 @@ def test_index_equals_the_content_of_both_media_under_reordered_acks(  # type: i
         assert index.stats.orphan_stores == 0
 
     for name, a, b in ops:
-        running = sched.running
-        if name == "admit":
-            sched.admit(PREFIXES[a] + b)
-        elif name == "lookup":
-            cache.match_prefix(MatchPrefixParams(RadixKey(PREFIXES[a] + b)))
-        elif name == "evict":
-            cache.evict(EvictParams(num_tokens=a))
-        elif name == "evict_host":
-            tier.evict_host(a)
-        elif name == "ack":
-            if engine.held:
-                engine.release(engine.held[a % len(engine.held)])
-            tier.writing_check()
-            tier.loading_check()
-        elif name == "drain":
-            tier.drain()
-        elif running:
-            req = running[a % len(running)]
-            remaining = len(req.token_ids) - req.kv_committed_len
-            if name == "chunk" and remaining > 0:
-                sched.chunk(req, min(b, remaining))
-            elif name == "decode":
-                req.token_ids.append(b)
-                if not sched.extend(req, len(req.token_ids) - req.kv_committed_len):
-                    req.token_ids.pop()
-            elif name == "finish":
-                sched.finish(req, is_insert=b)
+        apply_op(sched, cache, tier, engine, name, a, b)
         check()
     for req in list(sched.running):
         sched.finish(req)

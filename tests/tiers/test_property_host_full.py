@@ -2,12 +2,16 @@
 policy, with transfer acks delayed and released in random order: invariants (device and
 host pools, host data rules, transfer marks) after every step, every slot back at the end."""
 
+from typing import Any
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.driver import MiniScheduler
 from tests.tiers.builders import host_cache
-from uniradix import EvictParams, MatchPrefixParams, RadixKey
+from tests.tiers.held_engine import HeldEngine
+from uniradix import EvictParams, MatchPrefixParams, RadixKey, UnifiedRadixCache
+from uniradix.tiers.controller import HostTier
 
 PREFIXES = [[1, 2, 3, 4, 5, 6, 7, 8], [1, 2, 3, 4, 9, 9], [20, 21, 22, 23], []]
 
@@ -26,6 +30,45 @@ op = st.one_of(
 )
 
 
+def apply_op(
+    sched: MiniScheduler,
+    cache: UnifiedRadixCache,
+    tier: HostTier,
+    engine: HeldEngine,
+    name: str,
+    a: Any,
+    b: Any,
+) -> None:
+    """One random operation drawn from `op` on a host-tier cache driven by `sched`."""
+    running = sched.running
+    if name == "admit":
+        sched.admit(PREFIXES[a] + b)
+    elif name == "lookup":
+        cache.match_prefix(MatchPrefixParams(RadixKey(PREFIXES[a] + b)))
+    elif name == "evict":
+        cache.evict(EvictParams(num_tokens=a))
+    elif name == "evict_host":
+        tier.evict_host(a)
+    elif name == "ack":
+        if engine.held:
+            engine.release(engine.held[a % len(engine.held)])
+        tier.writing_check()
+        tier.loading_check()
+    elif name == "drain":
+        tier.drain()
+    elif running:
+        req = running[a % len(running)]
+        remaining = len(req.token_ids) - req.kv_committed_len
+        if name == "chunk" and remaining > 0:
+            sched.chunk(req, min(b, remaining))
+        elif name == "decode":
+            req.token_ids.append(b)
+            if not sched.extend(req, len(req.token_ids) - req.kv_committed_len):
+                req.token_ids.pop()
+        elif name == "finish":
+            sched.finish(req, is_insert=b)
+
+
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     page_size=st.sampled_from([1, 2, 4]),
@@ -39,33 +82,7 @@ def test_random_traffic_with_reordered_acks_keeps_invariants(
     cache, tier, engine = host_cache(48, host_tokens, page_size, write_policy)
     sched = MiniScheduler(cache)
     for name, a, b in ops:
-        running = sched.running
-        if name == "admit":
-            sched.admit(PREFIXES[a] + b)
-        elif name == "lookup":
-            cache.match_prefix(MatchPrefixParams(RadixKey(PREFIXES[a] + b)))
-        elif name == "evict":
-            cache.evict(EvictParams(num_tokens=a))
-        elif name == "evict_host":
-            tier.evict_host(a)
-        elif name == "ack":
-            if engine.held:
-                engine.release(engine.held[a % len(engine.held)])
-            tier.writing_check()
-            tier.loading_check()
-        elif name == "drain":
-            tier.drain()
-        elif running:
-            req = running[a % len(running)]
-            remaining = len(req.token_ids) - req.kv_committed_len
-            if name == "chunk" and remaining > 0:
-                sched.chunk(req, min(b, remaining))
-            elif name == "decode":
-                req.token_ids.append(b)
-                if not sched.extend(req, len(req.token_ids) - req.kv_committed_len):
-                    req.token_ids.pop()
-            elif name == "finish":
-                sched.finish(req, is_insert=b)
+        apply_op(sched, cache, tier, engine, name, a, b)
         sched.check()
     for req in list(sched.running):
         sched.finish(req)
