@@ -22,7 +22,7 @@ from uniradix import (
     RadixKey,
     build_cache,
 )
-from uniradix.cache import UnifiedRadixCache
+from uniradix.cache.controller import UnifiedRadixCache
 from uniradix.types import IncLockRefResult, InsertResult
 
 

@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from uniradix import CacheConfig, EvictParams, MatchPrefixParams, MatchResult, Req, build_cache
-from uniradix.cache import UnifiedRadixCache
-from uniradix.cache_mamba import MambaRequests
+from uniradix.cache.controller import UnifiedRadixCache
+from uniradix.cache.mamba_requests import MambaRequests
 from uniradix.components.mamba import MambaComponent
 from uniradix.memory.mamba_pool import MambaReqPool
 from uniradix.tree.node import TreeNode

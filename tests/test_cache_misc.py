@@ -4,7 +4,7 @@ import torch
 
 from tests.helpers import insert_fresh, make_cache
 from uniradix import ComponentType, MatchPrefixParams, RadixKey
-from uniradix.cache import UnifiedRadixCache
+from uniradix.cache.controller import UnifiedRadixCache
 from uniradix.cli import main
 from uniradix.components.full import FullComponent
 from uniradix.components.registry import COMPONENT_REGISTRY

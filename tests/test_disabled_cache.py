@@ -8,7 +8,7 @@ import pytest
 
 from tests.sim.specs import spec
 from uniradix import CacheConfig, EvictParams, InsertParams, MatchPrefixParams, RadixKey
-from uniradix.disabled import DisabledRadixCache
+from uniradix.cache.disabled import DisabledRadixCache
 from uniradix.factory import build_cache
 from uniradix.sim.metrics import ReplayMetrics
 from uniradix.sim.replay import NullRunner

@@ -1,6 +1,6 @@
 """uniradix: one radix tree for prefix caching of hybrid (full attention + SWA + Mamba) LLMs."""
 
-from uniradix.cache import UnifiedRadixCache
+from uniradix.cache.controller import UnifiedRadixCache
 from uniradix.errors import InvariantError
 from uniradix.factory import CacheConfig, build_cache
 from uniradix.key import RadixKey

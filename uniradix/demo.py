@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from uniradix.cache import UnifiedRadixCache
-from uniradix.cache_checks import format_tree
+from uniradix.cache.checks import format_tree
+from uniradix.cache.controller import UnifiedRadixCache
 from uniradix.factory import CacheConfig, build_cache
 from uniradix.types import EvictParams, MatchPrefixParams, Req
 

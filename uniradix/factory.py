@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 import torch
 
-from uniradix.cache import UnifiedRadixCache
+from uniradix.cache.controller import UnifiedRadixCache
+from uniradix.cache.disabled import DisabledRadixCache
 from uniradix.components.full_host import HostFullComponent
 from uniradix.components.registry import DEFAULT_REGISTRY, ComponentRegistry, ComponentSpec
-from uniradix.disabled import DisabledRadixCache
 from uniradix.memory.allocator import TokenSlotAllocator
 from uniradix.memory.kv_pool import KVPool
 from uniradix.memory.mamba_pool import MambaReqPool, MambaSlotAllocator, MambaStatePool

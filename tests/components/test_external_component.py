@@ -12,7 +12,7 @@ import torch
 
 from examples.sidecar_component import BLOCK, NAME, SidecarComponent
 from uniradix import CacheConfig, EvictParams, InsertParams, MatchPrefixParams, RadixKey
-from uniradix.cache import UnifiedRadixCache
+from uniradix.cache.controller import UnifiedRadixCache
 from uniradix.components.base import TreeComponent
 from uniradix.components.full import FullComponent
 from uniradix.components.registry import DEFAULT_REGISTRY, ComponentRegistry

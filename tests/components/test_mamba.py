@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from uniradix import CacheConfig, EvictParams, InsertParams, MatchPrefixParams, build_cache
-from uniradix.cache import UnifiedRadixCache
+from uniradix.cache.controller import UnifiedRadixCache
 from uniradix.components.base import TreeComponent
 from uniradix.components.mamba import MambaComponent
 from uniradix.tree.node import TreeNode

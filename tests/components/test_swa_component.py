@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from uniradix import CacheConfig, EvictParams, InsertParams, MatchPrefixParams, RadixKey, Req
-from uniradix.cache import UnifiedRadixCache
+from uniradix.cache.controller import UnifiedRadixCache
 from uniradix.components.swa import SWAComponent
 from uniradix.errors import InvariantError
 from uniradix.factory import build_cache

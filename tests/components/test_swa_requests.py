@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from uniradix import CacheConfig, EvictParams, MatchPrefixParams, Req, build_cache
-from uniradix.cache import UnifiedRadixCache
+from uniradix.cache.controller import UnifiedRadixCache
 from uniradix.memory.swa_allocator import SWASlotAllocator
 
 

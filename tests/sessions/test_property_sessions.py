@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from tests.sim.specs import small_cache
 from uniradix import EvictParams
-from uniradix.cache import UnifiedRadixCache
+from uniradix.cache.controller import UnifiedRadixCache
 from uniradix.sessions import SessionCache
 from uniradix.sim.batch import RunningRequest
 from uniradix.sim.replay import NullRunner

@@ -8,7 +8,7 @@ import pytest
 
 from tests.driver import MiniScheduler
 from uniradix import CacheConfig, EvictParams, InsertParams, MatchPrefixParams, RadixKey
-from uniradix.cache import UnifiedRadixCache
+from uniradix.cache.controller import UnifiedRadixCache
 from uniradix.factory import build_cache
 from uniradix.sessions import SessionCache
 from uniradix.tree.node import TreeNode

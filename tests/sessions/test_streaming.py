@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from uniradix import CacheConfig, MatchPrefixParams, Req, build_cache
-from uniradix.cache import UnifiedRadixCache
+from uniradix.cache.controller import UnifiedRadixCache
 from uniradix.sessions import SessionCache
 from uniradix.sessions.streaming import StreamingSessions
 

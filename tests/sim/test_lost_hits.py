@@ -15,7 +15,7 @@ from uniradix import (
     RadixKey,
     build_cache,
 )
-from uniradix.cache import UnifiedRadixCache
+from uniradix.cache.controller import UnifiedRadixCache
 from uniradix.cli import main
 from uniradix.memory.swa_allocator import SWASlotAllocator
 from uniradix.sim.lost_hits import LostHits

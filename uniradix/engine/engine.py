@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from uniradix.cache import UnifiedRadixCache
+from uniradix.cache.controller import UnifiedRadixCache
 from uniradix.engine.dense_state import reference_generate
 from uniradix.engine.model import TinyHybridModel
 from uniradix.engine.runner import PoolRunner

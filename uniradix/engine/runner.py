@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import torch
 
-from uniradix.cache import UnifiedRadixCache
-from uniradix.cache_mamba import MambaRequests
+from uniradix.cache.controller import UnifiedRadixCache
+from uniradix.cache.mamba_requests import MambaRequests
 from uniradix.engine.model import TinyHybridModel
 from uniradix.engine.pool_state import PoolLayout
 from uniradix.engine.state import RequestState

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from uniradix.cache import UnifiedRadixCache
+from uniradix.cache.controller import UnifiedRadixCache
 from uniradix.event_sink import MEDIA, MEDIUM_CPU_PINNED, MEDIUM_GPU
 from uniradix.events.types import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
 from uniradix.page_hash import digest_to_int64, page_digests, salt_seed

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from uniradix.cache import UnifiedRadixCache
+from uniradix.cache.controller import UnifiedRadixCache
 from uniradix.event_sink import MEDIUM_CPU_PINNED
 from uniradix.events.publisher import EventPublisher
 from uniradix.events.recorder import EventRecorder

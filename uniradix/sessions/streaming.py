@@ -28,7 +28,7 @@ from uniradix.sessions.coverage import SessionRelease
 from uniradix.types import Req
 
 if TYPE_CHECKING:
-    from uniradix.cache import UnifiedRadixCache
+    from uniradix.cache.controller import UnifiedRadixCache
 
 
 class StreamingSessions:

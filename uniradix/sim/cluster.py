@@ -16,7 +16,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from uniradix.cache import UnifiedRadixCache
+from uniradix.cache.controller import UnifiedRadixCache
 from uniradix.events.index import IndexPublisher, KVEventIndex
 from uniradix.events.publisher import EventPublisher, KVEventsConfig, ZmqEventPublisher
 from uniradix.events.stream import KVEventStream

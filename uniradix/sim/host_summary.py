@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from uniradix.cache import UnifiedRadixCache
+from uniradix.cache.controller import UnifiedRadixCache
 from uniradix.tiers.controller import HostTier
 
 

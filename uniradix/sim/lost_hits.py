@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from uniradix.cache import UnifiedRadixCache
+from uniradix.cache.controller import UnifiedRadixCache
 from uniradix.components.base import EVICTED_MARK
 from uniradix.components.swa import SWAComponent
 from uniradix.key import UNIT_BYTES, RadixKey

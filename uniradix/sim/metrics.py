@@ -6,7 +6,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from uniradix.cache import UnifiedRadixCache
+from uniradix.cache.controller import UnifiedRadixCache
 from uniradix.key import RadixKey
 from uniradix.sim.batch import RunningRequest
 from uniradix.sim.lost_hits import LostHit, LostHits

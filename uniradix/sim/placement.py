@@ -28,11 +28,11 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from uniradix.cache_mamba import MambaRequests
+from uniradix.cache.mamba_requests import MambaRequests
 from uniradix.types import ComponentType, MatchResult
 
 if TYPE_CHECKING:
-    from uniradix.cache import UnifiedRadixCache
+    from uniradix.cache.controller import UnifiedRadixCache
     from uniradix.sim.batch import ForwardEntry, RunningRequest
 
 

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from uniradix.cache import UnifiedRadixCache
+from uniradix.cache.controller import UnifiedRadixCache
 from uniradix.factory import CacheConfig, build_cache
 from uniradix.sim.batch import ForwardBatch
 from uniradix.sim.compute import ModelShape

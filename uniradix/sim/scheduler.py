@@ -42,7 +42,7 @@ import heapq
 import math
 from dataclasses import dataclass
 
-from uniradix.cache import UnifiedRadixCache
+from uniradix.cache.controller import UnifiedRadixCache
 from uniradix.sim.batch import (
     ForwardBatch,
     ForwardEntry,

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from uniradix.cache import UnifiedRadixCache
+from uniradix.cache.controller import UnifiedRadixCache
 from uniradix.key import RadixKey
 from uniradix.sim.batch import RunningRequest, SchedulerListener
 from uniradix.sim.request_spec import RequestSpec

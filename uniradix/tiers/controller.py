@@ -39,7 +39,7 @@ from uniradix.tree.node import TreeNode
 from uniradix.types import ComponentType, FreeSlots, IncLockRefResult, MatchResult, Slots
 
 if TYPE_CHECKING:
-    from uniradix.cache import UnifiedRadixCache
+    from uniradix.cache.controller import UnifiedRadixCache
 
 
 @dataclass

@@ -15,7 +15,7 @@ from uniradix.tiers.storage_tier import StorageTier
 from uniradix.tiers.transfer import Copier, SyncTransferEngine, TransferEngine
 
 if TYPE_CHECKING:
-    from uniradix.cache import UnifiedRadixCache
+    from uniradix.cache.controller import UnifiedRadixCache
     from uniradix.factory import CacheConfig
 
 ENGINES = ("sync", "thread", "cuda")

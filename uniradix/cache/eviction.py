@@ -16,7 +16,7 @@ from uniradix.event_sink import MEDIUM_GPU
 from uniradix.types import ComponentType, EvictParams, EvictResult, FreeSlots
 
 if TYPE_CHECKING:
-    from uniradix.cache import UnifiedRadixCache
+    from uniradix.cache.controller import UnifiedRadixCache
     from uniradix.components.base import TreeComponent
     from uniradix.tree.node import TreeNode
 

@@ -15,7 +15,7 @@ from uniradix.tree.node import TreeNode
 from uniradix.types import ComponentKey, ComponentType, Slots
 
 if TYPE_CHECKING:
-    from uniradix.cache import UnifiedRadixCache
+    from uniradix.cache.controller import UnifiedRadixCache
 
 
 def check_cache_invariants(

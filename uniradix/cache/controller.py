@@ -23,9 +23,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from uniradix import request_caching
-from uniradix.cache_checks import check_cache_invariants, format_tree
-from uniradix.cache_mamba import MambaRequests, NoMambaRequests
+from uniradix.cache import request_caching
+from uniradix.cache.checks import check_cache_invariants, format_tree
+from uniradix.cache.eviction import evict_components
+from uniradix.cache.insert_slots import checked_value, duplicate_frees
+from uniradix.cache.lock_receipts import LockReceipts
+from uniradix.cache.mamba_requests import MambaRequests, NoMambaRequests
 from uniradix.components.base import TreeComponent, overriding
 from uniradix.components.registry import (
     DEFAULT_REGISTRY,
@@ -35,10 +38,7 @@ from uniradix.components.registry import (
 )
 from uniradix.errors import InvariantError
 from uniradix.event_sink import MEDIUM_GPU, CacheEventSink
-from uniradix.eviction import evict_components
-from uniradix.insert_slots import checked_value, duplicate_frees
 from uniradix.key import RadixKey
-from uniradix.lock_receipts import LockReceipts
 from uniradix.memory.pools import CachePools
 from uniradix.sessions.coverage import NullSessions, SessionCache, SessionRelease
 from uniradix.tiers.null import NoHostTier

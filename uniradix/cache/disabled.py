@@ -15,8 +15,8 @@ Build it with `CacheConfig(disable_radix_cache=True)`.
 
 from __future__ import annotations
 
-from uniradix.cache import UnifiedRadixCache
-from uniradix.insert_slots import checked_value
+from uniradix.cache.controller import UnifiedRadixCache
+from uniradix.cache.insert_slots import checked_value
 from uniradix.memory.allocator import to_numpy
 from uniradix.types import (
     FreeKind,

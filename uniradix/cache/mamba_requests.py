@@ -48,7 +48,7 @@ from uniradix.tree.node import TreeNode
 from uniradix.types import ComponentType, EvictParams, InsertResult, MatchPrefixParams, Req
 
 if TYPE_CHECKING:
-    from uniradix.cache import UnifiedRadixCache
+    from uniradix.cache.controller import UnifiedRadixCache
     from uniradix.types import MatchResult
 
 

@@ -20,7 +20,7 @@ from uniradix.memory.allocator import to_numpy
 from uniradix.types import FreeSlots, InsertParams, InsertResult, Req
 
 if TYPE_CHECKING:
-    from uniradix.cache import UnifiedRadixCache
+    from uniradix.cache.controller import UnifiedRadixCache
 
 
 def cache_unfinished_req(cache: UnifiedRadixCache, req: Req) -> None:
