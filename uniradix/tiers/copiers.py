@@ -4,11 +4,12 @@
 `MambaCopier` a Mamba state pool. Both reduce a transfer to *row moves*: each tensor is seen
 as 2-D views, one per layer, whose rows are the transfer unit (a whole page of one layer
 when every index is a whole aligned page, else one slot), and a batch is a few torch calls
-per view, never a Python loop over pages or tokens::
+per view, never a Python loop over pages or tokens (over long runs of pages at most)::
 
-    same device (CPU):  dst[d:d+k].copy_(src[s:s+k]) per run of rows consecutive on both
+    runs (any device):  dst[d:d+k].copy_(src[s:s+k]) per run of rows consecutive on both
                         sides, when runs average >= 1 MiB (`row_runs`: one pass, at most
-                        one call per MiB); else dst.index_copy_(0, di, src.index_select(0, si))
+                        one call per MiB moved); otherwise:
+    same device (CPU):  dst.index_copy_(0, di, src.index_select(0, si))
                         (or one of them straight into / out of a contiguous run of rows)
     D2H (CUDA):         gather on the device -> non_blocking copy into pinned memory
                         -> (after the copy) scatter on the host, unless the host rows are
@@ -100,7 +101,7 @@ class _RowCopier:
         unit = self._unit(src, dst)
         si, di = Rows(src[::unit] // unit), Rows(dst[::unit] // unit)
         launch = Launch(0)
-        runs = common_runs(si, di) if not self.staged else np.empty((0, 3), dtype=np.int64)
+        runs = common_runs(si, di)
         groups = self._groups(unit) if self.staged else []
         for device_views, host_pages in groups:
             launch.num_bytes += _move_grouped(device_views, host_pages, si, di, d2h, launch)
@@ -237,19 +238,21 @@ def _move(
     runs: np.ndarray,
 ) -> int:
     """Rows `si` of `pair[0]` to rows `di` of `pair[1]`; returns the bytes. `runs` are the
-    `common_runs` of `si` and `di` (unused on the staged path)."""
+    `common_runs` of `si` and `di`."""
     src, dst = _wide(pair[0]), _wide(pair[1])
     n = len(si)
     num_bytes = n * pair[0].shape[1] * pair[0].element_size()
     if n == 0 or num_bytes == 0:
         return 0
     device = src.device if d2h else dst.device
+    if worth_runs(runs, num_bytes):
+        # One pass, no index: each run is a slice-to-slice copy in the rows' own dtype (on
+        # CUDA straight between device rows and the pinned host rows, which are contiguous).
+        for s0, d0, k in runs.tolist():
+            pair[1][d0 : d0 + k].copy_(pair[0][s0 : s0 + k], non_blocking=staged)
+        return num_bytes
     if not staged:
-        if worth_runs(runs, num_bytes):
-            # One pass: each run is a slice-to-slice copy in the rows' own dtype.
-            for s0, d0, k in runs.tolist():
-                pair[1][d0 : d0 + k].copy_(pair[0][s0 : s0 + k])
-        elif di.start is not None:
+        if di.start is not None:
             torch.index_select(src, 0, si.on(src.device), out=dst[di.start : di.start + n])
         elif si.start is not None:
             dst.index_copy_(0, di.on(dst.device), src[si.start : si.start + n])
