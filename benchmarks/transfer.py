@@ -15,10 +15,11 @@ tokens consecutive on both sides at random places (prefixes allocated in one go)
 `dst.copy_(src)` of one contiguous tensor of the same bytes, between the same two devices
 (CPU to CPU here; GPU to pinned host and back with `--device cuda`); "torch idx" moves the
 same slots the obvious torch way, per layer `dst_k[layer][dst_slots] = src_k[layer][src_slots]`
-(advanced indexing on token slots; `k_pages[page, layer, offset]` for `page_first`). All
-three are timed alternately so they see the same machine load. Medians of `--reps` runs. On
-the CPU torch runs `--threads` intra-op threads (default 1: on a shared 2-core machine a
-second thread only adds contention to both sides).
+(advanced indexing on token slots; `k_pages[page, layer, offset]` for `page_first`); "runs
+off" is ours with the run path disabled (every move a gather and a scatter, the copier before
+runs existed). All four are timed alternately so they see the same machine load. Medians
+of `--reps` runs. On the CPU torch runs `--threads` intra-op threads (default 1: on a shared
+2-core machine a second thread only adds contention to both sides).
 
 Run: `python -m benchmarks.transfer [--device cuda] [--reps 7] [--threads 1] [--out FILE.md]`.
 """
@@ -37,6 +38,7 @@ import torch
 
 from uniradix.memory.host_kv import LAYOUTS, HostKVPool, Layout
 from uniradix.memory.kv_pool import KVPool
+from uniradix.tiers import row_runs
 from uniradix.tiers.async_engine import CudaTransferEngine, ThreadTransferEngine
 from uniradix.tiers.copiers import KVCopier
 from uniradix.tiers.transfer import CopyOp, Direction, TransferEngine
@@ -60,6 +62,9 @@ class Row:
     # Per repetition, plain time / ours time (each pair timed back to back): their median
     # and range, steadier than a ratio of medians when the machine's load drifts.
     paired_ratios: tuple[float, ...]
+    # The same, for the copier with runs turned off (every move a gather and a scatter,
+    # as before runs existed): the before/after comparison under the same load.
+    gather_ratios: tuple[float, ...]
 
     @property
     def ratio(self) -> float:
@@ -107,13 +112,13 @@ def _indexed_copy(device_pool: KVPool, host_pool: HostKVPool, op: CopyOp) -> Non
         ):
             if host_pages is None:
                 if d2h:
-                    host_buffers[layer][host_slots] = dev[dev_slots]
+                    host_buffers[layer][host_slots] = dev[dev_slots].cpu()
                 else:
-                    dev[dev_slots] = host_buffers[layer][host_slots]
+                    dev[dev_slots] = host_buffers[layer][host_slots].to(dev.device)
             elif d2h:
-                host_pages[page, layer, offset] = dev[dev_slots]
+                host_pages[page, layer, offset] = dev[dev_slots].cpu()
             else:
-                dev[dev_slots] = host_pages[page, layer, offset]
+                dev[dev_slots] = host_pages[page, layer, offset].to(dev.device)
 
 
 def run_case(
@@ -165,12 +170,23 @@ def run_case(
             def indexed(op: CopyOp = op) -> None:
                 _indexed_copy(device_pool, host_pool, op)
 
-            ours(), plain(), indexed()  # warm-up: allocator, pinned staging, page faults
-            ours_s, plain_s, indexed_s = [], [], []
+            def gather_only(op: CopyOp = op) -> None:
+                saved, row_runs.MIN_RUN_BYTES = row_runs.MIN_RUN_BYTES, 1 << 62
+                try:
+                    ours(op)
+                finally:
+                    row_runs.MIN_RUN_BYTES = saved
+
+            ours(), plain(), indexed(), gather_only()  # warm-up: allocator, staging, page faults
+            ours_s: list[float] = []
+            plain_s: list[float] = []
+            indexed_s: list[float] = []
+            gather_s: list[float] = []
             for _ in range(reps):
                 ours_s.append(_timed(ours, device))
                 plain_s.append(_timed(plain, device))
                 indexed_s.append(_timed(indexed, device))
+                gather_s.append(_timed(gather_only, device))
             if engine.failed():
                 raise RuntimeError(f"a transfer failed: {page} {layout} {direction}")
             rows.append(
@@ -183,6 +199,7 @@ def run_case(
                     num_bytes / statistics.median(plain_s) / 1e9,
                     num_bytes / statistics.median(indexed_s) / 1e9,
                     tuple(p / o for p, o in zip(plain_s, ours_s, strict=True)),
+                    tuple(p / g for p, g in zip(plain_s, gather_s, strict=True)),
                 )
             )
     engine.close()
@@ -196,14 +213,15 @@ def table(rows: list[Row], device: str) -> str:
         f"({BATCH_TOKENS * LAYERS * 4 * HEADS * HEAD_DIM >> 20} MiB) per batch.",
         "",
         "| page | layout | direction | slots | ours GB/s | plain GB/s | torch idx GB/s "
-        "| ours / plain (paired median) | range | ours / torch idx |",
-        "|---|---|---|---|---:|---:|---:|---:|---|---:|",
+        "| ours / plain (paired median) | range | runs off / plain | ours / torch idx |",
+        "|---|---|---|---|---:|---:|---:|---:|---|---:|---:|",
     ]
     for r in rows:
         lines.append(
             f"| {r.page} | {r.layout} | {r.direction} | {r.pattern} | {r.ours_gbps:.1f} | "
             f"{r.plain_gbps:.1f} | {r.indexed_gbps:.1f} | {r.ratio:.2f} | "
             f"{min(r.paired_ratios):.2f}-{max(r.paired_ratios):.2f} | "
+            f"{statistics.median(r.gather_ratios):.2f} | "
             f"{r.ours_gbps / r.indexed_gbps:.2f} |"
         )
     return "\n".join(lines)
