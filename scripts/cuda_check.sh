@@ -8,8 +8,11 @@
 #   4. the host-tier transfer benchmark on CUDA (D2H into / H2D from pinned host pools).
 # Logs, JSON and the transfer table go to $OUT (default: a fresh temporary folder).
 # Exit status: 0 when every step passed, 1 when one failed, 2 when nothing could run.
+# CUDA_CHECK_DEVICE=cpu runs the same steps on the CPU (a dry run of this script: the cuda
+# tests then skip, generate uses the thread engine, the benchmark does one repetition).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+DEVICE=${CUDA_CHECK_DEVICE:-cuda}
 OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -18,7 +21,7 @@ echo "results in $OUT"
 py=""
 for candidate in "${PYTHON:-}" python3 python .venv/bin/python; do
   [[ -n $candidate ]] && command -v "$candidate" >/dev/null 2>&1 || continue
-  if "$candidate" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+  if "$candidate" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() or sys.argv[1] == 'cpu' else 1)" "$DEVICE" 2>/dev/null; then
     py=$candidate
     break
   fi
@@ -30,7 +33,7 @@ if [[ -z $py ]]; then
   exit 2
 fi
 {
-  "$py" -c "import sys, torch; print(sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(0))"
+  "$py" -c "import sys, torch; print(sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU')"
   nvidia-smi --query-gpu=name,memory.total,pcie.link.gen.current,pcie.link.width.current --format=csv 2>&1
 } | tee "$OUT/env.txt"
 
@@ -56,13 +59,15 @@ timeout 240 "$py" -m pytest -q -p no:cacheprovider -m cuda tests \
   --junitxml="$OUT/cuda_tests.xml" >"$OUT/cuda_tests.log" 2>&1 || status=1
 tail -5 "$OUT/cuda_tests.log"
 
-echo "== generate --verify on cuda (no cache vs cache; host tier: pinned, cuda engine)"
+engine=cuda reps=5
+[[ $DEVICE == cpu ]] && engine=thread reps=1
+echo "== generate --verify on $DEVICE (no cache vs cache; host tier: pinned, $engine engine)"
 for config in full swa mamba hybrid; do
   for host in none host; do
-    args=(--config "$config" --device cuda --verify --page-size 4 --num-prompts 10
+    args=(--config "$config" --device "$DEVICE" --verify --page-size 4 --num-prompts 10
       --max-new-tokens 10 --full-tokens 160 --json)
     [[ $config == swa || $config == hybrid ]] && args+=(--swa-tokens 96)
-    [[ $host == host ]] && args+=(--host-tokens 640 --host-engine cuda)
+    [[ $host == host ]] && args+=(--host-tokens 640 --host-engine "$engine")
     name="generate_${config}_${host}"
     timeout 60 "$py" -m uniradix.cli generate "${args[@]}" >"$OUT/$name.json" 2>"$OUT/$name.err" \
       || status=1
@@ -71,9 +76,9 @@ for config in full swa mamba hybrid; do
   done
 done
 
-echo "== host-tier transfers on cuda (pinned host pools) against plain copies"
-timeout 150 "$py" -m benchmarks.transfer --device cuda --reps 5 --out "$OUT/transfer_cuda.md" \
-  >"$OUT/transfer_cuda.log" 2>&1 || status=1
-cat "$OUT/transfer_cuda.md" 2>/dev/null || tail -5 "$OUT/transfer_cuda.log"
+echo "== host-tier transfers on $DEVICE (pinned host pools on cuda) against plain copies"
+timeout 150 "$py" -m benchmarks.transfer --device "$DEVICE" --reps "$reps" \
+  --out "$OUT/transfer_$DEVICE.md" >"$OUT/transfer_$DEVICE.log" 2>&1 || status=1
+cat "$OUT/transfer_$DEVICE.md" 2>/dev/null || tail -5 "$OUT/transfer_$DEVICE.log"
 echo "status $status"
 exit "$status"

@@ -50,9 +50,9 @@ def path_taken(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bool]]:
     yield taken
 
 
-def _pools(page_size: int, layout: str, pages: int) -> tuple[KVPool, HostKVPool]:
+def _pools(page_size: int, layout: str, pages: int, on: str) -> tuple[KVPool, HostKVPool]:
     num_slots = (pages + 1) * page_size
-    device = KVPool(num_slots, 2, HEADS, DIM, torch.float16, "cpu")
+    device = KVPool(num_slots, 2, HEADS, DIM, torch.float16, on)
     gen = torch.Generator().manual_seed(page_size)
     for buf in device.k_buffers + device.v_buffers:
         fill_random_bits(buf, gen)
@@ -67,11 +67,11 @@ def _page_slots(pages: np.ndarray, page_size: int) -> np.ndarray:
 @pytest.mark.parametrize("page_size", [1, 16])
 @pytest.mark.parametrize("pattern", ["runs", "fragmented"])
 def test_round_trip_through_runs_or_gather_is_byte_exact(
-    layout: str, page_size: int, pattern: str, path_taken: list[bool]
+    layout: str, page_size: int, pattern: str, device: str, path_taken: list[bool]
 ) -> None:
     run_pages = RUN_TOKENS // page_size
     pool_pages = 4 * run_pages
-    device, host = _pools(page_size, layout, pool_pages)
+    pool, host = _pools(page_size, layout, pool_pages, device)
     rng = np.random.default_rng(7)
     if pattern == "runs":  # two runs of 1 MiB per layer, in swapped order on the host
         dev_pages = np.concatenate(
@@ -84,22 +84,26 @@ def test_round_trip_through_runs_or_gather_is_byte_exact(
         dev_pages = rng.permutation(np.arange(1, pool_pages + 1))[: 2 * run_pages]
         host_pages = rng.permutation(np.arange(1, pool_pages + 1))[: 2 * run_pages]
     dev_slots, host_slots = _page_slots(dev_pages, page_size), _page_slots(host_pages, page_size)
-    copier = KVCopier(device, host)
+    copier = KVCopier(pool, host)
     moved = copier.copy(Direction.D2H, dev_slots, host_slots)
     assert moved == len(dev_slots) * 2 * 2 * HEADS * DIM * 2
-    assert path_taken == [pattern == "runs"] * 4  # K and V of two layers
+    # K and V of two layers; on CUDA a page_first pool moves per tensor (no per-view path).
+    views = 0 if device == "cuda" and layout == "page_first" else 4
+    assert path_taken == [pattern == "runs"] * views
+    index = torch.from_numpy(dev_slots).to(device)
     for layer in range(2):
         got_k, got_v = host.get_kv(layer, torch.from_numpy(host_slots))
-        assert same_bits(got_k, device.k_buffers[layer][dev_slots])
-        assert same_bits(got_v, device.v_buffers[layer][dev_slots])
+        assert same_bits(got_k, pool.k_buffers[layer][index])
+        assert same_bits(got_v, pool.v_buffers[layer][index])
     # Back into a fresh device pool, the pages in ascending order, then compare.
-    target = KVPool(device.num_slots, 2, HEADS, DIM, torch.float16, "cpu")
+    target = KVPool(pool.num_slots, 2, HEADS, DIM, torch.float16, device)
     back = _page_slots(np.sort(dev_pages), page_size)
     copier = KVCopier(target, host)
     copier.copy(Direction.H2D, host_slots, back)
-    assert path_taken == [pattern == "runs"] * 8
+    assert path_taken == [pattern == "runs"] * 2 * views
+    back_index = torch.from_numpy(back).to(device)
     for layer in range(2):
-        assert same_bits(target.k_buffers[layer][back], device.k_buffers[layer][dev_slots])
-        assert same_bits(target.v_buffers[layer][back], device.v_buffers[layer][dev_slots])
-    untouched = np.setdiff1d(np.arange(target.num_slots), back)
+        assert same_bits(target.k_buffers[layer][back_index], pool.k_buffers[layer][index])
+        assert same_bits(target.v_buffers[layer][back_index], pool.v_buffers[layer][index])
+    untouched = torch.from_numpy(np.setdiff1d(np.arange(target.num_slots), back)).to(device)
     assert not any(b[untouched].any() for b in target.k_buffers + target.v_buffers)
