@@ -7,4 +7,5 @@ bash scripts/setup.sh
 .venv/bin/ruff format --check uniradix tests benchmarks examples
 .venv/bin/mypy
 .venv/bin/python scripts/check_module_size.py uniradix 500
+.venv/bin/python scripts/check_import_layers.py uniradix
 .venv/bin/python -m pytest -q "$@"
