@@ -8,14 +8,18 @@ K (and as much for V), 128 KiB per token over all layers. One batch moves 2,048 
 - "16-token pages": page_size 16, 32 KiB rows per layer (a page of every layer's K is 1 MiB
   contiguous in `page_first`),
 
-each layout (`layer_first`, `page_first`) and two index patterns: device and host pages both
-scattered at random (the worst case), and scattered device pages into / out of a run of
-consecutive host pages (what a freshly allocated host range looks like). "plain" is
+each layout (`layer_first`, `page_first`) and three index patterns: device and host pages both
+scattered at random (the worst case), scattered device pages into / out of a run of
+consecutive host pages (what a freshly allocated host range looks like), and runs of 512
+tokens consecutive on both sides at random places (prefixes allocated in one go). "plain" is
 `dst.copy_(src)` of one contiguous tensor of the same bytes, between the same two devices
-(CPU to CPU here; GPU to pinned host and back with `--device cuda`), timed alternately with
-ours so both see the same machine load. Medians of `--reps` runs. On the CPU torch runs
-`--threads` intra-op threads (default 1: on a shared 2-core machine a second thread only
-adds contention to both sides).
+(CPU to CPU here; GPU to pinned host and back with `--device cuda`); "torch idx" moves the
+same slots the obvious torch way, per layer `dst_k[layer][dst_slots] = src_k[layer][src_slots]`
+(advanced indexing on token slots; `k_pages[page, layer, offset]` for `page_first`); "runs
+off" is ours with the run path disabled (every move a gather and a scatter, the copier before
+runs existed). All four are timed alternately so they see the same machine load. Medians
+of `--reps` runs. On the CPU torch runs `--threads` intra-op threads (default 1: on a shared
+2-core machine a second thread only adds contention to both sides).
 
 Run: `python -m benchmarks.transfer [--device cuda] [--reps 7] [--threads 1] [--out FILE.md]`.
 """
@@ -34,6 +38,7 @@ import torch
 
 from uniradix.memory.host_kv import LAYOUTS, HostKVPool, Layout
 from uniradix.memory.kv_pool import KVPool
+from uniradix.tiers import row_runs
 from uniradix.tiers.async_engine import CudaTransferEngine, ThreadTransferEngine
 from uniradix.tiers.copiers import KVCopier
 from uniradix.tiers.transfer import CopyOp, Direction, TransferEngine
@@ -41,7 +46,8 @@ from uniradix.tiers.transfer import CopyOp, Direction, TransferEngine
 LAYERS, HEADS, HEAD_DIM, DTYPE = 32, 8, 128, torch.float16
 BATCH_TOKENS = 2048
 CASES = (("2 MB", 1024), ("16-token", 16))
-PATTERNS = ("scattered", "host run")
+PATTERNS = ("scattered", "host run", "512-token runs")
+RUN_TOKENS = 512
 
 
 @dataclass(frozen=True)
@@ -52,10 +58,17 @@ class Row:
     pattern: str
     ours_gbps: float
     plain_gbps: float
+    indexed_gbps: float
+    # Per repetition, plain time / ours time (each pair timed back to back): their median
+    # and range, steadier than a ratio of medians when the machine's load drifts.
+    paired_ratios: tuple[float, ...]
+    # The same, for the copier with runs turned off (every move a gather and a scatter,
+    # as before runs existed): the before/after comparison under the same load.
+    gather_ratios: tuple[float, ...]
 
     @property
     def ratio(self) -> float:
-        return self.ours_gbps / self.plain_gbps
+        return statistics.median(self.paired_ratios)
 
 
 def _sync(device: str) -> None:
@@ -73,6 +86,39 @@ def _timed(fn: Callable[[], None], device: str) -> float:
 
 def _pages_to_slots(pages: np.ndarray, page_size: int) -> np.ndarray:
     return (pages[:, None] * page_size + np.arange(page_size)).reshape(-1)
+
+
+def _runs_of_pages(
+    rng: np.random.Generator, pool_pages: int, batch_pages: int, run_pages: int
+) -> np.ndarray:
+    """`batch_pages` pages of 1..pool_pages in runs of `run_pages` consecutive pages, the
+    runs at random aligned places and in random order."""
+    run_pages = max(1, min(run_pages, batch_pages))
+    slots = pool_pages // run_pages
+    chosen = rng.permutation(slots)[: batch_pages // run_pages]
+    return (1 + chosen[:, None] * run_pages + np.arange(run_pages)).reshape(-1)
+
+
+def _indexed_copy(device_pool: KVPool, host_pool: HostKVPool, op: CopyOp) -> None:
+    """`op` done the obvious torch way: advanced indexing on token slots, per layer."""
+    d2h = op.direction is Direction.D2H
+    dev_slots = torch.from_numpy(op.src if d2h else op.dst)
+    host_slots = torch.from_numpy(op.dst if d2h else op.src)
+    page, offset = host_slots // host_pool.page_size, host_slots % host_pool.page_size
+    for layer in range(device_pool.num_layers):
+        for dev, host_buffers, host_pages in (
+            (device_pool.k_buffers[layer], host_pool.k_buffers, host_pool.k_pages),
+            (device_pool.v_buffers[layer], host_pool.v_buffers, host_pool.v_pages),
+        ):
+            if host_pages is None:
+                if d2h:
+                    host_buffers[layer][host_slots] = dev[dev_slots].cpu()
+                else:
+                    dev[dev_slots] = host_buffers[layer][host_slots].to(dev.device)
+            elif d2h:
+                host_pages[page, layer, offset] = dev[dev_slots].cpu()
+            else:
+                dev[dev_slots] = host_pages[page, layer, offset].to(dev.device)
 
 
 def run_case(
@@ -99,8 +145,11 @@ def run_case(
         dev_pages = rng.permutation(np.arange(1, pool_pages + 1))[:batch_pages]
         if pattern == "scattered":
             host_pages = rng.permutation(np.arange(1, pool_pages + 1))[:batch_pages]
-        else:
+        elif pattern == "host run":
             host_pages = np.arange(1, batch_pages + 1)
+        else:
+            dev_pages = _runs_of_pages(rng, pool_pages, batch_pages, RUN_TOKENS // page_size)
+            host_pages = _runs_of_pages(rng, pool_pages, batch_pages, RUN_TOKENS // page_size)
         dev_slots = _pages_to_slots(dev_pages, page_size)
         host_slots = _pages_to_slots(host_pages, page_size)
         for direction in (Direction.D2H, Direction.H2D):
@@ -118,11 +167,26 @@ def run_case(
             def plain(src: torch.Tensor = plain_src, dst: torch.Tensor = plain_dst) -> None:
                 dst.copy_(src, non_blocking=True)
 
-            ours(), plain()  # warm-up: allocator, pinned staging, page faults
-            ours_s, plain_s = [], []
+            def indexed(op: CopyOp = op) -> None:
+                _indexed_copy(device_pool, host_pool, op)
+
+            def gather_only(op: CopyOp = op) -> None:
+                saved, row_runs.MIN_RUN_BYTES = row_runs.MIN_RUN_BYTES, 1 << 62
+                try:
+                    ours(op)
+                finally:
+                    row_runs.MIN_RUN_BYTES = saved
+
+            ours(), plain(), indexed(), gather_only()  # warm-up: allocator, staging, page faults
+            ours_s: list[float] = []
+            plain_s: list[float] = []
+            indexed_s: list[float] = []
+            gather_s: list[float] = []
             for _ in range(reps):
                 ours_s.append(_timed(ours, device))
                 plain_s.append(_timed(plain, device))
+                indexed_s.append(_timed(indexed, device))
+                gather_s.append(_timed(gather_only, device))
             if engine.failed():
                 raise RuntimeError(f"a transfer failed: {page} {layout} {direction}")
             rows.append(
@@ -133,6 +197,9 @@ def run_case(
                     pattern,
                     num_bytes / statistics.median(ours_s) / 1e9,
                     num_bytes / statistics.median(plain_s) / 1e9,
+                    num_bytes / statistics.median(indexed_s) / 1e9,
+                    tuple(p / o for p, o in zip(plain_s, ours_s, strict=True)),
+                    tuple(p / g for p, g in zip(plain_s, gather_s, strict=True)),
                 )
             )
     engine.close()
@@ -145,13 +212,17 @@ def table(rows: list[Row], device: str) -> str:
         f"{HEADS} KV heads x {HEAD_DIM} x fp16, {BATCH_TOKENS} tokens "
         f"({BATCH_TOKENS * LAYERS * 4 * HEADS * HEAD_DIM >> 20} MiB) per batch.",
         "",
-        "| page | layout | direction | host slots | ours GB/s | plain GB/s | ours / plain |",
-        "|---|---|---|---|---:|---:|---:|",
+        "| page | layout | direction | slots | ours GB/s | plain GB/s | torch idx GB/s "
+        "| ours / plain (paired median) | range | runs off / plain | ours / torch idx |",
+        "|---|---|---|---|---:|---:|---:|---:|---|---:|---:|",
     ]
     for r in rows:
         lines.append(
             f"| {r.page} | {r.layout} | {r.direction} | {r.pattern} | {r.ours_gbps:.1f} | "
-            f"{r.plain_gbps:.1f} | {r.ratio:.2f} |"
+            f"{r.plain_gbps:.1f} | {r.indexed_gbps:.1f} | {r.ratio:.2f} | "
+            f"{min(r.paired_ratios):.2f}-{max(r.paired_ratios):.2f} | "
+            f"{statistics.median(r.gather_ratios):.2f} | "
+            f"{r.ours_gbps / r.indexed_gbps:.2f} |"
         )
     return "\n".join(lines)
 

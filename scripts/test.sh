@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole test suite: lint, types, module size gate, then pytest.
+# The whole test suite: lint, types, module size gate, import-layer gate, then pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -7,4 +7,5 @@ bash scripts/setup.sh
 .venv/bin/ruff format --check uniradix tests benchmarks examples
 .venv/bin/mypy
 .venv/bin/python scripts/check_module_size.py uniradix 500
+.venv/bin/python scripts/check_import_layers.py uniradix
 .venv/bin/python -m pytest -q "$@"

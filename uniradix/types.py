@@ -7,22 +7,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-import numpy as np
-import numpy.typing as npt
 import torch
 
 from uniradix.key import RadixKey
+from uniradix.slots import Slots as Slots  # re-exported: the name every module imports
 
 if TYPE_CHECKING:
     from uniradix.tree.node import TreeNode
-
-
-Slots = npt.NDArray[np.int64]
-"""Pool indices as the tree keeps them: a 1-D int64 numpy array on the host.
-
-Index bookkeeping stays on the host whatever the pool's device (numpy slices and
-concatenates in a fraction of torch's per-call cost); results handed to callers are torch
-tensors on the pool's device."""
 
 
 class ComponentType(enum.IntEnum):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from unittest.mock import patch
+
 import numpy as np
 import torch
 from hypothesis import given, settings
@@ -28,6 +30,7 @@ def _slots(pages: list[int], page_size: int, whole_pages: bool, draw_offsets: in
     layout=st.sampled_from(["layer_first", "page_first"]),
     page_size=st.sampled_from([1, 4]),
     staged=st.booleans(),
+    force_runs=st.booleans(),
     steps=st.lists(
         st.tuples(
             st.booleans(),  # D2H?
@@ -35,12 +38,26 @@ def _slots(pages: list[int], page_size: int, whole_pages: bool, draw_offsets: in
             st.randoms(use_true_random=False),
             st.booleans(),  # whole pages?
             st.integers(0, 3),
+            st.booleans(),  # consecutive pages on both sides?
         ),
         min_size=1,
         max_size=6,
     ),
 )
 def test_random_transfers_match_a_slot_by_slot_reference(
+    layout: str,
+    page_size: int,
+    staged: bool,
+    force_runs: bool,
+    steps: list[tuple],  # type: ignore[type-arg]
+) -> None:
+    # Forcing runs (any run is long enough) sends every CPU move with a run through the
+    # slice-copy path, whatever its size; otherwise these small rows always gather/scatter.
+    with patch("uniradix.tiers.row_runs.MIN_RUN_BYTES", 1 if force_runs else 1 << 20):
+        _random_transfers(layout, page_size, staged, steps)
+
+
+def _random_transfers(
     layout: str,
     page_size: int,
     staged: bool,
@@ -53,9 +70,15 @@ def test_random_transfers_match_a_slot_by_slot_reference(
     # Reference: K of every layer then V of every layer, on each side, copied slot by slot.
     ref_dev = [b.clone() for b in device.k_buffers + device.v_buffers]
     ref_host = [torch.zeros((host.num_slots, *b.shape[1:]), dtype=b.dtype) for b in ref_dev]
-    for d2h, num_pages, rnd, whole, offset in steps:
-        dev_pages = rnd.sample(range(1, DEVICE_PAGES + 1), num_pages)
-        host_pages = rnd.sample(range(1, HOST_PAGES + 1), num_pages)
+    for d2h, num_pages, rnd, whole, offset, consecutive in steps:
+        if consecutive:
+            first_dev = rnd.randint(1, DEVICE_PAGES + 1 - num_pages)
+            first_host = rnd.randint(1, HOST_PAGES + 1 - num_pages)
+            dev_pages = list(range(first_dev, first_dev + num_pages))
+            host_pages = list(range(first_host, first_host + num_pages))
+        else:
+            dev_pages = rnd.sample(range(1, DEVICE_PAGES + 1), num_pages)
+            host_pages = rnd.sample(range(1, HOST_PAGES + 1), num_pages)
         whole = whole or layout == "page_first"
         dev_slots = _slots(dev_pages, page_size, whole, offset)
         host_slots = _slots(host_pages, page_size, whole, offset)

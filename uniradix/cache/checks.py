@@ -15,11 +15,11 @@ from uniradix.tree.node import TreeNode
 from uniradix.types import ComponentKey, ComponentType, Slots
 
 if TYPE_CHECKING:
-    from uniradix.cache.controller import UnifiedRadixCache
+    from uniradix.cache.view import ControllerView
 
 
 def check_cache_invariants(
-    cache: UnifiedRadixCache, held_by_requests: Mapping[str, int] | None
+    cache: ControllerView, held_by_requests: Mapping[str, int] | None
 ) -> list[str]:
     errors: list[str] = []
     tree, ps = cache.tree, cache.page_size
@@ -55,7 +55,7 @@ def check_cache_invariants(
 
 
 def _check_pools(
-    cache: UnifiedRadixCache, held_by_requests: Mapping[str, int] | None, errors: list[str]
+    cache: ControllerView, held_by_requests: Mapping[str, int] | None, errors: list[str]
 ) -> None:
     """Per pool: tree slots are distinct and allocated, and (given what requests hold)
     `free + evictable + protected + held == capacity`."""
@@ -96,7 +96,7 @@ def _check_pools(
                 )
 
 
-def format_tree(cache: UnifiedRadixCache) -> str:
+def format_tree(cache: ControllerView) -> str:
     lines = []
     names = [c.name for c in cache.components]
 
@@ -117,7 +117,7 @@ def format_tree(cache: UnifiedRadixCache) -> str:
 
 
 def _check_req_rows(
-    cache: UnifiedRadixCache, held_by_requests: Mapping[str, int] | None, errors: list[str]
+    cache: ControllerView, held_by_requests: Mapping[str, int] | None, errors: list[str]
 ) -> None:
     rows = cache.pools.req_to_token_pool
     if held_by_requests is not None and "req" in held_by_requests:

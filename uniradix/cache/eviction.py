@@ -16,12 +16,12 @@ from uniradix.event_sink import MEDIUM_GPU
 from uniradix.types import ComponentType, EvictParams, EvictResult, FreeSlots
 
 if TYPE_CHECKING:
-    from uniradix.cache.controller import UnifiedRadixCache
+    from uniradix.cache.view import ControllerView
     from uniradix.components.base import TreeComponent
     from uniradix.tree.node import TreeNode
 
 
-def evict_components(cache: UnifiedRadixCache, params: EvictParams) -> EvictResult:
+def evict_components(cache: ControllerView, params: EvictParams) -> EvictResult:
     wanted = (params.num_tokens, params.swa_num_tokens, params.mamba_num)  # by ComponentType
     for ct, num in zip(ComponentType, wanted, strict=True):
         if not isinstance(num, int) or num < 0:
@@ -68,7 +68,7 @@ def evict_components(cache: UnifiedRadixCache, params: EvictParams) -> EvictResu
 
 
 def _evict_leaf(
-    cache: UnifiedRadixCache, node: TreeNode, actions: list[FreeSlots], tracker: list[int]
+    cache: ControllerView, node: TreeNode, actions: list[FreeSlots], tracker: list[int]
 ) -> None:
     if cache.event_sink is not None:
         cache.event_sink.on_removed(node, MEDIUM_GPU)
@@ -79,7 +79,7 @@ def _evict_leaf(
 
 
 def _evict_internal(
-    cache: UnifiedRadixCache,
+    cache: ControllerView,
     node: TreeNode,
     trigger: TreeComponent,
     actions: list[FreeSlots],

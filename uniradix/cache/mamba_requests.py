@@ -48,7 +48,7 @@ from uniradix.tree.node import TreeNode
 from uniradix.types import ComponentType, EvictParams, InsertResult, MatchPrefixParams, Req
 
 if TYPE_CHECKING:
-    from uniradix.cache.controller import UnifiedRadixCache
+    from uniradix.tiers.views import CacheView
     from uniradix.types import MatchResult
 
 
@@ -74,7 +74,7 @@ class NoMambaRequests:
 
 
 class MambaRequests(NoMambaRequests):
-    def __init__(self, cache: UnifiedRadixCache) -> None:
+    def __init__(self, cache: CacheView) -> None:
         pool = cache.pools.mamba
         if pool is None:
             raise ValueError("a cache with a Mamba component needs CachePools.mamba")

@@ -20,10 +20,10 @@ from uniradix.memory.allocator import to_numpy
 from uniradix.types import FreeSlots, InsertParams, InsertResult, Req
 
 if TYPE_CHECKING:
-    from uniradix.cache.controller import UnifiedRadixCache
+    from uniradix.cache.view import ControllerView
 
 
-def cache_unfinished_req(cache: UnifiedRadixCache, req: Req) -> None:
+def cache_unfinished_req(cache: ControllerView, req: Req) -> None:
     row, key = _req_row_and_key(cache, req)
     result = _insert_req(cache, req, row, key, finished=False)
     new = cache.path_indices(result.last_device_node)
@@ -36,7 +36,7 @@ def cache_unfinished_req(cache: UnifiedRadixCache, req: Req) -> None:
     req.cache_protected_len = int(new.shape[0])
 
 
-def cache_finished_req(cache: UnifiedRadixCache, req: Req, is_insert: bool) -> None:
+def cache_finished_req(cache: ControllerView, req: Req, is_insert: bool) -> None:
     row, key = _req_row_and_key(cache, req)
     owned_from = req.cache_protected_len
     if is_insert:
@@ -58,7 +58,7 @@ def cache_finished_req(cache: UnifiedRadixCache, req: Req, is_insert: bool) -> N
     req.swa_evicted_seqlen = 0
 
 
-def free_out_of_window_slots(cache: UnifiedRadixCache, req: Req) -> int:
+def free_out_of_window_slots(cache: ControllerView, req: Req) -> int:
     if req.req_pool_idx is None:
         raise ValueError("request has no req_pool_idx (never admitted, or already finished)")
     row = to_numpy(cache.pools.req_to_token_pool.read(req.req_pool_idx, 0, req.kv_committed_len))
@@ -68,7 +68,7 @@ def free_out_of_window_slots(cache: UnifiedRadixCache, req: Req) -> int:
     return freed
 
 
-def _req_row_and_key(cache: UnifiedRadixCache, req: Req) -> tuple[int, RadixKey]:
+def _req_row_and_key(cache: ControllerView, req: Req) -> tuple[int, RadixKey]:
     if req.req_pool_idx is None:
         raise ValueError("request has no req_pool_idx (never admitted, or already finished)")
     if not 0 <= req.cache_protected_len <= req.kv_committed_len <= req.kv_allocated_len:
@@ -84,7 +84,7 @@ def _req_row_and_key(cache: UnifiedRadixCache, req: Req) -> tuple[int, RadixKey]
 
 
 def _insert_req(
-    cache: UnifiedRadixCache, req: Req, row: int, key: RadixKey, finished: bool
+    cache: ControllerView, req: Req, row: int, key: RadixKey, finished: bool
 ) -> InsertResult:
     key, mamba_value = cache.mamba_requests.prepare_caching(req, key, finished)
     values = cache.pools.req_to_token_pool.read(row, 0, len(key))

@@ -25,7 +25,7 @@ from uniradix.engine.dense_state import reference_generate
 from uniradix.engine.model import TinyHybridModel
 from uniradix.engine.runner import PoolRunner
 from uniradix.factory import CacheConfig, build_cache
-from uniradix.sim.batch import RunningRequest
+from uniradix.sim.batch import RunningRequest, SchedulerView
 from uniradix.sim.metrics import ReplayMetrics
 from uniradix.sim.request_spec import RequestSpec, TokenPrompt
 from uniradix.sim.scheduler import Scheduler, SchedulerConfig
@@ -104,7 +104,7 @@ class EngineMetrics(ReplayMetrics):
         prompt_len = len(request.spec.prompt)
         self.outputs[request.spec.rid] = list(request.req.token_ids[prompt_len:])
 
-    def on_step(self, scheduler: Scheduler) -> None:
+    def on_step(self, scheduler: SchedulerView) -> None:
         super().on_step(scheduler)
         swa = mamba = 0
         for node in self.cache.tree.nodes():

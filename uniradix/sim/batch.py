@@ -12,7 +12,6 @@ from uniradix.types import EvictResult, MatchResult, Req
 
 if TYPE_CHECKING:
     from uniradix.memory.mamba_pool import MambaReqPool
-    from uniradix.sim.scheduler import Scheduler
 
 
 @dataclass(eq=False)
@@ -57,6 +56,14 @@ class ModelRunner(Protocol):
         ...
 
 
+class SchedulerView(Protocol):
+    """The scheduler as a listener's `on_step` sees it (a protocol: the scheduler imports
+    this module, so this module does not import the scheduler)."""
+
+    @property
+    def running(self) -> list[RunningRequest]: ...
+
+
 class SchedulerListener(Protocol):
     """What the scheduler reports (metrics, progress). Every method is optional to act on."""
 
@@ -65,7 +72,7 @@ class SchedulerListener(Protocol):
     def on_evict(self, result: EvictResult) -> None: ...
     def on_retract(self, request: RunningRequest) -> None: ...
     def on_finish(self, request: RunningRequest) -> None: ...
-    def on_step(self, scheduler: Scheduler) -> None: ...
+    def on_step(self, scheduler: SchedulerView) -> None: ...
 
 
 class NullListener:
@@ -85,7 +92,7 @@ class NullListener:
     def on_finish(self, request: RunningRequest) -> None:
         return
 
-    def on_step(self, scheduler: Scheduler) -> None:
+    def on_step(self, scheduler: SchedulerView) -> None:
         return
 
 

@@ -21,7 +21,7 @@ from uniradix.events.index import IndexPublisher, KVEventIndex
 from uniradix.events.publisher import EventPublisher, KVEventsConfig, ZmqEventPublisher
 from uniradix.events.stream import KVEventStream
 from uniradix.key import RadixKey
-from uniradix.sim.batch import RunningRequest
+from uniradix.sim.batch import RunningRequest, SchedulerView
 from uniradix.sim.metrics import ReplayMetrics
 from uniradix.sim.replay import (
     CONFIG_COMPONENTS,
@@ -107,7 +107,7 @@ class _Listener:
         inst.metrics.on_finish(request)
         self.cluster.finished(inst.global_rids[request.spec.rid])
 
-    def on_step(self, scheduler: Scheduler) -> None:
+    def on_step(self, scheduler: SchedulerView) -> None:
         inst = self._inst()
         inst.metrics.on_step(scheduler)
         inst.stream.flush()

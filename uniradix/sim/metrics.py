@@ -8,9 +8,8 @@ from tqdm import tqdm
 
 from uniradix.cache.controller import UnifiedRadixCache
 from uniradix.key import RadixKey
-from uniradix.sim.batch import RunningRequest
+from uniradix.sim.batch import RunningRequest, SchedulerView
 from uniradix.sim.lost_hits import LostHit, LostHits
-from uniradix.sim.scheduler import Scheduler
 from uniradix.types import ComponentType, EvictResult, MatchResult
 
 PROGRESS_MIN_REQUESTS = 500
@@ -87,7 +86,7 @@ class ReplayMetrics:
         self.decode_tokens += request.spec.output_len
         self._bar.update(1)
 
-    def on_step(self, scheduler: Scheduler) -> None:
+    def on_step(self, scheduler: SchedulerView) -> None:
         capacity, free = self.cache.pools.capacities(), self.cache.pools.available()
         for pool in self.pools:
             used = capacity[pool] - free[pool]

@@ -13,16 +13,13 @@ releases nothing but measures the same split, so runs with and without sessions 
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from uniradix.cache.controller import UnifiedRadixCache
 from uniradix.key import RadixKey
-from uniradix.sim.batch import RunningRequest, SchedulerListener
+from uniradix.sim.batch import RunningRequest, SchedulerListener, SchedulerView
 from uniradix.sim.request_spec import RequestSpec
 from uniradix.types import EvictResult, MatchResult
-
-if TYPE_CHECKING:
-    from uniradix.sim.scheduler import Scheduler
 
 
 def followup_rids(specs: list[RequestSpec]) -> set[int]:
@@ -88,7 +85,7 @@ class SessionListener:
     def on_retract(self, request: RunningRequest) -> None:
         self.inner.on_retract(request)
 
-    def on_step(self, scheduler: Scheduler) -> None:
+    def on_step(self, scheduler: SchedulerView) -> None:
         self.inner.on_step(scheduler)
 
     def summary(self) -> dict[str, Any]:

@@ -22,7 +22,7 @@ Load-back lives in `uniradix.tiers.load_back`.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
@@ -34,12 +34,16 @@ from uniradix.tiers import load_back as loads
 from uniradix.tiers.host_checks import check_host_tier
 from uniradix.tiers.null import NoHostTier
 from uniradix.tiers.transfer import CopyOp, Direction, TransferEngine
+from uniradix.tiers.views import CacheView
 from uniradix.tiers.write_policy import WritePolicy
 from uniradix.tree.node import TreeNode
 from uniradix.types import ComponentType, FreeSlots, IncLockRefResult, MatchResult, Slots
 
-if TYPE_CHECKING:
-    from uniradix.cache.controller import UnifiedRadixCache
+
+class CacheWithHostTier(CacheView, Protocol):
+    """The controller as a host tier attaches to it: `host_tier` is where it hangs itself."""
+
+    host_tier: NoHostTier
 
 
 @dataclass
@@ -65,7 +69,7 @@ class HostTier(NoHostTier):
 
     def __init__(
         self,
-        cache: UnifiedRadixCache,
+        cache: CacheWithHostTier,
         host_pools: HostPools,
         engine: TransferEngine,
         write_policy: WritePolicy | str = WritePolicy.WRITE_THROUGH,

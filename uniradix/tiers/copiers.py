@@ -4,8 +4,11 @@
 `MambaCopier` a Mamba state pool. Both reduce a transfer to *row moves*: each tensor is seen
 as 2-D views, one per layer, whose rows are the transfer unit (a whole page of one layer
 when every index is a whole aligned page, else one slot), and a batch is a few torch calls
-per view, never a Python loop over pages or tokens::
+per view, never a Python loop over pages or tokens (over long runs of pages at most)::
 
+    runs (any device):  dst[d:d+k].copy_(src[s:s+k]) per run of rows consecutive on both
+                        sides, when runs average >= 1 MiB (`row_runs`: one pass, at most
+                        one call per MiB moved); otherwise:
     same device (CPU):  dst.index_copy_(0, di, src.index_select(0, si))
                         (or one of them straight into / out of a contiguous run of rows)
     D2H (CUDA):         gather on the device -> non_blocking copy into pinned memory
@@ -40,6 +43,7 @@ import torch
 from uniradix.memory.host_kv import HostKVPool, HostMambaStates
 from uniradix.memory.kv_pool import KVPool
 from uniradix.memory.mamba_pool import MambaStatePool
+from uniradix.tiers.row_runs import Rows, common_runs, worth_runs
 from uniradix.tiers.transfer import Direction
 from uniradix.types import Slots
 
@@ -95,14 +99,15 @@ class _RowCopier:
             values, counts = np.unique(dst, return_counts=True)
             raise ValueError(f"dst slot {int(values[counts > 1][0])} appears twice")
         unit = self._unit(src, dst)
-        si, di = _Rows(src[::unit] // unit), _Rows(dst[::unit] // unit)
+        si, di = Rows(src[::unit] // unit), Rows(dst[::unit] // unit)
         launch = Launch(0)
+        runs = common_runs(si, di)
         groups = self._groups(unit) if self.staged else []
         for device_views, host_pages in groups:
             launch.num_bytes += _move_grouped(device_views, host_pages, si, di, d2h, launch)
         for device_rows, host_rows in [] if groups else self._views(unit):
             pair = (device_rows, host_rows) if d2h else (host_rows, device_rows)
-            launch.num_bytes += _move(pair, si, di, self.staged, d2h, launch, self._stage)
+            launch.num_bytes += _move(pair, si, di, self.staged, d2h, launch, self._stage, runs)
         return launch
 
     def _stage(self, like: torch.Tensor, num_rows: int) -> torch.Tensor:
@@ -224,20 +229,28 @@ class MambaCopier(_RowCopier):
 # ---------------------------------------------------------------------- row moves
 def _move(
     pair: RowPair,
-    si: _Rows,
-    di: _Rows,
+    si: Rows,
+    di: Rows,
     staged: bool,
     d2h: bool,
     launch: Launch,
     stage: Callable[[torch.Tensor, int], torch.Tensor],
+    runs: np.ndarray,
 ) -> int:
-    """Rows `si` of `pair[0]` to rows `di` of `pair[1]`; returns the bytes."""
+    """Rows `si` of `pair[0]` to rows `di` of `pair[1]`; returns the bytes. `runs` are the
+    `common_runs` of `si` and `di`."""
     src, dst = _wide(pair[0]), _wide(pair[1])
     n = len(si)
     num_bytes = n * pair[0].shape[1] * pair[0].element_size()
     if n == 0 or num_bytes == 0:
         return 0
     device = src.device if d2h else dst.device
+    if worth_runs(runs, num_bytes):
+        # One pass, no index: each run is a slice-to-slice copy in the rows' own dtype (on
+        # CUDA straight between device rows and the pinned host rows, which are contiguous).
+        for s0, d0, k in runs.tolist():
+            pair[1][d0 : d0 + k].copy_(pair[0][s0 : s0 + k], non_blocking=staged)
+        return num_bytes
     if not staged:
         if di.start is not None:
             torch.index_select(src, 0, si.on(src.device), out=dst[di.start : di.start + n])
@@ -274,8 +287,8 @@ def _move(
 def _move_grouped(
     device_views: list[torch.Tensor],
     host_pages: torch.Tensor,
-    si: _Rows,
-    di: _Rows,
+    si: Rows,
+    di: Rows,
     d2h: bool,
     launch: Launch,
 ) -> int:
@@ -332,27 +345,6 @@ def _wide(rows: torch.Tensor) -> torch.Tensor:
         if all(b * size % w == 0 for b in byte_counts):
             return rows.view(wide)
     return rows
-
-
-class _Rows:
-    """Row indices of one side of a transfer: `start` is the first row when they are one
-    ascending run (moved as a slice, no index), and `on(device)` the index tensor (built
-    once per device)."""
-
-    def __init__(self, rows: Slots) -> None:
-        self.rows = np.ascontiguousarray(rows)
-        first = int(rows[0]) if len(rows) else 0
-        is_run = len(rows) > 0 and int(rows[-1]) - first == len(rows) - 1
-        self.start = first if is_run and bool(np.all(np.diff(rows) == 1)) else None
-        self._on: dict[torch.device, torch.Tensor] = {}
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def on(self, device: torch.device) -> torch.Tensor:
-        if device not in self._on:
-            self._on[device] = torch.from_numpy(self.rows).to(device)
-        return self._on[device]
 
 
 def _whole_pages(slots: Slots, page_size: int) -> bool:

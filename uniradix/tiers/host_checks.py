@@ -9,10 +9,10 @@ import numpy as np
 from uniradix.tiers.write_policy import WritePolicy
 
 if TYPE_CHECKING:
-    from uniradix.tiers.controller import HostTier
+    from uniradix.tiers.views import HostTierView
 
 
-def check_host_tier(tier: HostTier, errors: list[str]) -> None:
+def check_host_tier(tier: HostTierView, errors: list[str]) -> None:
     """Appends a message per broken rule:
 
     - host pool: tree host slots distinct and allocated, `free + held by the tree ==

@@ -32,7 +32,7 @@ from uniradix.tree.node import TreeNode
 from uniradix.types import EvictParams, MatchResult
 
 if TYPE_CHECKING:
-    from uniradix.tiers.controller import HostTier
+    from uniradix.tiers.views import HostTierView
 
 
 class LoadBackResult(NamedTuple):
@@ -45,7 +45,7 @@ class LoadBackResult(NamedTuple):
     ticket: int | None
 
 
-def init_load_back(tier: HostTier, node: TreeNode, mem_quota: int | None) -> LoadBackResult:
+def init_load_back(tier: HostTierView, node: TreeNode, mem_quota: int | None) -> LoadBackResult:
     cache, full = tier.cache, tier.full
     if not isinstance(node, TreeNode) or not cache.tree.in_tree(node):
         raise ValueError(f"init_load_back: {node!r} is not a node of this cache's tree")
@@ -94,7 +94,7 @@ def init_load_back(tier: HostTier, node: TreeNode, mem_quota: int | None) -> Loa
     return LoadBackResult(cache.to_device(device_slots), node, ticket)
 
 
-def load_back(tier: HostTier, match: MatchResult, mem_quota: int | None) -> MatchResult:
+def load_back(tier: HostTierView, match: MatchResult, mem_quota: int | None) -> MatchResult:
     """`match` extended by its host hit when the load-back succeeds, else `match`."""
     if match.host_hit_length == 0 or match.last_host_node is None:
         return match

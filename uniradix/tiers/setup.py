@@ -3,25 +3,63 @@ copiers when the model has layers, the transfer engine, and the controller."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from uniradix.memory.host_kv import LAYOUTS, HostKVPool
 from uniradix.memory.host_pools import HostPools, host_capacity
 from uniradix.storage.backend import open_backend
 from uniradix.tiers.async_engine import CudaTransferEngine, ThreadTransferEngine
-from uniradix.tiers.controller import HostTier
+from uniradix.tiers.controller import CacheWithHostTier, HostTier
 from uniradix.tiers.copiers import KVCopier
 from uniradix.tiers.storage_tier import StorageTier
 from uniradix.tiers.transfer import Copier, SyncTransferEngine, TransferEngine
 
 if TYPE_CHECKING:
-    from uniradix.cache.controller import UnifiedRadixCache
-    from uniradix.factory import CacheConfig
+    import torch
+
+    from uniradix.storage.backend import StorageBackend
+
+
+class HostTierConfig(Protocol):
+    """The fields of `uniradix.factory.CacheConfig` a host tier and its L3 store are built
+    from (a protocol: the factory imports this module, not the other way round)."""
+
+    @property
+    def page_size(self) -> int: ...
+    @property
+    def device(self) -> str: ...
+    @property
+    def num_kv_heads(self) -> int: ...
+    @property
+    def head_dim(self) -> int: ...
+    @property
+    def kv_dtype(self) -> torch.dtype: ...
+    @property
+    def host_tokens(self) -> int | None: ...
+    @property
+    def hicache_ratio(self) -> float | None: ...
+    @property
+    def write_policy(self) -> str: ...
+    @property
+    def load_back_threshold(self) -> int: ...
+    @property
+    def host_layout(self) -> str: ...
+    @property
+    def host_engine(self) -> str: ...
+    @property
+    def storage_url(self) -> str | None: ...
+    @property
+    def storage_backend(self) -> StorageBackend | None: ...
+    @property
+    def model_fingerprint(self) -> str: ...
+    @property
+    def prefetch_threshold(self) -> int: ...
+
 
 ENGINES = ("sync", "thread", "cuda")
 
 
-def attach_host_tier(cache: UnifiedRadixCache, config: CacheConfig) -> HostTier:
+def attach_host_tier(cache: CacheWithHostTier, config: HostTierConfig) -> HostTier:
     """Gives `cache` (built with a `HostFullComponent`) the host tier `config` describes.
 
     `host_engine`: "sync" copies at submit (tests, replay), "thread" on a worker thread,
@@ -67,7 +105,7 @@ def attach_host_tier(cache: UnifiedRadixCache, config: CacheConfig) -> HostTier:
     )
 
 
-def attach_storage_tier(cache: UnifiedRadixCache, config: CacheConfig) -> StorageTier | None:
+def attach_storage_tier(cache: CacheWithHostTier, config: HostTierConfig) -> StorageTier | None:
     """Gives `cache`'s host tier the L3 store `config` names (`storage_backend`, shared by
     the caller, or one opened from `storage_url`); None when neither is set."""
     if config.storage_backend is None and config.storage_url is None:

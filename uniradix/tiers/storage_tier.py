@@ -26,18 +26,23 @@ path (store down, short read, corrupt page: all misses) leaks a host slot.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from uniradix.event_sink import MEDIUM_CPU_PINNED
 from uniradix.key import UNIT_BYTES, RadixKey
 from uniradix.storage.backend import StorageBackend
 from uniradix.storage.io import BackupWriter
 from uniradix.storage.keys import KeySpace, PageKey
+from uniradix.tiers.views import HostTierView
 from uniradix.tree.node import TreeNode
 from uniradix.types import MatchPrefixParams, Slots
 
-if TYPE_CHECKING:
-    from uniradix.tiers.controller import HostTier
+
+class HostTierWithStorage(HostTierView, Protocol):
+    """The host tier as its L3 wiring sees it: `storage` is where it hangs itself."""
+
+    storage: StorageTier | None
+
 
 DEFAULT_PREFETCH_THRESHOLD = 256
 _EMPTY = b""
@@ -63,7 +68,7 @@ class StorageTierStats:
 class StorageTier:
     def __init__(
         self,
-        tier: HostTier,
+        tier: HostTierWithStorage,
         backend: StorageBackend,
         model_fingerprint: str,
         prefetch_threshold: int = DEFAULT_PREFETCH_THRESHOLD,

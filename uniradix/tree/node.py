@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from uniradix.key import UNIT_BYTES, ChildKey
-from uniradix.types import Slots
+from uniradix.slots import Slots
 
 
 class ComponentData:
