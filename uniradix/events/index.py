@@ -157,7 +157,7 @@ class KVEventIndex:
         """Tokens of the longest cached prefix of `tokens` per instance (whole pages).
         `hashes` may pass `page_hashes(tokens)` already computed."""
         if hashes is None:
-            hashes = self.page_hashes(tokens)
+            hashes = self.page_hashes(tokens, lora_name)
         out = {}
         for name, inst in self._instances.items():
             blocks = inst.blocks.get((medium, lora_name), set())
