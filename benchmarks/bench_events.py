@@ -2,6 +2,7 @@
 routing buys on the Mooncake trace.
 
     .venv/bin/python -m benchmarks.bench_events ops        # per-op cost, events off vs on
+    .venv/bin/python -m benchmarks.bench_events hashing    # ns/token of the page digests
     .venv/bin/python -m benchmarks.bench_events publisher  # events/s over loopback ZMQ
     .venv/bin/python -m benchmarks.bench_events routing    # 4 instances x 3 routers vs 1
 
@@ -29,6 +30,7 @@ import types
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import zmq
 
 from benchmarks.ops import play
@@ -41,10 +43,15 @@ from uniradix.events import (
     NullEventPublisher,
     ZmqEventPublisher,
 )
+from uniradix.events.hashing import block_hashing
 from uniradix.events.types import KVEvent
+from uniradix.key import RadixKey
+from uniradix.node_digests import NodeDigests
+from uniradix.page_hash import chain_digests, page_digests
 from uniradix.sim.cluster import run_cluster
 from uniradix.sim.replay import ReplayOptions
-from uniradix.types import InsertResult
+from uniradix.storage.keys import KeySpace
+from uniradix.types import InsertParams, InsertResult
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = str(ROOT.parent / "shared/reference/mooncake_synthetic_trace.jsonl")
@@ -83,20 +90,21 @@ class IdleSink:
         return
 
 
+_ZERO = bytes(32)  # a stand-in NONE_HASH
 TIMED_OPS = ("match", "insert", "evict")
 MODES = ("none", "hook", "null", "zmq", "zmq_inline")
+
+
+def _git_show(rev: str, path: str) -> str:
+    return subprocess.run(
+        ["git", "show", f"{rev}:{path}"], cwd=ROOT, check=True, capture_output=True, text=True
+    ).stdout
 
 
 def _before_recorder(rev: str) -> type[Any]:
     """`EventRecorder` as it was at git revision `rev`, loaded beside the current one, so
     before and after run side by side in one process."""
-    source = subprocess.run(
-        ["git", "show", f"{rev}:uniradix/events/recorder.py"],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
+    source = _git_show(rev, "uniradix/events/recorder.py")
     module = types.ModuleType("recorder_before")
     exec(compile(source, f"{rev}:recorder.py", "exec"), module.__dict__)
     recorder: type[Any] = module.EventRecorder
@@ -192,6 +200,55 @@ def _ops_summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     }
 
 
+def _best_s(fn: Any, rounds: int = 9) -> float:
+    best = float("inf")  # CPU-bound: the least disturbed run (timeit's convention)
+    for _ in range(rounds):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def bench_hashing(num_tokens: int, before_rev: str | None) -> dict[str, Any]:
+    """ns per token: SGLang-chain digests of one `num_tokens` prefix (now, and with
+    `page_hash.page_digests` of `before_rev`), vLLM sha256_cbor digests, storage keys built
+    from them, and a second read of a node's digests from the shared table (what a backup
+    or a remove pays once the node was hashed)."""
+    tokens = np.random.default_rng(1).integers(0, 150_000, num_tokens)
+    key = RadixKey(tokens)
+    before = None
+    if before_rev:
+        before = types.ModuleType("page_hash_before")
+        exec(
+            compile(_git_show(before_rev, "uniradix/page_hash.py"), "before", "exec"),
+            before.__dict__,
+        )
+    vllm = block_hashing("vllm_sha256_cbor", hash_seed="0").hasher
+    assert vllm is not None
+    out: dict[str, Any] = {"num_tokens": num_tokens, "before_rev": before_rev}
+    for ps in (1, 16, 64):
+        n = num_tokens if ps > 1 else num_tokens // 8  # page 1 is slow: a shorter prefix
+        units = key.units[: n * 8]
+        ks = KeySpace("bench/model@rev", "bfloat16", "layer_first", ps, "full")
+        cache = build_full(ps, 1 << 20).cache
+        slots = cache.pools.kv_allocator.alloc(n)
+        cache.insert(InsertParams(RadixKey.from_units(units, None, False), slots))
+        table = NodeDigests.of_tree(cache.tree)
+        leaf = next(iter(cache.tree.root.children.values()))
+        figures = {
+            "digests": _best_s(lambda u=units, p=ps: chain_digests(u, p)),
+            "vllm_sha256_cbor": _best_s(lambda u=units, p=ps: vllm(u, p, _ZERO, None, True)),
+            "storage_keys": _best_s(lambda u=units, p=ps, k=ks: k.keys(page_digests(u, p))),
+            "first_node_lookup": _best_s(lambda t=table, n=leaf: (t.clear(), t.node(n, None))),
+            "second_node_lookup": _best_s(lambda t=table, n=leaf: t.node(n, None)),
+        }
+        if before is not None:
+            figures["digests_before"] = _best_s(lambda u=units, p=ps: before.page_digests(u, p))
+        out[f"page{ps}_ns_per_token"] = {k: round(v / n * 1e9, 2) for k, v in figures.items()}
+        print(ps, json.dumps(out[f"page{ps}_ns_per_token"]))
+    return out
+
+
 def bench_publisher(num_batches: int, events_per_batch: int) -> dict[str, Any]:
     """Batches of `events_per_batch` BlockStored events (4 pages of 16 tokens each) pushed
     through a loopback PUB to a SUB that counts them; events/s from first publish to the
@@ -265,16 +322,19 @@ def _brief(summary: dict[str, Any]) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("part", choices=("ops", "publisher", "routing"))
+    parser.add_argument("part", choices=("ops", "hashing", "publisher", "routing"))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--page-sizes", type=int, nargs="+", default=[1, 16])
     parser.add_argument("--before", help="git revision whose recorder runs as `zmq_before`")
     parser.add_argument("--batches", type=int, default=20000)
     parser.add_argument("--events-per-batch", type=int, default=8)
     parser.add_argument("--max-requests", type=int)
+    parser.add_argument("--tokens", type=int, default=131072, help="prefix length (hashing)")
     args = parser.parse_args()
     if args.part == "ops":
         result = bench_ops(args.rounds, args.page_sizes, args.before)
+    elif args.part == "hashing":
+        result = bench_hashing(args.tokens, args.before)
     elif args.part == "publisher":
         result = bench_publisher(args.batches, args.events_per_batch)
     else:

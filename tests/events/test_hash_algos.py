@@ -10,6 +10,7 @@ import struct
 
 import cbor2
 import msgspec
+import numpy as np
 import pytest
 
 from tests.events.zmq_helpers import loopback_publisher, published
@@ -138,3 +139,12 @@ def test_eagle_bigram_pages_publish_the_bigram_chain_and_original_tokens(sender:
     index.apply("a", KVEventBatch(0.0, events[0], 0))  # type: ignore[arg-type]
     assert index.prefix_lengths(tokens) == {"a": 8}
     assert index.prefix_lengths(tokens[:5] + [1, 2]) == {"a": 4}
+
+
+def test_cbor_integers_match_cbor2_at_every_width() -> None:
+    from uniradix.events.hashing import _cbor_uints
+
+    values = [0, 5, 23, 24, 255, 256, 65535, 65536, 2**32 - 1, 2**32, 2**63 - 1]
+    data, offsets = _cbor_uints(np.array(values, dtype="<i8"))
+    assert data == b"".join(cbor2.dumps(v) for v in values)
+    assert offsets.tolist()[-1] == len(data)

@@ -36,7 +36,7 @@ HASH_ALGOS = ("sglang_sha256", "vllm_sha256_cbor")
 # (< 24) or in the 1, 2, 4 or 8 big-endian bytes that follow (24, 25, 26, 27).
 _UINT, _BYTES, _TEXT, _ARRAY = 0, 2, 3, 4
 _NULL = b"\xf6"
-_WIDTHS = ((1 << 8, 1, 24), (1 << 16, 2, 25), (1 << 32, 4, 26), (1 << 64, 8, 27))
+_WIDTHS = ((1 << 8, 1, 24), (1 << 16, 2, 25), (1 << 32, 4, 26), (1 << 64, 8, 27))  # for heads
 
 
 def _head(major: int, n: int) -> bytes:
@@ -53,22 +53,25 @@ def _text(s: str) -> bytes:
     return _head(_TEXT, len(data)) + data
 
 
+_LIMITS = np.array([24, 1 << 8, 1 << 16, 1 << 32], dtype=np.uint64)
+_CODES = np.array([0, 24, 25, 26, 27], dtype=np.uint8)
+_ARG_BYTES = np.array([0, 1, 2, 4, 8], dtype=np.int64)
+
+
 def _cbor_uints(tokens: np.ndarray) -> tuple[bytes, np.ndarray]:
     """Every token as a CBOR unsigned integer (shortest form, as canonical CBOR needs), in
     one buffer, with the byte offset where each token starts (and the end, last)."""
-    values = tokens.astype("<u8")
-    width = np.ones(len(values), dtype=np.int64)
+    values = tokens.astype(np.uint64)
+    size = np.searchsorted(_LIMITS, values, side="right")  # 0: in the head; 1-4: 1-8 bytes
+    nbytes = _ARG_BYTES[size]
+    rows = np.empty((len(values), 9), dtype=np.uint8)
+    # Head byte (major type 0): the value itself below 24, else the argument-size code.
+    rows[:, 0] = np.where(size == 0, values, _CODES[size]).astype(np.uint8)
+    # Argument: the value's last `nbytes` big-endian bytes, moved to the row's front.
     big = values.astype(">u8").view(np.uint8).reshape(-1, 8)
-    rows = np.zeros((len(values), 9), dtype=np.uint8)
-    small = values < 24
-    rows[small, 0] = values[small]
-    lower = 24
-    for limit, nbytes, code in _WIDTHS:
-        sel = (values >= lower) & (values < limit) if limit < 1 << 64 else values >= lower
-        rows[sel, 0] = code  # major type 0: the head byte is the code itself
-        rows[sel, 1 : 1 + nbytes] = big[sel, 8 - nbytes :]
-        width[sel] = 1 + nbytes
-        lower = limit
+    gather = np.minimum((8 - nbytes)[:, None] + np.arange(8), 7)
+    rows[:, 1:] = np.take_along_axis(big, gather, axis=1)
+    width = 1 + nbytes
     data = rows[np.arange(9) < width[:, None]].tobytes()
     offsets = np.zeros(len(values) + 1, dtype=np.int64)
     np.cumsum(width, out=offsets[1:])
