@@ -10,8 +10,8 @@ routing buys on the Mooncake trace.
 `benchmarks/ops.py`) on caches without a sink (`none`), with a sink that ignores its reports
 (`hook`), with the recorder flushing to a null publisher (`null`), publishing to a real ZMQ
 socket (`zmq` from the sender thread, `zmq_inline` from the caller) and, with `--before
-REV`, the recorder of an older revision (`zmq_before`), modes interleaved round by round in
-one process, at each `--page-sizes`. The timed cache calls (match / insert / evict medians)
+REV`, the recorder of an older revision (`null_before`, `zmq_before`), modes interleaved
+round by round in one process, at each `--page-sizes`. The timed cache calls (match / insert / evict medians)
 show the cost next to the events; the flush (hashing, coalescing, queueing; with the thread
 sender, encoding and sending run on the publisher's thread) is timed apart, per request,
 since it runs once per scheduler step.
@@ -130,14 +130,15 @@ def bench_ops(rounds: int, page_sizes: list[int], before_rev: str | None) -> dic
     in one process, modes interleaved round by round (the machine's drift hits all alike).
     Modes: `none` no sink; `hook` a sink that ignores its reports (the call sites' cost);
     `null` the recorder flushed to a `NullEventPublisher`; `zmq` publishing over loopback
-    ZMQ (sender thread), `zmq_inline` the same sent by the caller; `zmq_before` the thread
-    sender with the recorder of git revision `before_rev`."""
+    ZMQ (sender thread), `zmq_inline` the same sent by the caller; `null_before` and
+    `zmq_before` the same as `null` and `zmq` with the recorder of git revision
+    `before_rev`."""
     streams = {
         "chat": (StreamSpec("chat"), 1 << 16),
         "mooncake": (StreamSpec("mooncake", scale=0.1, trace_path=TRACE), 1 << 20),
     }
     before = _before_recorder(before_rev) if before_rev else None
-    modes = (*MODES, "zmq_before") if before else MODES
+    modes = (*MODES, "null_before", "zmq_before") if before else MODES
     out: dict[str, Any] = {"before_rev": before_rev, "rounds": rounds}
     for page_size in page_sizes:
         for name, (spec, pool) in streams.items():
@@ -149,7 +150,7 @@ def bench_ops(rounds: int, page_sizes: list[int], before_rev: str | None) -> dic
                     ops = result["ops"]
                     run: dict[str, Any] = {
                         "median_us": {op: ops[op]["median_us"] for op in TIMED_OPS if op in ops},
-                        "total_ms": {op: ops[op]["total_ms"] for op in TIMED_OPS if op in ops},
+                        "count": {op: ops[op]["count"] for op in TIMED_OPS if op in ops},
                         "requests": result["requests"],
                         "hit_rate": result["hit_rate"],
                     }
