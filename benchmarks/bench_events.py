@@ -11,10 +11,10 @@ routing buys on the Mooncake trace.
 (`hook`), with the recorder flushing to a null publisher (`null`), publishing to a real ZMQ
 socket (`zmq` from the sender thread, `zmq_inline` from the caller) and, with `--before
 REV`, the recorder of an older revision (`null_before`, `zmq_before`), modes interleaved
-round by round in one process, at each `--page-sizes`. The timed cache calls (match / insert / evict medians)
-show the cost next to the events; the flush (hashing, coalescing, queueing; with the thread
-sender, encoding and sending run on the publisher's thread) is timed apart, per request,
-since it runs once per scheduler step.
+round by round in one process, at each `--page-sizes`. The timed cache calls (match /
+insert / evict medians) show the cost next to the events; the flush (hashing, coalescing,
+queueing; with the thread sender, encoding and sending run on the publisher's thread) is
+timed apart, per request, since it runs once per scheduler step.
 Results go to `benchmarks/results/events_<part>.json`.
 """
 
@@ -184,8 +184,10 @@ def _ops_summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         for mode, rs in runs.items()
         if "flush_us_per_request" in rs[0]
     }
+    # The timed calls per request, robust to this machine's spikes: each op's median
+    # (over rounds of per-run medians) times its calls per request.
     calls_us = {
-        mode: statistics.median(1000 * sum(r["total_ms"].values()) / r["requests"] for r in rs)
+        mode: sum(median_us[mode][op] * n / rs[0]["requests"] for op, n in rs[0]["count"].items())
         for mode, rs in runs.items()
     }
     with_flush = {

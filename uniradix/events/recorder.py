@@ -145,12 +145,15 @@ class EventRecorder:
             pending.append(record)
 
     def on_removed(self, node: TreeNode, medium: str) -> None:
+        known = self._media.get(node)
+        if known is None or not known & _BIT[medium]:
+            return  # never announced there (cached before the recorder came): nothing to undo
         pending = self._pending.pop(node, None)
         if pending is not None:  # stored in this step: resolve while the node is attached
             for record in pending:
                 self._resolve(record)
         blob = self.digests.node(node, self._seed, self._hasher)
-        media = self._media[node] & ~_BIT[medium]
+        media = known & ~_BIT[medium]
         if media:
             self._media[node] = media
         else:
