@@ -2,14 +2,19 @@
 routing buys on the Mooncake trace.
 
     .venv/bin/python -m benchmarks.bench_events ops        # per-op cost, events off vs on
+    .venv/bin/python -m benchmarks.bench_events hashing    # ns/token of the page digests
     .venv/bin/python -m benchmarks.bench_events publisher  # events/s over loopback ZMQ
     .venv/bin/python -m benchmarks.bench_events routing    # 4 instances x 3 routers vs 1
 
 `ops` plays the same request stream (`benchmarks/streams.py`, the call sequence of
-`benchmarks/ops.py`) on caches without a sink and with a `KVEventStream` publishing to a real
-ZMQ socket, alternating off/on/off/on in one process. The timed cache calls show the hook's
-cost; the flush (deferred hashing, coalescing, queueing; encoding and sending run on the
-publisher's thread) is timed apart, per request, since it runs once per scheduler step.
+`benchmarks/ops.py`) on caches without a sink (`none`), with a sink that ignores its reports
+(`hook`), with the recorder flushing to a null publisher (`null`), publishing to a real ZMQ
+socket (`zmq` from the sender thread, `zmq_inline` from the caller) and, with `--before
+REV`, the recorder of an older revision (`null_before`, `zmq_before`), modes interleaved
+round by round in one process, at each `--page-sizes`. The timed cache calls (match /
+insert / evict medians) show the cost next to the events; the flush (hashing, coalescing,
+queueing; with the thread sender, encoding and sending run on the publisher's thread) is
+timed apart, per request, since it runs once per scheduler step.
 Results go to `benchmarks/results/events_<part>.json`.
 """
 
@@ -18,11 +23,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import threading
 import time
+import types
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import zmq
 
 from benchmarks.ops import play
@@ -35,23 +43,27 @@ from uniradix.events import (
     NullEventPublisher,
     ZmqEventPublisher,
 )
+from uniradix.events.hashing import block_hashing
 from uniradix.events.types import KVEvent
+from uniradix.key import RadixKey
+from uniradix.node_digests import NodeDigests
+from uniradix.page_hash import chain_digests, page_digests
 from uniradix.sim.cluster import run_cluster
 from uniradix.sim.replay import ReplayOptions
-from uniradix.types import InsertResult
+from uniradix.storage.keys import KeySpace
+from uniradix.types import InsertParams, InsertResult
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = str(ROOT.parent / "shared/reference/mooncake_synthetic_trace.jsonl")
 RESULTS = Path(__file__).resolve().parent / "results"
-CACHE_OPS = ("match", "lock", "evict", "alloc", "insert", "unlock")
 
 
 class EventsAdapter(FullAdapter):
     """FullAdapter whose cache publishes KV events; flushes once per request (a step)."""
 
-    def __init__(self, adapter: FullAdapter, use_zmq: bool) -> None:
+    def __init__(self, adapter: FullAdapter, use_zmq: bool, sender: str = "thread") -> None:
         super().__init__(adapter.cache)
-        config = KVEventsConfig(endpoint="tcp://127.0.0.1:*")
+        config = KVEventsConfig(endpoint="tcp://127.0.0.1:*", sender=sender)
         publisher = ZmqEventPublisher(config) if use_zmq else NullEventPublisher()
         self.stream = KVEventStream(self.cache, [publisher])
         self.flush_ns: list[int] = []
@@ -78,67 +90,165 @@ class IdleSink:
         return
 
 
-def _op_totals(result: dict[str, Any]) -> tuple[float, int]:
-    ops = result["ops"]
-    total_ms = sum(ops[op]["total_ms"] for op in CACHE_OPS if op in ops)
-    return total_ms, sum(ops[op]["count"] for op in CACHE_OPS if op in ops)
+_ZERO = bytes(32)  # a stand-in NONE_HASH
+TIMED_OPS = ("match", "insert", "evict")
+MODES = ("none", "hook", "null", "zmq", "zmq_inline")
 
 
-def bench_ops(rounds: int) -> dict[str, Any]:
+def _git_show(rev: str, path: str) -> str:
+    return subprocess.run(
+        ["git", "show", f"{rev}:{path}"], cwd=ROOT, check=True, capture_output=True, text=True
+    ).stdout
+
+
+def _before_recorder(rev: str) -> type[Any]:
+    """`EventRecorder` as it was at git revision `rev`, loaded beside the current one, so
+    before and after run side by side in one process."""
+    source = _git_show(rev, "uniradix/events/recorder.py")
+    module = types.ModuleType("recorder_before")
+    exec(compile(source, f"{rev}:recorder.py", "exec"), module.__dict__)
+    recorder: type[Any] = module.EventRecorder
+    return recorder
+
+
+def _adapter(mode: str, page_size: int, pool: int, before: type[Any] | None) -> FullAdapter:
+    adapter = build_full(page_size, pool)
+    if mode == "hook":
+        adapter.cache.set_event_sink(IdleSink())
+    elif mode != "none":
+        sender = "inline" if mode == "zmq_inline" else "thread"
+        adapter = EventsAdapter(adapter, use_zmq=mode.startswith("zmq"), sender=sender)
+        if mode.endswith("before") and before is not None:
+            stream = adapter.stream
+            stream.recorder = before(adapter.cache)
+            adapter.cache.set_event_sink(stream.recorder)
+    return adapter
+
+
+def bench_ops(rounds: int, page_sizes: list[int], before_rev: str | None) -> dict[str, Any]:
+    """Per-op medians of match / insert / evict and the flush per request, for every mode
+    in one process, modes interleaved round by round (the machine's drift hits all alike).
+    Modes: `none` no sink; `hook` a sink that ignores its reports (the call sites' cost);
+    `null` the recorder flushed to a `NullEventPublisher`; `zmq` publishing over loopback
+    ZMQ (sender thread), `zmq_inline` the same sent by the caller; `null_before` and
+    `zmq_before` the same as `null` and `zmq` with the recorder of git revision
+    `before_rev`."""
     streams = {
         "chat": (StreamSpec("chat"), 1 << 16),
         "mooncake": (StreamSpec("mooncake", scale=0.1, trace_path=TRACE), 1 << 20),
     }
-    out: dict[str, Any] = {}
-    for name, (spec, pool) in streams.items():
-        runs: dict[str, list[dict[str, Any]]] = {"off": [], "hook": [], "on": [], "on_null": []}
-        for _ in range(rounds):
-            for mode in runs:
-                adapter = build_full(16, pool)
-                if mode == "hook":
-                    adapter.cache.set_event_sink(IdleSink())
-                elif mode != "off":
-                    adapter = EventsAdapter(adapter, use_zmq=mode == "on")
-                result = play(adapter, requests(spec))
-                total_ms, count = _op_totals(result)
-                run = {"cache_ops_ms": total_ms, "ops": count, "hit_rate": result["hit_rate"]}
-                run["requests"] = result["requests"]
-                run["median_us"] = {
-                    op: v["median_us"] for op, v in result["ops"].items() if op in CACHE_OPS
-                }
-                run["counts"] = {
-                    op: v["count"] for op, v in result["ops"].items() if op in CACHE_OPS
-                }
-                if isinstance(adapter, EventsAdapter):
-                    run["flush_ms"] = sum(adapter.flush_ns) / 1e6
-                    run["events"] = adapter.stream.events_published
-                    adapter.stream.close()
-                runs[mode].append(run)
-        off = statistics.median(r["cache_ops_ms"] for r in runs["off"])
-        on = statistics.median(r["cache_ops_ms"] for r in runs["on"])
-        flush = statistics.median(r["flush_ms"] for r in runs["on"])
-        # Per call, robust to a noisy machine: each op's median over the rounds' medians,
-        # weighted by its call count.
-        typical = {
-            mode: sum(
-                statistics.median(r["median_us"][op] for r in runs[mode]) * count
-                for op, count in runs[mode][0]["counts"].items()
-            )
-            for mode in runs
+    before = _before_recorder(before_rev) if before_rev else None
+    modes = (*MODES, "null_before", "zmq_before") if before else MODES
+    out: dict[str, Any] = {"before_rev": before_rev, "rounds": rounds}
+    for page_size in page_sizes:
+        for name, (spec, pool) in streams.items():
+            runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
+            for _ in range(rounds):
+                for mode in modes:
+                    adapter = _adapter(mode, page_size, pool, before)
+                    result = play(adapter, requests(spec))
+                    ops = result["ops"]
+                    run: dict[str, Any] = {
+                        "median_us": {op: ops[op]["median_us"] for op in TIMED_OPS if op in ops},
+                        "count": {op: ops[op]["count"] for op in TIMED_OPS if op in ops},
+                        "requests": result["requests"],
+                        "hit_rate": result["hit_rate"],
+                    }
+                    if isinstance(adapter, EventsAdapter):
+                        run["flush_us_per_request"] = (
+                            sum(adapter.flush_ns) / 1e3 / len(adapter.flush_ns)
+                        )
+                        run["events"] = adapter.stream.events_published
+                        adapter.stream.close()
+                    runs[mode].append(run)
+            out[f"{name}_page{page_size}"] = summary = _ops_summary(runs)
+            print(name, page_size, json.dumps(summary["ratio_vs_none"]))
+            print("   flush us/request", json.dumps(summary["flush_us_per_request"]))
+    return out
+
+
+def _ops_summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Per mode: each op's median over the rounds' medians, its ratio to `none`; the flush
+    per request (median over rounds) and the calls' total with the flush, as a ratio."""
+    median_us = {
+        mode: {op: statistics.median(r["median_us"][op] for r in rs) for op in rs[0]["median_us"]}
+        for mode, rs in runs.items()
+    }
+    base = median_us["none"]
+    ratio = {
+        mode: {op: round(v / base[op], 3) for op, v in ops.items()}
+        for mode, ops in median_us.items()
+    }
+    flush = {
+        mode: round(statistics.median(r["flush_us_per_request"] for r in rs), 1)
+        for mode, rs in runs.items()
+        if "flush_us_per_request" in rs[0]
+    }
+    # The timed calls per request, robust to this machine's spikes: each op's median
+    # (over rounds of per-run medians) times its calls per request.
+    calls_us = {
+        mode: sum(median_us[mode][op] * n / rs[0]["requests"] for op, n in rs[0]["count"].items())
+        for mode, rs in runs.items()
+    }
+    with_flush = {
+        mode: round((calls_us[mode] + flush.get(mode, 0.0)) / calls_us["none"], 3) for mode in runs
+    }
+    return {
+        "median_us": median_us,
+        "ratio_vs_none": ratio,
+        "flush_us_per_request": flush,
+        "calls_us_per_request": {m: round(v, 1) for m, v in calls_us.items()},
+        "calls_with_flush_vs_none": with_flush,
+        "runs": runs,
+    }
+
+
+def _best_s(fn: Any, rounds: int = 9) -> float:
+    best = float("inf")  # CPU-bound: the least disturbed run (timeit's convention)
+    for _ in range(rounds):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def bench_hashing(num_tokens: int, before_rev: str | None) -> dict[str, Any]:
+    """ns per token: SGLang-chain digests of one `num_tokens` prefix (now, and with
+    `page_hash.page_digests` of `before_rev`), vLLM sha256_cbor digests, storage keys built
+    from them, and a second read of a node's digests from the shared table (what a backup
+    or a remove pays once the node was hashed)."""
+    tokens = np.random.default_rng(1).integers(0, 150_000, num_tokens)
+    key = RadixKey(tokens)
+    before = None
+    if before_rev:
+        before = types.ModuleType("page_hash_before")
+        exec(
+            compile(_git_show(before_rev, "uniradix/page_hash.py"), "before", "exec"),
+            before.__dict__,
+        )
+    vllm = block_hashing("vllm_sha256_cbor", hash_seed="0").hasher
+    assert vllm is not None
+    out: dict[str, Any] = {"num_tokens": num_tokens, "before_rev": before_rev}
+    for ps in (1, 16, 64):
+        n = num_tokens if ps > 1 else num_tokens // 8  # page 1 is slow: a shorter prefix
+        units = key.units[: n * 8]
+        ks = KeySpace("bench/model@rev", "bfloat16", "layer_first", ps, "full")
+        cache = build_full(ps, 1 << 20).cache
+        slots = cache.pools.kv_allocator.alloc(n)
+        cache.insert(InsertParams(RadixKey.from_units(units, None, False), slots))
+        table = NodeDigests.of_tree(cache.tree)
+        leaf = next(iter(cache.tree.root.children.values()))
+        figures = {
+            "digests": _best_s(lambda u=units, p=ps: chain_digests(u, p)),
+            "vllm_sha256_cbor": _best_s(lambda u=units, p=ps: vllm(u, p, _ZERO, None, True)),
+            "storage_keys": _best_s(lambda u=units, p=ps, k=ks: k.keys(page_digests(u, p))),
+            "first_node_lookup": _best_s(lambda t=table, n=leaf: (t.clear(), t.node(n, None))),
+            "second_node_lookup": _best_s(lambda t=table, n=leaf: t.node(n, None)),
         }
-        out[name] = {
-            "runs": runs,
-            "median_weighted_overhead": typical["on"] / typical["off"] - 1,
-            "median_weighted_overhead_hook_only": typical["hook"] / typical["off"] - 1,
-            "median_weighted_overhead_null_publisher": typical["on_null"] / typical["off"] - 1,
-            "per_op_us_off": 1000 * off / runs["off"][0]["ops"],
-            "per_op_us_on": 1000 * on / runs["on"][0]["ops"],
-            "cache_ops_overhead": on / off - 1,
-            "with_flush_overhead": (on + flush) / off - 1,
-            "flush_us_per_request": 1000 * flush / runs["on"][0]["requests"],
-            "flush_share_of_cache_ops": flush / off,
-        }
-        print(name, json.dumps({k: v for k, v in out[name].items() if k != "runs"}))
+        if before is not None:
+            figures["digests_before"] = _best_s(lambda u=units, p=ps: before.page_digests(u, p))
+        out[f"page{ps}_ns_per_token"] = {k: round(v / n * 1e9, 2) for k, v in figures.items()}
+        print(ps, json.dumps(out[f"page{ps}_ns_per_token"]))
     return out
 
 
@@ -215,14 +325,19 @@ def _brief(summary: dict[str, Any]) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("part", choices=("ops", "publisher", "routing"))
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("part", choices=("ops", "hashing", "publisher", "routing"))
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--page-sizes", type=int, nargs="+", default=[1, 16])
+    parser.add_argument("--before", help="git revision whose recorder runs as `zmq_before`")
     parser.add_argument("--batches", type=int, default=20000)
     parser.add_argument("--events-per-batch", type=int, default=8)
     parser.add_argument("--max-requests", type=int)
+    parser.add_argument("--tokens", type=int, default=131072, help="prefix length (hashing)")
     args = parser.parse_args()
     if args.part == "ops":
-        result = bench_ops(args.rounds)
+        result = bench_ops(args.rounds, args.page_sizes, args.before)
+    elif args.part == "hashing":
+        result = bench_hashing(args.tokens, args.before)
     elif args.part == "publisher":
         result = bench_publisher(args.batches, args.events_per_batch)
     else:

@@ -91,6 +91,8 @@ def _replay_parser(commands: argparse._SubParsersAction) -> None:  # type: ignor
 
 
 def _cluster_arguments(p: argparse.ArgumentParser) -> None:
+    from uniradix.events.hashing import HASH_ALGOS
+    from uniradix.events.publisher import SENDERS
     from uniradix.events.wire import WIRE_SHAPES
     from uniradix.sim.router import ROUTERS
 
@@ -100,6 +102,11 @@ def _cluster_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-events-replay", metavar="ENDPOINT", help="replay ROUTER endpoint")
     p.add_argument("--kv-events-wire", choices=WIRE_SHAPES, default="map")
     p.add_argument("--kv-events-topic", default="", help="e.g. kv@{pod}@{model} for llm-d")
+    p.add_argument("--kv-events-hash-algo", choices=HASH_ALGOS, default="sglang_sha256")
+    p.add_argument(
+        "--kv-events-hash-seed", help="vLLM's PYTHONHASHSEED (needed by vllm_sha256_cbor)"
+    )
+    p.add_argument("--kv-events-sender", choices=SENDERS, default="thread")
 
 
 def _cluster(args: argparse.Namespace, options: ReplayOptions) -> int:
@@ -116,6 +123,9 @@ def _cluster(args: argparse.Namespace, options: ReplayOptions) -> int:
             wire=args.kv_events_wire,
             topic=args.kv_events_topic,
             model=args.config,
+            hash_algo=args.kv_events_hash_algo,
+            hash_seed=args.kv_events_hash_seed,
+            sender=args.kv_events_sender,
         )
     summary = run_cluster(options, args.instances, args.router, kv_events)
     print(json.dumps(summary) if args.json else cluster_text(summary))

@@ -27,7 +27,7 @@ def cached_hashes(cache: UnifiedRadixCache, medium: str = "GPU") -> set[int]:
             continue
         path = list(cache.tree.path_to_root(node))
         units = b"".join(n.key for n in reversed(path))
-        digests = page_digests(units, cache.page_size)
+        digests = page_digests(units, cache.page_size, bigram=cache.settings.is_eagle)
         out.update(digest_to_int64(d) for d in digests[-(node.num_tokens // cache.page_size) :])
     return out
 

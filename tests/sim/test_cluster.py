@@ -93,3 +93,24 @@ def test_cli_publishes_while_replaying_and_events_listen_decodes() -> None:
     assert all(
         e["type"] in ("BlockStored", "BlockRemoved", "AllBlocksCleared") for e in first["events"]
     )
+
+
+def test_cli_vllm_block_hashes_route_like_sglang_ones(capsys: pytest.CaptureFixture[str]) -> None:
+    """The cache-aware router reads the index, which hashes requests with the publishers'
+    algorithm: vLLM's sha256_cbor finds exactly the prefixes SGLang's chain finds."""
+    argv = ["replay", "--json", "--max-requests", "30", "--instances", "2", "--config", "full"]
+    argv += ["--router", "cache-aware", "--kv-events", "tcp://127.0.0.1:9"]  # connects: no peer
+    summaries = []
+    for extra in (
+        [],
+        ["--kv-events-hash-algo", "vllm_sha256_cbor", "--kv-events-hash-seed", "0"],
+        ["--kv-events-sender", "inline"],
+    ):
+        assert main([*argv, *extra]) == 0
+        summaries.append(json.loads(capsys.readouterr().out))
+    assert summaries[0]["hit_rate"] > 0
+    for s in summaries[1:]:
+        assert s["hit_rate"] == summaries[0]["hit_rate"]
+        assert s["instances"] == summaries[0]["instances"]
+    assert main([*argv, "--kv-events-hash-algo", "vllm_sha256_cbor"]) != 0
+    assert "needs hash_seed" in capsys.readouterr().err

@@ -23,9 +23,11 @@ import numpy as np
 import zmq
 
 from uniradix.event_sink import MEDIUM_GPU
+from uniradix.events.hashing import block_hashing
 from uniradix.events.types import AllBlocksCleared, BlockStored, KVEvent, KVEventBatch
 from uniradix.events.wire import decode_batch
-from uniradix.page_hash import digest_to_int64, page_digests, salt_seed
+from uniradix.key import RadixKey
+from uniradix.page_hash import chain_digests
 
 REPLAY_WAIT_MS = 2000
 
@@ -48,11 +50,21 @@ class _Instance:
 
 
 class KVEventIndex:
-    def __init__(self, block_size: int, cache_salt: str | None = None) -> None:
+    def __init__(
+        self,
+        block_size: int,
+        cache_salt: str | None = None,
+        hash_algo: str = "sglang_sha256",
+        hash_seed: str | None = None,
+        bigram: bool = False,
+    ) -> None:
+        """`hash_algo`, `hash_seed`, `cache_salt` and `bigram` (EAGLE publishers) must be
+        the publishers' for `prefix_lengths` to find their blocks."""
         if block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {block_size}")
         self.block_size = block_size
-        self._seed = salt_seed(cache_salt)
+        self.bigram = bigram
+        self.hashing = block_hashing(hash_algo, cache_salt, hash_seed, bigram)
         self._instances: dict[str, _Instance] = {}
         self.stats = IndexStats()
         self._ctx: zmq.Context[zmq.Socket[bytes]] | None = None
@@ -121,10 +133,19 @@ class KVEventIndex:
             raise ValueError(f"unknown instance {instance!r}; known: {self.instances}")
         return set(inst.blocks.get((medium, lora_name), ()))
 
-    def page_hashes(self, tokens: Sequence[int] | np.ndarray) -> list[int]:
-        """The published hashes of the whole pages of `tokens`."""
-        units = np.asarray(tokens, dtype="<i8").tobytes()
-        return [digest_to_int64(d) for d in page_digests(units, self.block_size, self._seed)]
+    def page_hashes(
+        self, tokens: Sequence[int] | np.ndarray, lora_name: str | None = None
+    ) -> list[int]:
+        """The published hashes of the whole pages of `tokens` (a request's, from the
+        root)."""
+        units = RadixKey(np.asarray(tokens, dtype=np.int64), is_bigram=self.bigram).units
+        h, bs = self.hashing, self.block_size
+        if h.hasher is None:
+            blob = chain_digests(units, bs, h.seed, self.bigram)
+        else:
+            blob = h.hasher(units, bs, h.seed, lora_name, True)
+        hashes: list[int] = h.published(blob).tolist()
+        return hashes
 
     def prefix_lengths(
         self,
@@ -136,7 +157,7 @@ class KVEventIndex:
         """Tokens of the longest cached prefix of `tokens` per instance (whole pages).
         `hashes` may pass `page_hashes(tokens)` already computed."""
         if hashes is None:
-            hashes = self.page_hashes(tokens)
+            hashes = self.page_hashes(tokens, lora_name)
         out = {}
         for name, inst in self._instances.items():
             blocks = inst.blocks.get((medium, lora_name), set())

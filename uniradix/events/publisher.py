@@ -3,9 +3,16 @@ transport (`reference/kv_events.md` §b): a PUB socket sending `[topic, seq, pay
 an 8-byte big-endian counter from 0 (+1 per batch), and an optional replay ROUTER over a
 ring of the last `buffer_steps` batches.
 
-`publish()` never blocks the scheduler: it puts the batch on a bounded queue that a
-background thread encodes and sends; a full queue drops the batch, counts it, and returns
-False (the caller then resyncs: `uniradix.events.stream`). `NullEventPublisher` counts only.
+`publish()` never blocks the scheduler. With `sender="thread"` (default, as vLLM and SGLang
+do) it puts the batch on a bounded queue that a background thread encodes and sends; a full
+queue drops the batch, counts it, and returns False (the caller then resyncs:
+`uniradix.events.stream`). With `sender="inline"` it encodes and sends in the caller's
+thread (a PUB send only hands the bytes to ZeroMQ's own I/O thread, which needs no GIL); a
+replay socket is then served by a thread that sleeps in ZeroMQ's poll. The thread sender
+keeps encoding off a scheduler that waits on the GPU with the GIL released; the inline one
+suits a CPU-bound caller, where handing each batch to another Python thread costs more GIL
+switches than the encoding it saves (`benchmarks/bench_events.py ops`).
+`NullEventPublisher` counts only.
 """
 
 from __future__ import annotations
@@ -20,17 +27,23 @@ from typing import Protocol
 
 import zmq
 
+from uniradix.events.hashing import block_hashing
 from uniradix.events.types import KVEvent
 from uniradix.events.wire import check_wire, encode_batch
 
 END_SEQ = (-1).to_bytes(8, "big", signed=True)
+SENDERS = ("thread", "inline")
+REPLAY_POLL_MS = 100  # how often an inline publisher's replay thread checks for close()
 
 
 @dataclass(frozen=True)
 class KVEventsConfig:
     """Mirrors vLLM's / SGLang's `KVEventsConfig`. `topic` may use `{pod}` and `{model}`
     (llm-d needs `kv@{pod}@{model}`); `bind=None` binds when the endpoint has `*`, `::`,
-    or is `ipc://` / `inproc://`, else connects. Ports are offset by `dp_rank`."""
+    or is `ipc://` / `inproc://`, else connects. Ports are offset by `dp_rank`.
+    `hash_algo` / `hash_seed` pick the block hash (`uniradix.events.hashing`: SGLang's chain
+    by default, or vLLM's `sha256_cbor` with its `PYTHONHASHSEED`); a `KVEventStream` and a
+    `KVEventIndex` built from this config use them."""
 
     publisher: str = "zmq"
     endpoint: str = "tcp://*:5557"
@@ -44,11 +57,17 @@ class KVEventsConfig:
     dp_rank: int = 0
     pod: str = ""
     model: str = ""
+    hash_algo: str = "sglang_sha256"
+    hash_seed: str | None = None
+    sender: str = "thread"
 
     def __post_init__(self) -> None:
+        if self.sender not in SENDERS:
+            raise ValueError(f"sender must be one of {SENDERS}, got {self.sender!r}")
         if self.publisher not in ("zmq", "null"):
             raise ValueError(f"publisher must be 'zmq' or 'null', got {self.publisher!r}")
         check_wire(self.wire)
+        block_hashing(self.hash_algo, None, self.hash_seed)  # raises for a bad choice
         for name in ("buffer_steps", "hwm", "max_queue_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -102,9 +121,10 @@ class NullEventPublisher:
 
 
 class ZmqEventPublisher:
-    """PUB (+ optional replay ROUTER) publisher. Sockets are made and bound here, then used
-    only by the sender thread. `endpoint` / `replay_endpoint` are the bound addresses (a
-    `*` port resolved)."""
+    """PUB (+ optional replay ROUTER) publisher. Sockets are made and bound here, then the
+    PUB is used only by the sender (the thread, or the caller when inline) and the ROUTER
+    only by the thread. `endpoint` / `replay_endpoint` are the bound addresses (a `*` port
+    resolved)."""
 
     def __init__(self, config: KVEventsConfig) -> None:
         self.config = config
@@ -131,8 +151,12 @@ class ZmqEventPublisher:
             config.max_queue_size
         )
         self._seq = 0
-        self._thread = threading.Thread(target=self._run, name="kv-events", daemon=True)
-        self._thread.start()
+        self._inline = config.sender == "inline"
+        self._closing = False
+        target = self._run if not self._inline else self._serve_replays
+        self._thread = threading.Thread(target=target, name="kv-events", daemon=True)
+        if not self._inline or self._replay is not None:
+            self._thread.start()
 
     @staticmethod
     def _attach(sock: zmq.Socket[bytes], endpoint: str, bind: bool) -> str:
@@ -143,7 +167,13 @@ class ZmqEventPublisher:
         return endpoint
 
     def publish(self, events: list[KVEvent]) -> bool:
-        """Queues one batch (stamped now); False when the queue is full and it was dropped."""
+        """Queues one batch (stamped now), or sends it when inline; False when it was
+        dropped (a full queue)."""
+        if self._inline:
+            self.accepted += 1
+            self._send(encode_batch(events, time.time(), self.config.dp_rank, self.config.wire))
+            self.events_published += len(events)
+            return True
         try:
             self._queue.put_nowait((time.time(), events))
         except queue.Full:
@@ -155,6 +185,7 @@ class ZmqEventPublisher:
     def close(self) -> None:
         """Sends everything queued, then closes the sockets."""
         if self._thread.is_alive():
+            self._closing = True
             self._queue.put(None)  # the stop mark
             self._thread.join()
         self._pub.close()
@@ -165,22 +196,34 @@ class ZmqEventPublisher:
     # ------------------------------------------------------------------ sender thread
     def _run(self) -> None:
         rank, wire = self.config.dp_rank, self.config.wire
+        # Without a replay socket the thread sleeps until a batch comes: a periodic wake-up
+        # would take the GIL from the scheduler 100 times a second for nothing.
+        timeout = None if self._replay is None else 0.01
         while True:
             try:
-                item = self._queue.get(timeout=0.01)
+                item = self._queue.get(timeout=timeout)
                 if item is None:
                     return
                 ts, events = item
-                payload = encode_batch(events, ts, rank, wire)
-                seq = self._seq.to_bytes(8, "big")
-                self._pub.send_multipart((self._topic, seq, payload))
-                self._ring.append((self._seq, payload))
-                self._seq += 1
-                self.published += 1
+                self._send(encode_batch(events, ts, rank, wire))
                 self.events_published += len(events)
             except queue.Empty:
                 pass  # idle: serve replay requests
             while self._replay is not None and self._replay.poll(0):
+                self._serve_replay(self._replay)
+
+    def _send(self, payload: bytes) -> None:
+        self._pub.send_multipart((self._topic, self._seq.to_bytes(8, "big"), payload))
+        self._ring.append((self._seq, payload))
+        self._seq += 1
+        self.published += 1
+
+    def _serve_replays(self) -> None:
+        """The inline publisher's thread: replay requests only (the GIL is free while it
+        waits in ZeroMQ's poll)."""
+        assert self._replay is not None
+        while not self._closing:
+            if self._replay.poll(REPLAY_POLL_MS):
                 self._serve_replay(self._replay)
 
     def _serve_replay(self, sock: zmq.Socket[bytes]) -> None:

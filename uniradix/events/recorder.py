@@ -3,18 +3,28 @@ full KV stored, a leaf's full KV removed, a reset; with a host tier also revival
 demotion, host backup and host eviction, each on its medium) and, once per scheduler step,
 turns it into coalesced `BlockStored` / `BlockRemoved` / `AllBlocksCleared` events.
 
-Hashing is deferred to `take_events()`, so a cache operation pays only for appending a
-record. Each stored node's page digests live in a side table owned here (never in the tree):
-a chain continues from the parent's last digest, a split hands the first pages to the new
-parent (forcing the hash of a still-pending store first), so a split changes no hash and
-emits nothing. Per step, in execution order::
+A cache operation pays only for appending a record (a tuple); hashing and every per-page
+object wait for `take_events()`. Page digests come from the cache's `NodeDigests` (shared
+with L3 storage keys): each page is hashed once while its node lives, a split keeps them,
+and a remove reads them back instead of hashing again. Per step, in execution order::
 
     store(node)   -> BlockStored(hashes of node's pages, parent = parent's last hash)
     remove(node)  -> BlockRemoved(node's hashes, deepest first)
     reset()       -> AllBlocksCleared (what came before it in the step is dropped)
 
 Consecutive stores that chain (same medium and namespace) and consecutive removes of one
-medium are merged into one event, as SGLang does.
+medium are merged into one event, as SGLang does; a merged run's hashes and tokens are
+converted to Python ints in one numpy pass each.
+
+A store and a remove of the same pages within one step are both sent, as vLLM and SGLang
+do: cancelling them is only sound when no other store of the step chains from those pages
+(a host store of a child, say), and a router applying both ends where it started.
+
+EAGLE (bigram) caches publish SGLang's bigram chain (both tokens of each pair hashed, what
+the SGLang router computes for EAGLE workers) with each page's original token ids: a page
+of N bigram units `(t[i], t[i+1])` carries `t[i]`, N tokens, so `len(token_ids) ==
+len(block_hashes) * block_size` holds as llm-d and Dynamo need (SGLang sends the pairs,
+which llm-d and SGLang's own typed decoder cannot read: sglang#39610).
 """
 
 from __future__ import annotations
@@ -23,15 +33,13 @@ import numpy as np
 
 from uniradix.cache.controller import UnifiedRadixCache
 from uniradix.event_sink import MEDIA, MEDIUM_CPU_PINNED, MEDIUM_GPU
+from uniradix.events.hashing import block_hashing
 from uniradix.events.types import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
-from uniradix.page_hash import digest_to_int64, page_digests, salt_seed
+from uniradix.node_digests import NodeDigests
+from uniradix.page_hash import DIGEST_BYTES
 from uniradix.tree.node import TreeNode
 
-
-def _int64s(digests: list[bytes]) -> list[int]:
-    """`digest_to_int64` of each digest, in one numpy pass (flushes convert many)."""
-    values: list[int] = np.frombuffer(b"".join(d[:8] for d in digests), dtype=">i8").tolist()
-    return values
+_BIT = {m: 1 << i for i, m in enumerate(MEDIA)}
 
 
 def holds(node: TreeNode, medium: str) -> bool:
@@ -45,32 +53,43 @@ def holds(node: TreeNode, medium: str) -> bool:
     return False
 
 
-class _Pages:
-    """A node's page digests (root side first) and the media holding them."""
-
-    __slots__ = ("digests", "media")
-
-    def __init__(self, digests: list[bytes], media: set[str]) -> None:
-        self.digests = digests
-        self.media = media
-
-
 class _Store:
-    __slots__ = ("digests", "key", "lora_name", "medium", "node", "parent", "parent_hash")
+    """A recorded store: `node`'s pages below `parent` (as they were when recorded: splits
+    since then may have cut them into several nodes) entered `medium`. Resolved (digests,
+    units, prior digest) at the flush, or at the node's remove if that comes first."""
+
+    __slots__ = ("blob", "lora_name", "medium", "node", "parent", "prior", "units")
 
     def __init__(self, node: TreeNode, medium: str) -> None:
         self.node = node
         self.parent = node.parent
-        self.key = node.key  # the edge as stored: a later split makes new bytes objects
         self.lora_name = node.extra_key
         self.medium = medium
-        self.digests: list[bytes] | None = None
+        self.blob: bytes | None = None
+        self.units = b""
+        self.prior: bytes | None = None
+
+
+class _Run:
+    """Records merged into one event: digests and units joined once at the end."""
+
+    __slots__ = ("blobs", "last", "lora_name", "medium", "parent_hash", "removed", "units")
+
+    def __init__(self, medium: str, removed: bool, lora_name: str | None = None) -> None:
+        self.medium = medium
+        self.removed = removed
+        self.lora_name = lora_name
+        self.blobs: list[bytes] = []
+        self.units: list[bytes] = []
         self.parent_hash: int | None = None
+        self.last: bytes | None = None  # the run's last digest (stores)
 
 
 class EventRecorder:
     """A `CacheEventSink` for one cache. `group_idx` / `kv_cache_spec_kind` describe the
-    published (full-attention) group in map events; `cache_salt` seeds every chain."""
+    published (full-attention) group in map events; `cache_salt` seeds every chain;
+    `hash_algo` (`uniradix.events.hashing.HASH_ALGOS`) picks the block hash, `hash_seed` is
+    vLLM's `PYTHONHASHSEED` for `vllm_sha256_cbor`."""
 
     def __init__(
         self,
@@ -78,161 +97,179 @@ class EventRecorder:
         cache_salt: str | None = None,
         group_idx: int | None = 0,
         kv_cache_spec_kind: str | None = "full_attention",
+        hash_algo: str = "sglang_sha256",
+        hash_seed: str | None = None,
     ) -> None:
-        if cache.settings.is_eagle:
-            raise ValueError("KV events for EAGLE bigram caches are not supported")
         self.cache = cache
         self.block_size = cache.page_size
         self.cache_salt = cache_salt or None
-        self._seed = salt_seed(cache_salt)
+        self._bigram = cache.settings.is_eagle
+        self.hashing = block_hashing(hash_algo, cache_salt, hash_seed, self._bigram)
+        self._seed, self._hasher = self.hashing.seed, self.hashing.hasher
+        self.digests = NodeDigests.of_tree(cache.tree, self._bigram)
         self._group_idx = group_idx
         self._kind = kv_cache_spec_kind
-        self._pages: dict[TreeNode, _Pages] = {}
-        # A remove carries its digests (deepest first): the node may be split after it.
-        self._records: list[_Store | tuple[list[bytes], str] | None] = []  # None = cleared
-        self._pending: dict[TreeNode, _Store] = {}
+        self._media: dict[TreeNode, int] = {}  # announced media of each known node (bits)
+        # In execution order: a store, a remove (its digests, deepest page last, and medium),
+        # or None for a clear.
+        self._records: list[_Store | tuple[bytes, str] | None] = []
+        self._pending: dict[TreeNode, list[_Store]] = {}  # unresolved stores per node
 
     # ------------------------------------------------------------------ sink
     def on_stored(self, node: TreeNode, medium: str) -> None:
-        if node in self._pages or node in self._pending:
+        bit = _BIT[medium]
+        media = self._media.get(node)
+        if media is not None:
             # Known KV on a further medium (revival, load-back, host backup): same hashes.
-            self._records.append(self._again(node, medium))
-            self._pages[node].media.add(medium)
+            self._media[node] = media | bit
+            self._record(node, medium)
             return
         # A component may have split the new leaf before the cache reports it (SWA keeps one
         # window per node): the split-off parents are new too, and are stored first.
         fresh = [node]
         parent = node.parent
-        while (
-            parent is not None
-            and parent.num_tokens
-            and parent not in self._pages
-            and parent not in self._pending
-        ):
+        while parent is not None and parent.num_tokens and parent not in self._media:
             fresh.append(parent)
             parent = parent.parent
         for n in reversed(fresh):
-            record = _Store(n, medium)
-            self._records.append(record)
-            self._pending[n] = record
+            self._media[n] = bit
+            self._record(n, medium)
 
-    def _again(self, node: TreeNode, medium: str) -> _Store:
+    def _record(self, node: TreeNode, medium: str) -> None:
         record = _Store(node, medium)
-        record.digests = list(self._known(node))
-        prior = self._last_digest(node.parent)
-        if prior is not None and prior is not self._seed:
-            record.parent_hash = digest_to_int64(prior)
-        return record
-
-    def _known(self, node: TreeNode) -> list[bytes]:
-        record = self._pending.get(node)
-        return self._pages[node].digests if record is None else self._resolve(record)
+        self._records.append(record)
+        pending = self._pending.get(node)
+        if pending is None:
+            self._pending[node] = [record]
+        else:
+            pending.append(record)
 
     def on_removed(self, node: TreeNode, medium: str) -> None:
-        digests = self._known(node)
-        pages = self._pages[node]
-        pages.media.discard(medium)
-        if not pages.media:
-            del self._pages[node]
-        self._records.append((digests[::-1], medium))
+        known = self._media.get(node)
+        if known is None or not known & _BIT[medium]:
+            return  # never announced there (cached before the recorder came): nothing to undo
+        pending = self._pending.pop(node, None)
+        if pending is not None:  # stored in this step: resolve while the node is attached
+            for record in pending:
+                self._resolve(record)
+        blob = self.digests.node(node, self._seed, self._hasher)
+        media = known & ~_BIT[medium]
+        if media:
+            self._media[node] = media
+        else:
+            del self._media[node]
+            self.digests.forget(node)
+        self._records.append((blob, medium))
 
     def on_cleared(self) -> None:
         self._records = [None]
         self._pending.clear()
-        self._pages.clear()
+        self._media.clear()
+        self.digests.clear()
 
     def redistribute_on_split(self, parent: TreeNode, child: TreeNode, split_len: int) -> None:
-        record = self._pending.get(child)
-        if record is not None:
-            self._resolve(record)
-        pages = self._pages.get(child)
-        if pages is not None:
-            k = split_len // self.block_size
-            self._pages[parent] = _Pages(pages.digests[:k], set(pages.media))
-            pages.digests = pages.digests[k:]
+        # Digests follow the split in `NodeDigests`; pending stores keep their span.
+        media = self._media.get(child)
+        if media is not None:
+            self._media[parent] = media
 
     # ------------------------------------------------------------------ hashing
-    def _last_digest(self, node: TreeNode | None) -> bytes | None:
-        if node is None or node.num_tokens == 0:  # the root: the chain starts at the seed
-            return self._seed
-        record = self._pending.get(node)
-        if record is not None:
-            self._resolve(record)
-        return self._pages[node].digests[-1]
-
-    def _resolve(self, record: _Store) -> list[bytes]:
-        if record.digests is None:
-            prior = self._last_digest(record.parent)
-            if prior is not None and prior is not self._seed:
-                record.parent_hash = digest_to_int64(prior)
-            record.digests = page_digests(record.key, self.block_size, prior)
-            self._pages[record.node] = _Pages(record.digests, {record.medium})
-            del self._pending[record.node]
-        return record.digests
+    def _resolve(self, record: _Store) -> bytes:
+        if record.blob is None:
+            parent = record.parent
+            assert parent is not None
+            span = self.digests.span(record.node, parent, self._seed, self._hasher)
+            record.prior = self.digests.last(parent, self._seed, self._hasher)
+            record.blob = span
+            n, pieces = record.node, []
+            while n is not parent:
+                pieces.append(n.key)
+                n = n.parent  # type: ignore[assignment]
+            record.units = pieces[0] if len(pieces) == 1 else b"".join(reversed(pieces))
+        return record.blob
 
     def hashes(self, node: TreeNode) -> list[int]:
-        """Published hashes of `node`'s pages (root side first); `node` must be stored."""
-        record = self._pending.get(node)
-        if record is not None:
-            self._resolve(record)
-        return [digest_to_int64(d) for d in self._pages[node].digests]
+        """Published hashes of `node`'s pages (root side first)."""
+        values: list[int] = self.hashing.published(
+            self.digests.node(node, self._seed, self._hasher)
+        ).tolist()
+        return values
 
     # ------------------------------------------------------------------ events
     def take_events(self) -> list[KVEvent]:
         """The step's events, coalesced, in execution order; empties the record."""
         records, self._records = self._records, []
-        events: list[KVEvent] = []
+        self._pending.clear()
+        cleared = False
+        runs: list[_Run] = []
         for record in records:
             if record is None:
-                events = [AllBlocksCleared()]
+                cleared, runs = True, []
             elif isinstance(record, _Store):
-                digests = self._resolve(record)
-                hashes = _int64s(digests)
-                tokens = np.frombuffer(record.key, dtype="<i8").tolist()
-                self._add_store(events, hashes, record.parent_hash, tokens, record)
+                self._add_store(runs, record)
             else:
-                deepest_first, medium = record
-                hashes = _int64s(deepest_first)
-                tail = events[-1] if events else None
-                if isinstance(tail, BlockRemoved) and tail.medium == medium:
-                    tail.block_hashes.extend(hashes)
-                else:
-                    events.append(BlockRemoved(hashes, medium, group_idx=self._group_idx))
+                blob, medium = record
+                tail = runs[-1] if runs else None
+                if tail is None or not tail.removed or tail.medium != medium:
+                    tail = _Run(medium, True)
+                    runs.append(tail)
+                tail.blobs.append(blob)
+        events: list[KVEvent] = [AllBlocksCleared()] if cleared else []
+        events.extend(self._event(run) for run in runs)
         return events
 
-    def _add_store(
-        self,
-        events: list[KVEvent],
-        hashes: list[int],
-        parent_hash: int | None,
-        tokens: list[int],
-        record: _Store,
-    ) -> None:
-        tail = events[-1] if events else None
+    def _add_store(self, runs: list[_Run], record: _Store) -> None:
+        blob = self._resolve(record)
+        prior = record.prior
+        root = record.parent is not None and not record.parent.num_tokens
+        tail = runs[-1] if runs else None
         if (
-            isinstance(tail, BlockStored)
-            and tail.medium == record.medium
-            and tail.lora_name == record.lora_name
-            and parent_hash is not None
-            and tail.block_hashes[-1] == parent_hash
+            tail is None
+            or tail.removed
+            or tail.medium != record.medium
+            or tail.lora_name != record.lora_name
+            or root
+            or tail.last != prior
         ):
-            tail.block_hashes.extend(hashes)
-            tail.token_ids.extend(tokens)
-            return
-        events.append(self._stored(hashes, parent_hash, tokens, record.medium, record.lora_name))
+            tail = _Run(record.medium, False, record.lora_name)
+            if not root and prior is not None:
+                tail.parent_hash = int(self.hashing.published(prior)[0])
+            runs.append(tail)
+        tail.blobs.append(blob)
+        tail.units.append(record.units)
+        tail.last = blob[-DIGEST_BYTES:]
+
+    def _event(self, run: _Run) -> KVEvent:
+        published = self.hashing.published
+        if run.removed:
+            hashes = [published(b)[::-1] for b in run.blobs]
+            ints: list[int] = (hashes[0] if len(hashes) == 1 else np.concatenate(hashes)).tolist()
+            return BlockRemoved(ints, run.medium, group_idx=self._group_idx)
+        blob = run.blobs[0] if len(run.blobs) == 1 else b"".join(run.blobs)
+        units = run.units[0] if len(run.units) == 1 else b"".join(run.units)
+        return self._stored(
+            published(blob).tolist(), run.parent_hash, units, run.medium, run.lora_name
+        )
+
+    def _tokens(self, units: bytes) -> list[int]:
+        values = np.frombuffer(units, dtype="<i8")
+        if self._bigram:  # a bigram unit (a, b) is `a << 32 | b`: its page's token is `a`
+            values = values >> 32
+        tokens: list[int] = values.tolist()
+        return tokens
 
     def _stored(
         self,
         hashes: list[int],
         parent_hash: int | None,
-        tokens: list[int],
+        units: bytes,
         medium: str,
         lora_name: str | None,
     ) -> BlockStored:
         return BlockStored(
             hashes,
             parent_hash,
-            tokens,
+            self._tokens(units),
             self.block_size,
             None,
             medium,
@@ -249,17 +286,19 @@ class EventRecorder:
         if medium not in MEDIA:
             raise ValueError(f"unknown medium {medium!r}; choose from {MEDIA}")
         events: list[KVEvent] = []
+        published = self.hashing.published
         for node in self.cache.tree.nodes():
             if not holds(node, medium):
                 continue
-            pages = self._pages.get(node)
-            prior = self._last_digest(node.parent)
-            if pages is None:
-                pages = _Pages(page_digests(node.key, self.block_size, prior), set())
-                self._pages[node] = pages
-            pages.media.add(medium)
-            parent_hash = None if prior is None or prior is self._seed else digest_to_int64(prior)
-            hashes = [digest_to_int64(d) for d in pages.digests]
-            tokens = np.frombuffer(node.key, dtype="<i8").tolist()
-            events.append(self._stored(hashes, parent_hash, tokens, medium, node.extra_key))
+            self._media[node] = self._media.get(node, 0) | _BIT[medium]
+            blob = self.digests.node(node, self._seed, self._hasher)
+            parent = node.parent
+            assert parent is not None
+            parent_hash = None
+            if parent.num_tokens:
+                parent_hash = int(
+                    published(self.digests.last(parent, self._seed, self._hasher) or b"")[0]
+                )
+            hashes: list[int] = published(blob).tolist()
+            events.append(self._stored(hashes, parent_hash, node.key, medium, node.extra_key))
         return events

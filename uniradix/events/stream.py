@@ -23,9 +23,12 @@ class KVEventStream:
         cache: UnifiedRadixCache,
         publishers: Sequence[EventPublisher],
         cache_salt: str | None = None,
+        hash_algo: str = "sglang_sha256",
+        hash_seed: str | None = None,
     ) -> None:
+        """`hash_algo` / `hash_seed`: the block hash (`uniradix.events.hashing`)."""
         self.cache = cache
-        self.recorder = EventRecorder(cache, cache_salt)
+        self.recorder = EventRecorder(cache, cache_salt, hash_algo=hash_algo, hash_seed=hash_seed)
         self.publishers = list(publishers)
         self.events_published = 0
         self.resyncs = 0

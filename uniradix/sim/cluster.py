@@ -141,7 +141,9 @@ class Cluster:
         if not self.specs:
             raise ValueError(f"no request fits full_tokens={options.full_tokens}")
         max_len = max(len(s.prompt) + s.output_len for s in self.specs)
-        self.index = KVEventIndex(ps)
+        hash_algo = kv_events.hash_algo if kv_events is not None else "sglang_sha256"
+        hash_seed = kv_events.hash_seed if kv_events is not None else None
+        self.index = KVEventIndex(ps, hash_algo=hash_algo, hash_seed=hash_seed)
         names = [f"instance-{i}" for i in range(num_instances)]
         self.router_name = router
         self.router = make_router(
@@ -161,7 +163,13 @@ class Cluster:
             scheduler = Scheduler(cache, NullRunner(), [], config, _Listener(self, i))
             metrics = ReplayMetrics(cache, 0, progress=False)
             self.instances.append(
-                Instance(name, cache, scheduler, metrics, KVEventStream(cache, publishers))
+                Instance(
+                    name,
+                    cache,
+                    scheduler,
+                    metrics,
+                    KVEventStream(cache, publishers, hash_algo=hash_algo, hash_seed=hash_seed),
+                )
             )
         self._ready: list[int] = []
         self._blocked: dict[int, list[int]] = {}

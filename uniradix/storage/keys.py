@@ -79,7 +79,7 @@ class KeySpace:
         """Keys of every whole page of `key`, chained from the root of its namespace (its
         `extra_key` and `cache_salt`). A trailing partial page has no key."""
         seed = namespace_seed(key.extra_key, cache_salt)
-        return self.keys(page_digests(key.units, self.page_size, seed))
+        return self.keys(page_digests(key.units, self.page_size, seed, key.is_bigram))
 
 
 class PageKey:

@@ -30,6 +30,8 @@ from typing import Protocol
 
 from uniradix.event_sink import MEDIUM_CPU_PINNED
 from uniradix.key import UNIT_BYTES, RadixKey
+from uniradix.node_digests import NodeDigests
+from uniradix.page_hash import DIGEST_BYTES, namespace_seed
 from uniradix.storage.backend import StorageBackend
 from uniradix.storage.io import BackupWriter
 from uniradix.storage.keys import KeySpace, PageKey
@@ -86,6 +88,7 @@ class StorageTier:
         self.backend = backend
         self.page_size = tier.cache.page_size
         self.keyspace = KeySpace(model_fingerprint, "none", "sim", self.page_size, "full")
+        self.digests = NodeDigests.of_tree(tier.cache.tree, tier.cache.settings.is_eagle)
         self.prefetch_threshold = prefetch_threshold
         self.cache_salt = cache_salt
         self.writer = BackupWriter(backend)
@@ -96,17 +99,18 @@ class StorageTier:
         tier.storage = self
 
     # ------------------------------------------------------------------ backup
-    def _path_key(self, node: TreeNode) -> RadixKey:
-        path = list(self.tier.cache.tree.path_to_root(node))
-        units = b"".join(n.key for n in reversed(path))
-        return RadixKey.from_units(units, node.extra_key, False)
-
     def backup(self, chain: list[TreeNode]) -> None:
         """Queues the pages of a freshly host-backed chain (any order; contiguous)."""
         if not chain:
             return
         deepest = max(chain, key=lambda n: self.tier.cache.tree.prefix_len(n))
-        keys = self.keyspace.keys_for(self._path_key(deepest), self.cache_salt)
+        # The path's digests from the cache's shared table: hashed once per node, not per
+        # backup (the event recorder reads the same ones when the namespace seeds agree).
+        seed = namespace_seed(deepest.extra_key, self.cache_salt)
+        path = self.digests.path(deepest, seed)
+        keys = self.keyspace.keys(
+            [path[a : a + DIGEST_BYTES] for a in range(0, len(path), DIGEST_BYTES)]
+        )
         first = (len(keys) * self.page_size - sum(n.num_tokens for n in chain)) // self.page_size
         pages = keys[max(first, 0) :]
         if not pages:
