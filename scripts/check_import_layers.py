@@ -27,6 +27,8 @@ from pathlib import Path
 # `__init__`. Departures from DESIGN.md's drawing, each for a reason:
 # - `slots` (the slot-array type) and `tree.node` (the node record) sit below `types`: the
 #   params and results in `types` carry slots and nodes, and nodes carry slots;
+# - `node_digests` (the per-tree page-digest table events and L3 keys share) sits just above
+#   `tree`;
 # - `event_sink` (the protocol a sink implements) sits below `components` and `tiers`, which
 #   report to it; `sessions.coverage` (the controller's session bookkeeping) below `cache`;
 #   the rest of `sessions` (streaming sessions) is a user of the cache;
@@ -40,7 +42,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("types", "page_hash"),
     ("memory",),
     ("tree",),
-    ("event_sink",),
+    ("event_sink", "node_digests"),
     ("components",),
     ("sessions.coverage",),
     ("storage",),
