@@ -349,6 +349,8 @@ def test_random_scheduler_runs_keep_every_pool_exact(
             req = sched.running[pick % len(sched.running)]
             left = len(req.token_ids) - req.kv_committed_len
             if op == "finish" or left == 0:
+                # A finished request's id may be reused by the next one admitted.
+                branch_at.pop(id(req), None)
                 sched.finish(req, is_insert=num != 0)
             else:
                 end = min(req.kv_committed_len + 1 + num, len(req.token_ids))
