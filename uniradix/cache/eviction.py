@@ -46,7 +46,7 @@ def evict_components(cache: UnifiedRadixCache, params: EvictParams) -> EvictResu
                 break
             actions: list[FreeSlots] = []
             if victim in leaves:
-                demoted = 0 if demote is None else demote(victim, actions)
+                demoted = 0 if demote is None else demote(victim, actions, tracker)
                 if demoted:  # backed up: the node stays, host-only
                     tracker[0] += demoted
                     if cache.event_sink is not None:
