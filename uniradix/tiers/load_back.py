@@ -238,9 +238,10 @@ def load_back(
     if result.ticket in tier._failed:
         _undo(tier, anchor, result, match, req)
         return match
-    indices = torch.cat([match.device_indices, result.new_indices])
+    # The host hit may cross nodes whose full KV stayed on the device (only their SWA
+    # window or state was on the host): the path's slots, not the match's plus the new ones.
     return match._replace(
-        device_indices=indices,
+        device_indices=tier.cache.path_indices(anchor),
         device_prefix_len=match.device_prefix_len + match.host_hit_length,
         last_device_node=anchor,
         host_hit_length=0,
