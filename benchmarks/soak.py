@@ -2,10 +2,11 @@
 tier, checking every invariant every 1,000 operations and every slot at the end.
 
 Configs: full, swa, mamba, hybrid, each without a host tier and with one under each write
-policy, its transfers acked after a random delay and in random order. Traffic: random prompts drawn from a few shared
-prefixes, branching and repeating, with pools small enough to evict, demote, load back and
-retract all the time. An operation is one public cache call (match, insert, lock, unlock,
-evict, request publish/finish, window frees, load-back, ack drains, host eviction).
+policy, its transfers acked after a random delay and in random order. Traffic: random
+prompts drawn from a few shared prefixes, branching and repeating, with pools small enough
+to evict, demote, load back and retract all the time. An operation is one public cache
+call (match, insert, lock, unlock, evict, request publish/finish, window frees, load-back,
+ack drains, host eviction).
 
     .venv/bin/python benchmarks/soak.py [--ops 1000000] [--seed 0] [--json out.json]
 """

@@ -159,7 +159,7 @@ def test_swa_host_eviction_leaves_a_host_tombstone_and_full_host_eviction_takes_
 
 
 def test_write_back_backs_up_the_victims_window_at_eviction():
-    cache, tier, engine = hybrid_host_cache(
+    cache, _tier, engine = hybrid_host_cache(
         32, 64, write_policy="write_back", sliding_window=4, swa_tokens=16
     )
     r = cache.insert(InsertParams(RadixKey(list(range(1, 9))), alloc(cache, 8)))
@@ -236,7 +236,7 @@ def test_mamba_load_back_copies_the_state_into_a_fresh_slot_and_the_requests_slo
 
 def test_mamba_only_load_back_when_the_full_kv_is_on_the_device():
     cache, tier, engine = hybrid_host_cache(32, 64, mamba_slots=8, host_mamba_slots=4)
-    top, leaf = mamba_chain(cache, tier, engine)
+    _top, leaf = mamba_chain(cache, tier, engine)
     tail = alloc(cache, 12)  # a child without a state makes the leaf internal
     cache.insert(InsertParams(RadixKey(list(range(1, 13))), tail))
     ack_all(tier, engine)
@@ -285,7 +285,7 @@ def pools_free(cache, tier):
 
 
 def test_load_back_with_the_swa_pool_held_by_a_request_fails_and_releases_everything():
-    cache, tier, engine, leaf = demoted_hybrid()
+    cache, tier, _engine, leaf = demoted_hybrid()
     held = alloc(cache, 8)  # a running request holds every SWA slot
     before = pools_free(cache, tier)
     req = Req(token_ids=list(range(1, 10)), req_pool_idx=0)
@@ -301,7 +301,7 @@ def test_load_back_with_the_swa_pool_held_by_a_request_fails_and_releases_everyt
 
 
 def test_load_back_past_the_quota_is_skipped():
-    cache, tier, engine, leaf = demoted_hybrid()
+    cache, tier, engine, _leaf = demoted_hybrid()
     m = cache.match_prefix(MatchPrefixParams(RadixKey(list(range(1, 9)))))
     assert tier.load_back(m, mem_quota=7) is m
     assert tier.stats.load_skipped == 1 and not engine.held
