@@ -339,3 +339,41 @@ def test_the_factory_builds_a_host_tier_on_every_hybrid_config():
         if "mamba_slots" in kw:
             assert caps["host_mamba"] == 16
         cache.check_invariants()
+
+
+def test_write_back_backs_up_an_internal_state_before_its_device_tombstone():
+    cache, tier, engine = hybrid_host_cache(
+        32, 64, write_policy="write_back", mamba_slots=8, host_mamba_slots=4
+    )
+    top, leaf = mamba_chain(cache, tier, engine)
+    assert not engine.batches and values(top, MAMBA) == ([1], None)
+    assert cache.evict(EvictParams(mamba_num=1)).mamba_num_evicted == 1  # top: internal
+    assert engine.ops(1) == [
+        ("full", "d2h", [1, 2, 3, 4], [1, 2, 3, 4]),
+        ("mamba", "d2h", [1], [1]),
+    ]
+    assert values(top, MAMBA) == (None, [1]) and values(top, FULL) == ([1, 2, 3, 4], [1, 2, 3, 4])
+    assert values(leaf, FULL) == ([5, 6, 7, 8], None)  # write-back: only what is evicted
+    m = cache.match_prefix(MatchPrefixParams(RadixKey(list(range(1, 5)))))
+    assert (m.device_prefix_len, m.host_hit_length, m.mamba_host_hit_length) == (0, 4, 1)
+    assert tier.load_back(m).device_prefix_len == 4
+    assert engine.ops(2) == [("mamba", "h2d", [1], [1])]
+    tier.loading_check()
+    cache.check_invariants({"full": 0, "mamba": 0})
+
+
+def test_write_back_backs_up_an_internal_window_before_its_device_tombstone():
+    cache, tier, engine = hybrid_host_cache(
+        32, 64, write_policy="write_back", sliding_window=4, swa_tokens=16
+    )
+    r = cache.insert(InsertParams(RadixKey(list(range(1, 9))), alloc(cache, 8)))
+    top = r.last_device_node.parent
+    assert cache.evict(EvictParams(swa_num_tokens=4)).swa_num_tokens_evicted == 4
+    assert engine.ops(1) == [
+        ("full", "d2h", [1, 2, 3, 4], [1, 2, 3, 4]),
+        ("swa", "d2h", [1, 2, 3, 4], [1, 2, 3, 4]),
+    ]
+    assert values(top, SWA) == (None, [1, 2, 3, 4])
+    m = cache.match_prefix(MatchPrefixParams(RadixKey(list(range(1, 5)))))
+    assert (m.host_hit_length, m.swa_host_hit_length) == (4, 4)
+    cache.check_invariants({"full": 0, "swa": 0})

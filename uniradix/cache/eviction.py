@@ -54,6 +54,8 @@ def evict_components(cache: UnifiedRadixCache, params: EvictParams) -> EvictResu
                 else:
                     _evict_leaf(cache, victim, actions, tracker)
             else:
+                if cache.host_tier.enabled:
+                    cache.host_tier.before_internal_eviction(victim)
                 _evict_internal(cache, victim, c, actions, tracker)
             cache.apply(actions)
     done, extra = [0, 0, 0], None

@@ -10,7 +10,9 @@ host copy (a node whose full host copy goes loses its auxiliary host copies with
 - `demote_aux`: a demoted node's device SWA KV and state go (host copies stay);
 - `drop_aux_host`: a node's auxiliary host copies go with its full host copy;
 - `evict_aux_host`: host eviction of one component, oldest host-only data first, leaving
-  host tombstones (the node and its full KV stay).
+  host tombstones (the node and its full KV stay);
+- `backup_internal`: write-back's backup of an internal node's window or state right before
+  its device tombstone (the reference's `InternalStateBackup`).
 """
 
 from __future__ import annotations
@@ -95,3 +97,25 @@ def evict_aux_host(tier: HostTier, component: Any, num: int) -> int:
         freed += int(slots.shape[0])
         tier.stats.aux_host_evicted[aux_name(component)] += int(slots.shape[0])
     return freed
+
+
+def backup_internal(tier: HostTier, node: TreeNode) -> None:
+    """Host copies of the internal `node`'s device auxiliary data, written and waited for
+    now (its full KV too when it has no host copy: an auxiliary host copy needs one)."""
+    if not any(c.has_value(node) and node.data[c.index].host_value is None for c in tier.aux):
+        return
+    if node.data[0].host_value is None:
+        tier.write_now(node)
+        return
+    ops = backup_ops(tier, [node])
+    if not ops:
+        return
+    ticket = tier.engine.submit(ops)
+    tier.engine.wait(ticket)
+    tier._poll()
+    tier._acked.discard(ticket)
+    if ticket in tier._failed:
+        tier._failed.discard(ticket)
+        for c in tier.aux:  # garbage on the host: the copies go, the tombstone is a loss
+            if c.has_value(node) and node.data[c.index].host_value is not None:
+                tier.host_pools.aux[aux_name(c)].free(c.host.drop(node), node_value=True)

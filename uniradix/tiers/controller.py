@@ -225,17 +225,7 @@ class HostTier(NoHostTier):
         host-only descendants and returns 0, and the caller deletes it."""
         d = node.data[0]
         if d.host_value is None and self.policy is WritePolicy.WRITE_BACK:
-            ticket = self._write([node], node, lock=False)
-            if ticket is not None:
-                self.engine.wait(ticket)  # the device slots are freed right after this
-                self._poll()
-                self._acked.discard(ticket)
-                self._clear_marks(node, "write", ticket)
-                if ticket in self._failed:
-                    self._failed.discard(ticket)
-                    self._drop_failed_backup([node])
-                else:
-                    self._report([node], MEDIUM_CPU_PINNED, stored=True)
+            self.write_now(node)
         if d.host_value is not None:
             aux_tier.demote_aux(self, node, actions, tracker)
             num = self.full.demote(node, actions)
@@ -245,6 +235,28 @@ class HostTier(NoHostTier):
         for child in list(node.children.values()):
             self._drop_host_subtree(child)
         return 0
+
+    def write_now(self, node: TreeNode) -> None:
+        """Write-back of `node` alone, waited for: its device slots are freed right after."""
+        ticket = self._write([node], node, lock=False)
+        if ticket is None:
+            return
+        self.engine.wait(ticket)
+        self._poll()
+        self._acked.discard(ticket)
+        self._clear_marks(node, "write", ticket)
+        if ticket in self._failed:
+            self._failed.discard(ticket)
+            self._drop_failed_backup([node])
+        else:
+            self._report([node], MEDIUM_CPU_PINNED, stored=True)
+
+    def before_internal_eviction(self, node: TreeNode) -> None:
+        """Write-back: an internal node about to lose its device SWA window or Mamba state
+        (a tombstone) gets its host copies first (the reference's `InternalStateBackup`),
+        so the state is demoted, not lost."""
+        if self.policy is WritePolicy.WRITE_BACK:
+            aux_tier.backup_internal(self, node)
 
     def _drop_failed_backup(self, chain: list[TreeNode]) -> None:
         """A backup whose copy raised: its host copies hold garbage, so they go (the nodes

@@ -26,6 +26,10 @@ class NoHostTier:
         units dropped on the way are added to `tracker`."""
         return 0
 
+    def before_internal_eviction(self, node: TreeNode) -> None:
+        """Called before a device tombstone of auxiliary data on the internal `node`."""
+        return
+
     def load_back(
         self, match: MatchResult, mem_quota: int | None = None, req: Req | None = None
     ) -> MatchResult:
