@@ -363,7 +363,7 @@ def test_write_back_backs_up_an_internal_state_before_its_device_tombstone():
 
 
 def test_write_back_backs_up_an_internal_window_before_its_device_tombstone():
-    cache, tier, engine = hybrid_host_cache(
+    cache, _tier, engine = hybrid_host_cache(
         32, 64, write_policy="write_back", sliding_window=4, swa_tokens=16
     )
     r = cache.insert(InsertParams(RadixKey(list(range(1, 9))), alloc(cache, 8)))
