@@ -377,3 +377,45 @@ def test_write_back_backs_up_an_internal_window_before_its_device_tombstone():
     m = cache.match_prefix(MatchPrefixParams(RadixKey(list(range(1, 5)))))
     assert (m.host_hit_length, m.swa_host_hit_length) == (4, 4)
     cache.check_invariants({"full": 0, "swa": 0})
+
+
+def test_a_host_boundary_with_its_state_on_the_device_gives_the_request_that_state():
+    """Found by the engine's equal-output test: the device match stopped above the boundary
+    (no device window there), so the request's slot held a shallower state."""
+    cache, tier, engine = hybrid_host_cache(
+        32, 64, sliding_window=4, swa_tokens=16, mamba_slots=8, host_mamba_slots=4
+    )
+    states = cache.pools.mamba.allocator
+    full = alloc(cache, 12)
+    s1, s2 = states.alloc_one(), states.alloc_one()
+    cache.insert(
+        InsertParams(RadixKey(list(range(1, 5))), full[:4], mamba_value=torch.tensor([s1]))
+    )
+    leaf = cache.insert(
+        InsertParams(RadixKey(list(range(1, 9))), full[:8], 4, mamba_value=torch.tensor([s2]))
+    ).last_device_node
+    cache.insert(InsertParams(RadixKey(list(range(1, 13))), full, 8, swa_evicted_seqlen=8))
+    ack_all(tier, engine)
+    cache.evict(EvictParams(swa_num_tokens=8))  # the windows of [1..4] and [5..8] (states too)
+    s3 = states.alloc_one()  # a request publishes the state at [1..8] again, not the window
+    cache.insert(
+        InsertParams(
+            RadixKey(list(range(1, 9))),
+            full[:8],
+            8,
+            mamba_value=torch.tensor([s3]),
+            swa_evicted_seqlen=8,
+        )
+    )
+    assert values(leaf, SWA)[0] is None and values(leaf, 2) == ([s3], [s2])
+    copies = []
+    cache.pools.mamba.states.copy = lambda src, dst: copies.append((src, dst))
+    req = Req(token_ids=list(range(1, 10)), req_pool_idx=0)
+    m = cache.match_prefix(MatchPrefixParams(RadixKey(list(range(1, 9))), req=req))
+    assert (m.device_prefix_len, m.host_hit_length, m.mamba_host_hit_length) == (0, 8, 0)
+    assert m.last_host_node is leaf and copies == []  # nothing matched on the device
+    assert tier.load_back(m, req=req).device_prefix_len == 8
+    assert copies == [(s3, req.mamba_pool_idx)]
+    assert engine.ops(max(engine.batches)) == [("swa", "h2d", [5, 6, 7, 8], [5, 6, 7, 8])]
+    tier.loading_check()
+    cache.check_invariants({"full": 0, "swa": 0, "mamba": 1})

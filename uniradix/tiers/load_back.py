@@ -106,7 +106,7 @@ def init_load_back(
             cache.dec_lock_ref(device_parent, parent_lock)
         tier.stats.load_failed += 1
         return LoadBackResult(empty, device_parent, None)
-    ops = _commit(tier, segment, plans, reserved, req)
+    ops = _commit(tier, node, segment, plans, reserved, req)
     if cache.event_sink is not None:
         # Announced at submit, as the tree now holds it: the slots are locked until the data
         # lands, and a child inserted meanwhile then has its parent on the device already.
@@ -187,6 +187,7 @@ def _release(tier: HostTier, reserved: _Reserved) -> None:
 
 def _commit(
     tier: HostTier,
+    anchor: TreeNode,
     segment: list[TreeNode],
     plans: list[tuple[Any, list[TreeNode]]],
     reserved: _Reserved,
@@ -219,7 +220,27 @@ def _commit(
                 slot = np.array([reserved.mamba, req.mamba_pool_idx], np.int64)
             ops.append(CopyOp("mamba", Direction.H2D, host, slot))
         tier.stats.aux_loaded[c.name] += int(host.shape[0])
+    anchor_state = _device_state_to_share(tier, anchor, plans, req)
+    if anchor_state is not None:
+        # The state at the host boundary is on the device already, but the request's slot
+        # holds the (shallower) device match's copy: it resumes from the boundary's.
+        assert req is not None and req.mamba_pool_idx is not None
+        mamba = tier.cache.pools.mamba
+        assert mamba is not None
+        mamba.states.copy(anchor_state, req.mamba_pool_idx)
     return ops
+
+
+def _device_state_to_share(
+    tier: HostTier, anchor: TreeNode, plans: list[tuple[Any, list[TreeNode]]], req: Req | None
+) -> int | None:
+    if req is None or req.mamba_pool_idx is None or any(c.name == "mamba" for c, _ in plans):
+        return None
+    for c in tier.aux:
+        if c.name == "mamba":
+            slot: int | None = c.slot(anchor)
+            return slot
+    return None
 
 
 def load_back(
