@@ -59,9 +59,13 @@ class HostMambaComponent(MambaComponent):
             out["mamba_host_hit_length"] = 1
         return out
 
-    def load_plan(self, anchor: TreeNode) -> list[TreeNode]:
-        """`[anchor]` when its state is on the host only, else nothing."""
-        return [anchor] if self.host.is_host_only(anchor) else []
+    def load_plan(self, anchor: TreeNode) -> list[TreeNode] | None:
+        """`[anchor]` when its state is on the host only, nothing when on the device, None
+        when on no tier any more (host eviction since the match)."""
+        d = anchor.data[self.index]
+        if d.value is None and d.host_value is None:
+            return None
+        return [anchor] if d.value is None else []
 
     def commit_load_back(self, node: TreeNode, slot: Slots) -> None:
         d = node.data[self.index]

@@ -65,12 +65,14 @@ class HostSWAComponent(SWAComponent):
         out = super().finalize_match(walk, params)
         best: TreeNode | None = getattr(self._full, "last_best", None)
         if best is not None and self._full is not None and self._full.last_boundary:
-            out["swa_host_hit_length"] = sum(n.num_tokens for n in self.load_plan(best))
+            plan = self.load_plan(best) or []
+            out["swa_host_hit_length"] = sum(n.num_tokens for n in plan)
         return out
 
-    def load_plan(self, anchor: TreeNode) -> list[TreeNode]:
+    def load_plan(self, anchor: TreeNode) -> list[TreeNode] | None:
         """The nodes of the window ending at `anchor` whose SWA is on the host only,
-        root-first (what a load-back anchored there must bring back)."""
+        root-first (what a load-back anchored there must bring back); None when no tier
+        holds that window any more (host eviction since the match)."""
         plan, covered, i = [], 0, self.index
         for n in self.tree.path_to_root(anchor):
             if covered >= self.window:
@@ -78,7 +80,7 @@ class HostSWAComponent(SWAComponent):
             d = n.data[i]
             if d.value is None:
                 if d.host_value is None:
-                    break  # a gap: the validator accepted `anchor` through a gap-free path
+                    return None  # a gap inside the window
                 plan.append(n)
             covered += n.num_tokens
         plan.reverse()

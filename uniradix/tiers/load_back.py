@@ -79,8 +79,11 @@ def init_load_back(
     device_parent = segment[0].parent if segment else node
     assert device_parent is not None
     empty = cache.to_device(np.empty(0, np.int64))
-    plans = [(c, c.load_plan(node)) for c in tier.aux]
-    plans = [(c, plan) for c, plan in plans if plan]
+    found = [(c, c.load_plan(node)) for c in tier.aux]
+    if any(plan is None for _, plan in found):  # the match is stale: recompute instead
+        tier.stats.load_failed += 1
+        return LoadBackResult(empty, device_parent, None)
+    plans = [(c, plan) for c, plan in found if plan]
     num = sum(n.num_tokens for n in segment)
     if num == 0 and not plans:
         return LoadBackResult(empty, node, None)
@@ -250,6 +253,11 @@ def load_back(
     request recomputes the host part). Waits for the copy, so one that raised is undone."""
     anchor = match.last_host_node
     if match.host_hit_length == 0 or anchor is None or anchor is match.last_device_node:
+        return match
+    if not tier.cache.tree.in_tree(anchor):
+        # Evicted from the host since the match (e.g. making room for the request's Mamba
+        # slots wrote a victim back and the host pool gave way): the request recomputes.
+        tier.stats.load_failed += 1
         return match
     result = init_load_back(tier, anchor, mem_quota, req)
     if result.ticket is None:
