@@ -419,3 +419,19 @@ def test_a_host_boundary_with_its_state_on_the_device_gives_the_request_that_sta
     assert engine.ops(max(engine.batches)) == [("swa", "h2d", [5, 6, 7, 8], [5, 6, 7, 8])]
     tier.loading_check()
     cache.check_invariants({"full": 0, "swa": 0, "mamba": 1})
+
+
+def test_a_load_back_whose_window_was_host_evicted_since_the_match_recomputes():
+    cache, tier, engine, leaf = demoted_hybrid()
+    req = Req(token_ids=list(range(1, 10)), req_pool_idx=0)
+    m = cache.match_prefix(MatchPrefixParams(RadixKey(list(range(1, 9))), req=req))
+    assert m.host_hit_length == 8
+    tier.evict_host_aux("swa", 8)  # host pressure between the match and the load-back
+    before = pools_free(cache, tier)
+    assert tier.load_back(m, req=req) is m
+    assert tier.stats.load_failed == 1 and pools_free(cache, tier) == before
+    assert not tier.loads and max(engine.batches) == 1  # nothing submitted
+    tier.evict_host(8)  # and once the anchor itself is gone
+    assert leaf.parent is None and tier.load_back(m, req=req) is m
+    assert tier.stats.load_failed == 2
+    cache.check_invariants({"full": 0, "swa": 0, "mamba": 1})
