@@ -1,12 +1,12 @@
 """Soak: a million random cache operations through the scheduler, with and without the host
 tier, checking every invariant every 1,000 operations and every slot at the end.
 
-Configs: full, swa, mamba, hybrid without a host tier, and full with a host tier under each
-write policy (the host tier covers full attention only so far), its transfers acked after
-a random delay and in random order. Traffic: random prompts drawn from a few shared
-prefixes, branching and repeating, with pools small enough to evict, demote, load back and
-retract all the time. An operation is one public cache call (match, insert, lock, unlock,
-evict, request publish/finish, window frees, load-back, ack drains, host eviction).
+Configs: full, swa, mamba, hybrid, each without a host tier and with one under each write
+policy, its transfers acked after a random delay and in random order. Traffic: random
+prompts drawn from a few shared prefixes, branching and repeating, with pools small enough
+to evict, demote, load back and retract all the time. An operation is one public cache
+call (match, insert, lock, unlock, evict, request publish/finish, window frees, load-back,
+ack drains, host eviction).
 
     .venv/bin/python benchmarks/soak.py [--ops 1000000] [--seed 0] [--json out.json]
 """
@@ -169,7 +169,11 @@ def soak_one(name: str, policy: str | None, ops: int, seed: int) -> dict[str, An
             tier = cache.host_tier
             if isinstance(tier, HostTier):
                 for key, value in tier.stats.as_dict().items():
-                    tier_stats[key] = tier_stats.get(key, 0) + value
+                    if isinstance(value, dict):  # per auxiliary component
+                        for aux, num in value.items():
+                            tier_stats[f"{key}_{aux}"] = tier_stats.get(f"{key}_{aux}", 0) + num
+                    else:
+                        tier_stats[key] = tier_stats.get(key, 0) + value
                 tier.evict_host(tier.host_pools.full.capacity)
                 capacities |= tier.host_pools.capacities()
             cache.check_invariants(dict.fromkeys(["full", "swa", "mamba", "req"], 0))
@@ -206,8 +210,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args()
-    runs: list[tuple[str, str | None]] = [(c, None) for c in ("full", "swa", "mamba", "hybrid")]
-    runs += [("full", p) for p in ("write_through", "write_through_selective", "write_back")]
+    policies = (None, "write_through", "write_through_selective", "write_back")
+    runs = [(c, p) for c in ("full", "swa", "mamba", "hybrid") for p in policies]
     rows = []
     for i, (name, policy) in enumerate(runs):
         row = soak_one(name, policy, args.ops // len(runs), args.seed + i)

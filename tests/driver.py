@@ -34,7 +34,7 @@ class MiniScheduler:
         req = Req(token_ids=list(tokens), req_pool_idx=row, extra_key=extra_key)
         prompt_key = cache.make_key(tokens[:-1], extra_key)  # the last token is always computed
         m = cache.match_prefix(MatchPrefixParams(prompt_key, req=req))
-        m = cache.host_tier.load_back(m)  # the host hit, if any, back on the device
+        m = cache.host_tier.load_back(m, req=req)  # the host hit, if any, back on the device
         req.lock = cache.inc_lock_ref(m.last_device_node)
         req.last_node = m.last_device_node
         cache.pools.req_to_token_pool.write(row, 0, m.device_indices)

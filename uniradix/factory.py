@@ -10,7 +10,9 @@ import torch
 from uniradix.cache.controller import UnifiedRadixCache
 from uniradix.cache.disabled import DisabledRadixCache
 from uniradix.components.full_host import HostFullComponent
+from uniradix.components.mamba_host import HostMambaComponent
 from uniradix.components.registry import DEFAULT_REGISTRY, ComponentRegistry, ComponentSpec
+from uniradix.components.swa_host import HostSWAComponent
 from uniradix.memory.allocator import TokenSlotAllocator
 from uniradix.memory.kv_pool import KVPool
 from uniradix.memory.mamba_pool import MambaReqPool, MambaSlotAllocator, MambaStatePool
@@ -164,9 +166,12 @@ def build_cache(
         if config.storage_url is not None or config.storage_backend is not None:
             raise ValueError("storage_url / storage_backend need a host tier (host_tokens)")
         return UnifiedRadixCache(pools, settings, components, registry=registry)
-    cache = UnifiedRadixCache(
-        pools, settings, components, {ComponentType.FULL: HostFullComponent}, registry=registry
-    )
+    host_halves = {
+        ComponentType.FULL: HostFullComponent,
+        ComponentType.SWA: HostSWAComponent,
+        ComponentType.MAMBA: HostMambaComponent,
+    }
+    cache = UnifiedRadixCache(pools, settings, components, host_halves, registry=registry)
     attach_host_tier(cache, config)
     attach_storage_tier(cache, config)
     return cache

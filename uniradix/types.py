@@ -96,7 +96,8 @@ class MatchResult(NamedTuple):
     `host_hit_length` units past the device prefix are on the host only, ending at
     `last_host_node` (usable after a load-back); `best_match_node` is the deepest usable node
     on any tier (both are `last_device_node` when the host adds nothing, None without a host
-    tier). (A typed NamedTuple rather
+    tier). `swa_host_hit_length` / `mamba_host_hit_length` say what of the auxiliary state
+    at that boundary a load-back must bring from the host. (A typed NamedTuple rather
     than a dataclass: it is built on every lookup, and this is 3x cheaper to construct.)
     """
 
@@ -108,6 +109,8 @@ class MatchResult(NamedTuple):
     host_hit_length: int = 0
     last_host_node: TreeNode | None = None
     best_match_node: TreeNode | None = None
+    swa_host_hit_length: int = 0  # window tokens at the host boundary whose SWA is host-only
+    mamba_host_hit_length: int = 0  # 1 when the state at the host boundary is host-only
 
 
 @dataclass(frozen=True, slots=True)

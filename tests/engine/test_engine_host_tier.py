@@ -52,3 +52,38 @@ def test_generation_with_a_host_tier_equals_no_cache(
     assert tier.engine.bytes_moved[next(iter(tier.engine.bytes_moved))] > 0
     eng.cache.check_invariants()
     tier.close()
+
+
+@pytest.mark.parametrize("page_size", [1, 4])
+@pytest.mark.parametrize(
+    ("config", "policy"),
+    [
+        ("swa", "write_through"),
+        ("mamba", "write_back"),
+        ("hybrid", "write_through"),
+        ("hybrid", "write_back"),
+    ],
+)
+def test_hybrid_generation_with_a_host_tier_equals_no_cache(
+    config: str, policy: str, page_size: int, device: str
+) -> None:
+    """SWA windows and Mamba states make the round trip through the host too: a small
+    device pool demotes them, and load-backs bring them (and the full KV) back."""
+    model = model_for(config, device)
+    prompts = shared_prompts()
+    engine = "cuda" if device == "cuda" else "sync"
+    sizes: dict[str, object] = {"full_tokens": 48, "host_tokens": 256}
+    if config != "mamba":
+        sizes["swa_tokens"] = 24
+    cfg = engine_config(config, page_size, host_engine=engine, write_policy=policy, **sizes)
+    eng = Engine(model, cfg)
+    result = eng.generate(prompts, MAX_NEW_TOKENS)
+    assert_equal_to_no_cache(model, prompts, result)
+    tier = eng.cache.host_tier
+    assert isinstance(tier, HostTier)
+    assert tier.stats.demoted_tokens > 0 and tier.stats.loaded_tokens > 0
+    for c in tier.aux:  # every auxiliary component's data went to the host and came back
+        assert tier.stats.aux_written[c.name] > 0 and tier.stats.aux_loaded[c.name] > 0, c.name
+    assert set(tier.engine.copiers) == {"full", *(c.name for c in tier.aux)}
+    eng.cache.check_invariants()
+    tier.close()

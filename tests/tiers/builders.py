@@ -1,11 +1,13 @@
-"""Builders for host-tier tests: a full-attention cache with a host tier whose transfers
-are held until the test releases them."""
+"""Builders for host-tier tests: a full-attention or hybrid cache with a host tier whose
+transfers are held until the test releases them."""
 
 from __future__ import annotations
 
 from tests.tiers.held_engine import HeldEngine
 from uniradix import CacheConfig, UnifiedRadixCache, build_cache
 from uniradix.components.full_host import HostFullComponent
+from uniradix.components.mamba_host import HostMambaComponent
+from uniradix.components.swa_host import HostSWAComponent
 from uniradix.memory.host_pools import HostPools
 from uniradix.tiers.controller import HostTier
 from uniradix.types import ComponentType
@@ -25,4 +27,48 @@ def host_cache(
     )
     engine = HeldEngine()
     tier = HostTier(cache, HostPools(host_tokens, page_size), engine, write_policy, **kwargs)  # type: ignore[arg-type]
+    return cache, tier, engine
+
+
+def hybrid_host_cache(
+    full_tokens: int = 32,
+    host_tokens: int = 64,
+    page_size: int = 1,
+    write_policy: str = "write_through",
+    sliding_window: int | None = None,
+    swa_tokens: int | None = None,
+    mamba_slots: int | None = None,
+    host_swa_tokens: int | None = None,
+    host_mamba_slots: int | None = None,
+) -> tuple[UnifiedRadixCache, HostTier, HeldEngine]:
+    """A full+SWA, full+Mamba or full+SWA+Mamba cache with host halves and a host tier whose
+    transfers are held until the test releases them."""
+    config = CacheConfig(
+        full_tokens=full_tokens,
+        page_size=page_size,
+        max_context_len=256,
+        sliding_window=sliding_window,
+        swa_tokens=swa_tokens,
+        mamba_slots=mamba_slots,
+        mamba_extra_buffer=mamba_slots is not None and page_size > 1,
+    )
+    base = build_cache(config)
+    cache = UnifiedRadixCache(
+        base.pools,
+        base.settings,
+        config.components(),
+        {
+            ComponentType.FULL: HostFullComponent,
+            ComponentType.SWA: HostSWAComponent,
+            ComponentType.MAMBA: HostMambaComponent,
+        },
+    )
+    engine = HeldEngine()
+    pools = HostPools(
+        host_tokens,
+        page_size,
+        None if sliding_window is None else (host_swa_tokens or host_tokens),
+        None if mamba_slots is None else (host_mamba_slots or 8),
+    )
+    tier = HostTier(cache, pools, engine, write_policy)
     return cache, tier, engine

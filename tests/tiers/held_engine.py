@@ -26,6 +26,9 @@ class HeldEngine:
         return ticket
 
     def release(self, ticket: int) -> None:
+        """Acks `ticket`; a no-op once `wait` acked it (`load_back` waits for its batch)."""
+        if ticket not in self.held and ticket in self.batches:
+            return
         self.held.remove(ticket)
         self._released.append(ticket)
 

@@ -63,7 +63,7 @@ def test_demotion_keeps_the_node_matchable_and_load_back_revives_it():
     assert top.data[0].value.tolist() == dst[:4] and leaf.data[0].value.tolist() == dst[4:]
     assert leaf.data[0].lock_ref == 1 and top.data[0].metadata == {"load": 3}
     check(cache, held=3)
-    engine.release(3)
+    assert 3 not in engine.held  # load_back waited for its batch (a failed copy is undone)
     tier.loading_check()
     assert leaf.data[0].lock_ref == 0 and leaf.data[0].metadata is None
     assert match(cache, [1, 2, 3, 4, 5, 6, 7]).device_prefix_len == 6
@@ -279,13 +279,33 @@ def test_a_failed_write_back_at_eviction_is_a_real_loss():
     check(cache)
 
 
-def test_a_failed_load_back_fails_loudly():
+def test_a_failed_load_back_copy_degrades_to_the_device_only_hit():
     cache, tier, engine = host_cache()
-    insert_fresh(cache, [1, 2, 3, 4])
+    node = insert_fresh(cache, [1, 2, 3, 4])[0].last_device_node
     engine.release(1)
     tier.writing_check()
     cache.evict(EvictParams(num_tokens=4))
-    tier.load_back(match(cache, [1, 2, 3, 4, 5]))
+    m = match(cache, [1, 2, 3, 4, 5])
+    engine.failing.add(2)
+    loaded = tier.load_back(m)
+    assert loaded is m and loaded.device_prefix_len == 0  # the request recomputes
+    assert node.data[0].value is None and node.data[0].host_value.tolist() == [1, 2, 3, 4]
+    assert node.data[0].lock_ref == 0 and node.data[0].metadata is None and not tier.loads
+    assert tier.stats.load_copy_failed == 1 and tier.stats.loaded_tokens == 0
+    assert cache.pools.kv_allocator.available_size() == 16
+    tier.loading_check()  # nothing left to commit, nothing raised
+    check(cache)
+    engine.failing.clear()
+    assert tier.load_back(match(cache, [1, 2, 3, 4, 5])).device_prefix_len == 4
+
+
+def test_a_failed_asynchronous_init_load_back_fails_loudly_at_the_ack():
+    cache, tier, engine = host_cache()
+    node = insert_fresh(cache, [1, 2, 3, 4])[0].last_device_node
+    engine.release(1)
+    tier.writing_check()
+    cache.evict(EvictParams(num_tokens=4))
+    tier.init_load_back(node)
     engine.failing.add(2)
     engine.release(2)
     with pytest.raises(RuntimeError, match="load-back batch 2 failed"):
@@ -332,11 +352,9 @@ def test_a_host_pin_keeps_a_host_leaf_and_a_bad_release_raises():
     check(cache)
 
 
-def test_hybrid_caches_refuse_a_host_tier_for_now():
+def test_bad_host_tier_configs_are_refused():
     from uniradix import CacheConfig, build_cache
 
-    with pytest.raises(ValueError, match="full attention only"):
-        build_cache(CacheConfig(full_tokens=64, sliding_window=8, host_tokens=128))
     with pytest.raises(ValueError, match="host_tokens"):
         build_cache(CacheConfig(full_tokens=64, host_tokens=8, hicache_ratio=2.0))
     with pytest.raises(ValueError, match="write policy"):

@@ -46,7 +46,7 @@ def evict_components(cache: ControllerView, params: EvictParams) -> EvictResult:
                 break
             actions: list[FreeSlots] = []
             if victim in leaves:
-                demoted = 0 if demote is None else demote(victim, actions)
+                demoted = 0 if demote is None else demote(victim, actions, tracker)
                 if demoted:  # backed up: the node stays, host-only
                     tracker[0] += demoted
                     if cache.event_sink is not None:
@@ -54,6 +54,8 @@ def evict_components(cache: ControllerView, params: EvictParams) -> EvictResult:
                 else:
                     _evict_leaf(cache, victim, actions, tracker)
             else:
+                if cache.host_tier.enabled:
+                    cache.host_tier.before_internal_eviction(victim)
                 _evict_internal(cache, victim, c, actions, tracker)
             cache.apply(actions)
     done, extra = [0, 0, 0], None

@@ -18,10 +18,12 @@ them back to their pools.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from uniradix.components.base import TreeComponent
 from uniradix.components.full import FullComponent
 from uniradix.tree.core import MatchWalk, TreeCore, Validator
 from uniradix.tree.leaves import EvictableLeaves
@@ -40,6 +42,9 @@ class HostFullComponent(FullComponent):
         super().__init__(index, tree, settings)
         self.host_leaves = EvictableLeaves(tree.leaves.policy)
         self.host_tokens = 0  # host slots held by the tree
+        self.aux_hosts: list[Any] = []
+        self.last_best: TreeNode | None = None  # the last match's end on either tier
+        self.last_boundary = 0  # and its length (0: no host hit)
 
     def reset(self) -> None:
         super().reset()
@@ -63,24 +68,41 @@ class HostFullComponent(FullComponent):
         else:
             self.host_leaves.discard(node)
 
+    def attach_peers(self, components: Sequence[TreeComponent]) -> None:
+        """The auxiliary components with a host half (`host_match_validator`): a host hit
+        must suit them too."""
+        self.aux_hosts = [c for c in components[1:] if hasattr(c, "host_match_validator")]
+
     # ------------------------------------------------------------------ match
     def match_validator(self) -> Validator | None:
         return _on_device
 
     def finalize_match(self, walk: MatchWalk, params: MatchPrefixParams) -> dict[str, Any]:
-        """The host hit: the host-only nodes right after the device prefix."""
+        """The host hit: the path past the device match up to the deepest node every
+        component accepts with its data on either tier (full KV always is on one; SWA needs
+        a window live on either, Mamba a state on either). Records the boundary for the
+        auxiliary components' own finalizers, which run next."""
         path, k = walk.path, walk.num_accepted
         last_device = path[k - 1] if k else self.tree.root
-        host: list[TreeNode] = []
-        for node in path[k:]:
-            d = node.data[0]
-            if d.value is not None or d.host_value is None:
-                break
-            host.append(node)
+        deepest = k
+        if k < len(path):
+            validators = [c.host_match_validator() for c in self.aux_hosts]
+            for i, node in enumerate(path):
+                ok = True
+                for validate in validators:
+                    ok = validate(node) and ok
+                if ok:
+                    deepest = i + 1
+        host = path[k:deepest] if deepest > k else []
+        self.last_best = host[-1] if host else last_device
+        self.last_boundary = sum(n.num_tokens for n in path[:deepest]) if host else 0
         if not host:
             return {"last_host_node": last_device, "best_match_node": last_device}
         self.tree.touch_path(host)  # later than the device part: deeper is fresher
         self.host_leaves.refresh(host[-1])
+        for c in self.aux_hosts:
+            for node in host:
+                c.host.touch(node)
         return {
             "host_hit_length": sum(n.num_tokens for n in host),
             "last_host_node": host[-1],

@@ -31,24 +31,45 @@ def host_capacity(device_tokens: int, host_tokens: int | None, hicache_ratio: fl
 
 
 class HostPools:
-    """Host slot allocators by pool name ("full" today; one per component pool)."""
+    """Host slot allocators by pool name: "full" KV, and with a hybrid model "swa" KV (whole
+    pages) and "mamba" states (one slot each, page size 1)."""
 
-    def __init__(self, full_tokens: int, page_size: int) -> None:
+    def __init__(
+        self,
+        full_tokens: int,
+        page_size: int,
+        swa_tokens: int | None = None,
+        mamba_slots: int | None = None,
+    ) -> None:
         self.full = TokenSlotAllocator(full_tokens, page_size)
-        self.peak_used = {"full": 0}
+        self.aux: dict[str, TokenSlotAllocator] = {}
+        if swa_tokens is not None:
+            self.aux["swa"] = TokenSlotAllocator(swa_tokens, page_size)
+        if mamba_slots is not None:
+            self.aux["mamba"] = TokenSlotAllocator(mamba_slots, 1)
+        self.peak_used = {name: 0 for name in self.names()}
+
+    def names(self) -> list[str]:
+        return ["full", *self.aux]
+
+    def pool(self, name: str) -> TokenSlotAllocator:
+        return self.full if name == "full" else self.aux[name]
 
     def capacities(self) -> dict[str, int]:
-        return {"host_full": self.full.capacity}
+        return {f"host_{n}": self.pool(n).capacity for n in self.names()}
 
     def available(self) -> dict[str, int]:
-        return {"host_full": self.full.available_size()}
+        return {f"host_{n}": self.pool(n).available_size() for n in self.names()}
 
     def note_usage(self) -> None:
-        """Records the high-water mark of host slots in use."""
-        used = self.full.used_size()
-        if used > self.peak_used["full"]:
-            self.peak_used["full"] = used
+        """Records the high-water mark of host slots in use, per pool."""
+        for name in self.names():
+            used = self.pool(name).used_size()
+            if used > self.peak_used[name]:
+                self.peak_used[name] = used
 
     def reset(self) -> None:
         self.full.reset()
-        self.peak_used = {"full": 0}
+        for pool in self.aux.values():
+            pool.reset()
+        self.peak_used = {name: 0 for name in self.names()}

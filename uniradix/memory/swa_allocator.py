@@ -74,6 +74,22 @@ class SWASlotAllocator:
         self.full_to_swa[to_numpy(full)] = to_numpy(swa)
         return full
 
+    def alloc_swa_for(self, full: Slots) -> Slots | None:
+        """Gives allocated full slots without SWA peers (whole pages) fresh SWA peers and
+        returns them, or None when the SWA pool is short (nothing changes). Used when the host
+        tier loads a window's SWA KV back under full KV that stayed on the device."""
+        pages = self._pages(full, node_value=True)
+        if pages.size == 0:
+            return np.empty(0, np.int64)
+        if np.count_nonzero(self._peers(pages)):
+            raise ValueError(f"alloc_swa_for: full slots {full[:8].tolist()} already have peers")
+        swa = self.swa.alloc(int(full.shape[0]))
+        if swa is None:
+            return None
+        peers = to_numpy(swa)
+        self.full_to_swa[full] = peers
+        return peers
+
     def translate(self, full: torch.Tensor | Slots) -> Slots:
         """SWA peers of full slots (0 where the peer was freed); raises on a slot outside the
         pool."""

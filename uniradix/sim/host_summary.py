@@ -13,9 +13,11 @@ def host_summary(
     cache: UnifiedRadixCache, hit_tokens: int, host_hit_tokens: int, kv_bytes_per_token: int
 ) -> dict[str, Any]:
     """Fields merged into the replay summary. `hit_tokens_by_tier` always (the host part is
-    0 without a host tier); with one, `host_full` under `components` and `leaked`, and a
-    `host_tier` block. Bytes are what a model moving `kv_bytes_per_token` per token would
-    transfer (the replay itself moves no tensor data)."""
+    0 without a host tier); with one, `host_full` (and `host_swa`, `host_mamba` on hybrid
+    models) under `components` and `leaked`, and a `host_tier` block (its counters include
+    `load_failed` and `load_copy_failed`: load-backs that degraded to a recompute). Bytes
+    are what a model moving `kv_bytes_per_token` per token would transfer (the replay itself
+    moves no tensor data; SWA and Mamba bytes are not counted in them)."""
     out: dict[str, Any] = {
         "hit_tokens_by_tier": {"device": hit_tokens - host_hit_tokens, "host": host_hit_tokens}
     }
@@ -27,18 +29,29 @@ def host_summary(
         by_tier["storage"] = tier.storage.stats.hit_tokens
         by_tier["host"] -= by_tier["storage"]
         out["storage"] = tier.storage.counters()
-    pool, stats = tier.host_pools.full, tier.stats
-    used = pool.used_size()
+    stats, pools = tier.stats, tier.host_pools
+    used = pools.full.used_size()
     out["host_components"] = {
         "host_full": {
-            "capacity": pool.capacity,
-            "peak_used": tier.host_pools.peak_used["full"],
+            "capacity": pools.full.capacity,
+            "peak_used": pools.peak_used["full"],
             "final_used": used,
             "evicted": stats.host_evicted_tokens,
             "hit_tokens": host_hit_tokens,
         }
     }
     out["host_leaked"] = {"host_full": used - tier.full.host_tokens}
+    for c in tier.aux:  # SWA slots and Mamba states: held by the tree or leaked
+        pool = pools.aux[c.name]
+        out["host_components"][f"host_{c.name}"] = {
+            "capacity": pool.capacity,
+            "peak_used": pools.peak_used[c.name],
+            "final_used": pool.used_size(),
+            "evicted": stats.aux_host_evicted[c.name],
+            "written": stats.aux_written[c.name],
+            "loaded": stats.aux_loaded[c.name],
+        }
+        out["host_leaked"][f"host_{c.name}"] = pool.used_size() - c.host.units
     out["host_tier"] = {
         "write_policy": tier.policy.value,
         **stats.as_dict(),

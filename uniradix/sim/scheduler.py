@@ -288,7 +288,7 @@ class Scheduler:
         device_hit = match.device_prefix_len
         if match.host_hit_length:
             match = self._load_back(
-                match, spec.output_len - (previous.num_output if previous else 0), len(tokens)
+                match, spec.output_len - (previous.num_output if previous else 0), len(tokens), req
             )
         req.lock = cache.inc_lock_ref(match.last_device_node)
         req.last_node = match.last_device_node
@@ -318,14 +318,16 @@ class Scheduler:
         self.listener.on_admit(request, match)
         return entry
 
-    def _load_back(self, match: MatchResult, outputs_left: int, prompt_len: int) -> MatchResult:
+    def _load_back(
+        self, match: MatchResult, outputs_left: int, prompt_len: int, req: Req
+    ) -> MatchResult:
         """Loads the match's host hit back to the device when the whole request would fit
         (the loaded tokens are slots it would allocate anyway); otherwise `match`."""
         cache = self.cache
         room = cache.pools.available()["full"] + cache.evictable_size() - self._reserved()
         need = self._page_ceil(prompt_len) - match.device_prefix_len - match.host_hit_length
         need += math.ceil(self.config.decode_reserve_ratio * outputs_left)
-        return cache.host_tier.load_back(match, max(0, room - need))
+        return cache.host_tier.load_back(match, max(0, room - need), req)
 
     def _after_prefill(self, entry: ForwardEntry, token: int | None) -> None:
         request = entry.request

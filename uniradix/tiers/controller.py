@@ -21,8 +21,8 @@ Load-back lives in `uniradix.tiers.load_back`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import Protocol
+from dataclasses import dataclass, field, fields
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -30,6 +30,7 @@ from uniradix.components.full_host import HostFullComponent
 from uniradix.event_sink import MEDIUM_CPU_PINNED
 from uniradix.memory.allocator import to_numpy
 from uniradix.memory.host_pools import HostPools
+from uniradix.tiers import aux_tier
 from uniradix.tiers import load_back as loads
 from uniradix.tiers.host_checks import check_host_tier
 from uniradix.tiers.null import NoHostTier
@@ -37,7 +38,7 @@ from uniradix.tiers.transfer import CopyOp, Direction, TransferEngine
 from uniradix.tiers.views import CacheView
 from uniradix.tiers.write_policy import WritePolicy
 from uniradix.tree.node import TreeNode
-from uniradix.types import ComponentType, FreeSlots, IncLockRefResult, MatchResult, Slots
+from uniradix.types import ComponentType, FreeSlots, IncLockRefResult, MatchResult, Req, Slots
 
 
 class CacheWithHostTier(CacheView, Protocol):
@@ -57,10 +58,16 @@ class HostTierStats:
     host_evicted_tokens: int = 0  # host-only data dropped by host eviction
     write_skipped_tokens: int = 0  # backups the host pool could not take
     load_skipped: int = 0  # load-backs declined (threshold, quota)
-    load_failed: int = 0  # load-backs that found no device room
+    load_failed: int = 0  # load-backs that found no device room (they recompute)
+    load_copy_failed: int = 0  # load-backs whose copy raised (undone: they recompute)
     write_failed_tokens: int = 0  # backups whose copy raised (host copies dropped)
+    # auxiliary components by name ("swa" slots, "mamba" states)
+    aux_written: dict[str, int] = field(default_factory=dict)
+    aux_loaded: dict[str, int] = field(default_factory=dict)
+    aux_write_skipped: dict[str, int] = field(default_factory=dict)
+    aux_host_evicted: dict[str, int] = field(default_factory=dict)
 
-    def as_dict(self) -> dict[str, int]:
+    def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
@@ -79,11 +86,13 @@ class HostTier(NoHostTier):
         full = cache.component(ComponentType.FULL)
         if not isinstance(full, HostFullComponent):
             raise TypeError(f"a host tier needs a HostFullComponent, got {type(full).__name__}")
-        if len(cache.components) != 1:
-            raise ValueError(
-                "the host tier covers full attention only so far; got components "
-                f"{[c.name for c in cache.components]}"
-            )
+        aux: list[Any] = cache.components[1:]
+        for c in aux:
+            if not hasattr(c, "host") or c.name not in host_pools.aux:
+                raise ValueError(
+                    f"the host tier needs a host half and a host pool for component {c.name!r} "
+                    f"(host pools: {host_pools.names()})"
+                )
         if selective_hits < 1 or load_back_threshold < 1:
             raise ValueError(
                 f"selective_hits={selective_hits} and load_back_threshold={load_back_threshold} "
@@ -100,7 +109,12 @@ class HostTier(NoHostTier):
         self.policy = WritePolicy.parse(write_policy)
         self.threshold = self.policy.backup_threshold(selective_hits)
         self.load_back_threshold = load_back_threshold
+        self.aux = aux  # HostSWAComponent / HostMambaComponent, in cache order
         self.stats = HostTierStats()
+        for c in aux:
+            for counts in (self.stats.aux_written, self.stats.aux_loaded):
+                counts[c.name] = 0
+            self.stats.aux_write_skipped[c.name] = self.stats.aux_host_evicted[c.name] = 0
         self.writes: dict[int, tuple[TreeNode, IncLockRefResult]] = {}
         self.loads: dict[int, tuple[TreeNode, IncLockRefResult]] = {}
         self._acked: set[int] = set()
@@ -145,7 +159,8 @@ class HostTier(NoHostTier):
         for n in chain:
             self.full.commit_backup(n, host[start : start + n.num_tokens])
             start += n.num_tokens
-        ticket = self.engine.submit([CopyOp("full", Direction.D2H, src, host)])
+        ops = [CopyOp("full", Direction.D2H, src, host), *aux_tier.backup_ops(self, chain)]
+        ticket = self.engine.submit(ops)
         self.stats.written_tokens += num
         for n in chain:
             n.data[0].metadata = {"write": ticket}
@@ -208,24 +223,15 @@ class HostTier(NoHostTier):
         return chain
 
     # ------------------------------------------------------------------ device eviction
-    def evict_leaf(self, node: TreeNode, actions: list[FreeSlots]) -> int:
+    def evict_leaf(self, node: TreeNode, actions: list[FreeSlots], tracker: list[int]) -> int:
         """Device eviction of the unlocked device leaf `node`: demotes it when it has (or,
         under write-back, can get) a host copy and returns its units; otherwise drops its
         host-only descendants and returns 0, and the caller deletes it."""
         d = node.data[0]
         if d.host_value is None and self.policy is WritePolicy.WRITE_BACK:
-            ticket = self._write([node], node, lock=False)
-            if ticket is not None:
-                self.engine.wait(ticket)  # the device slots are freed right after this
-                self._poll()
-                self._acked.discard(ticket)
-                self._clear_marks(node, "write", ticket)
-                if ticket in self._failed:
-                    self._failed.discard(ticket)
-                    self._drop_failed_backup([node])
-                else:
-                    self._report([node], MEDIUM_CPU_PINNED, stored=True)
+            self.write_now(node)
         if d.host_value is not None:
+            aux_tier.demote_aux(self, node, actions, tracker)
             num = self.full.demote(node, actions)
             self.stats.demoted_tokens += num
             return num
@@ -233,6 +239,28 @@ class HostTier(NoHostTier):
         for child in list(node.children.values()):
             self._drop_host_subtree(child)
         return 0
+
+    def write_now(self, node: TreeNode) -> None:
+        """Write-back of `node` alone, waited for: its device slots are freed right after."""
+        ticket = self._write([node], node, lock=False)
+        if ticket is None:
+            return
+        self.engine.wait(ticket)
+        self._poll()
+        self._acked.discard(ticket)
+        self._clear_marks(node, "write", ticket)
+        if ticket in self._failed:
+            self._failed.discard(ticket)
+            self._drop_failed_backup([node])
+        else:
+            self._report([node], MEDIUM_CPU_PINNED, stored=True)
+
+    def before_internal_eviction(self, node: TreeNode) -> None:
+        """Write-back: an internal node about to lose its device SWA window or Mamba state
+        (a tombstone) gets its host copies first (the reference's `InternalStateBackup`),
+        so the state is demoted, not lost."""
+        if self.policy is WritePolicy.WRITE_BACK:
+            aux_tier.backup_internal(self, node)
 
     def _drop_failed_backup(self, chain: list[TreeNode]) -> None:
         """A backup whose copy raised: its host copies hold garbage, so they go (the nodes
@@ -249,6 +277,7 @@ class HostTier(NoHostTier):
                 )
             stack.extend(n.children.values())
         for node in chain:
+            aux_tier.drop_aux_host(self, node)
             self.host_pools.full.free(self.full.drop_host_copy(node), node_value=True)
 
     def _drop_host_subtree(self, node: TreeNode) -> None:
@@ -288,8 +317,19 @@ class HostTier(NoHostTier):
             freed += self._evict_host_leaf(node)
         return freed
 
+    def evict_host_aux(self, name: str, num: int) -> int:
+        """Frees at least `num` host units of the auxiliary component `name` ("swa" slots,
+        "mamba" states) where its host-only data allows; returns the units freed."""
+        if not isinstance(num, int) or num < 0:
+            raise ValueError(f"evict_host_aux: num must be a non-negative int, got {num!r}")
+        for c in self.aux:
+            if c.name == name:
+                return aux_tier.evict_aux_host(self, c, num)
+        raise ValueError(f"evict_host_aux: no auxiliary host pool {name!r}")
+
     def _evict_host_leaf(self, node: TreeNode) -> int:
         self._report([node], MEDIUM_CPU_PINNED, stored=False)
+        aux_tier.drop_aux_host(self, node)
         slots = self.full.evict_host_node(node)
         self.host_pools.full.free(slots, node_value=True)
         parent = self.cache.tree.remove_leaf(node)
@@ -298,11 +338,15 @@ class HostTier(NoHostTier):
         return node.num_tokens
 
     # ------------------------------------------------------------------ load-back
-    def load_back(self, match: MatchResult, mem_quota: int | None = None) -> MatchResult:
-        return loads.load_back(self, match, mem_quota)
+    def load_back(
+        self, match: MatchResult, mem_quota: int | None = None, req: Req | None = None
+    ) -> MatchResult:
+        return loads.load_back(self, match, mem_quota, req)
 
-    def init_load_back(self, node: TreeNode, mem_quota: int | None = None) -> loads.LoadBackResult:
-        return loads.init_load_back(self, node, mem_quota)
+    def init_load_back(
+        self, node: TreeNode, mem_quota: int | None = None, req: Req | None = None
+    ) -> loads.LoadBackResult:
+        return loads.init_load_back(self, node, mem_quota, req)
 
     def loading_check(self) -> None:
         """Commits every acked load: clears the chain's marks and releases its lock."""
@@ -321,6 +365,7 @@ class HostTier(NoHostTier):
                 # Exclusive tiers: the device copy is backed up again if it is evicted, so
                 # the host room goes to data that is nowhere else.
                 for node in loaded:
+                    aux_tier.drop_aux_host(self, node)
                     self.host_pools.full.free(self.full.drop_host_copy(node), node_value=True)
 
     def wait_loads(self) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -15,8 +15,9 @@ if TYPE_CHECKING:
 def check_host_tier(tier: HostTierView, errors: list[str]) -> None:
     """Appends a message per broken rule:
 
-    - host pool: tree host slots distinct and allocated, `free + held by the tree ==
-      capacity` (every host slot belongs to a node from allocation to free);
+    - every host pool (full, SWA, Mamba): tree host slots distinct and allocated,
+      `free + held by the tree == capacity` (a host slot belongs to a node from allocation
+      to free);
     - write-through policies: a node with host data has a parent with host data;
     - a node is marked by at most one transfer, and only by one in flight: a write mark on a
       device node, a load mark on a device node; each in-flight anchor is in the tree and
@@ -34,6 +35,8 @@ def check_host_tier(tier: HostTierView, errors: list[str]) -> None:
             f"host_full: free {free} + tree {host.size} = {free + host.size} "
             f"!= capacity {pool.capacity}"
         )
+    for c in tier.aux:
+        _check_aux_pool(tier, c, errors)
     strict = tier.policy is not WritePolicy.WRITE_BACK
     for node in tree.nodes():
         d, parent = node.data[0], node.parent
@@ -59,3 +62,22 @@ def check_host_tier(tier: HostTierView, errors: list[str]) -> None:
         for ticket, (anchor, _) in pending.items():
             if not tree.in_tree(anchor) or anchor.data[0].lock_ref == 0:
                 errors.append(f"host_full: {kind} {ticket} anchor {anchor} not in tree or unlocked")
+
+
+def _check_aux_pool(tier: HostTierView, component: Any, errors: list[str]) -> None:
+    """The auxiliary host pool's identity: `free + held by the tree == capacity`, every
+    tree host slot distinct and allocated (the per-node rules are the component's)."""
+    name, i = component.name, component.index
+    pool = tier.host_pools.aux[name]
+    values = [v for n in tier.cache.tree.nodes() if (v := n.data[i].host_value) is not None]
+    host = np.concatenate(values) if values else np.empty(0, np.int64)
+    if np.unique(host).size != host.size:
+        errors.append(f"host_{name}: a host slot is held by two tree nodes")
+    if host.size and not pool.is_allocated(host).all():
+        errors.append(f"host_{name}: the tree holds host slots the host allocator considers free")
+    free = pool.available_size()
+    if free + host.size != pool.capacity:
+        errors.append(
+            f"host_{name}: free {free} + tree {host.size} = {free + host.size} "
+            f"!= capacity {pool.capacity}"
+        )

@@ -1,51 +1,75 @@
-"""Load-back (H->D): bring a matched host-only segment back to the device.
+"""Load-back (H->D): bring a matched host hit back to the device.
 
-`init_load_back(tier, node, mem_quota)`, for the host-only segment ending at `node`
-(root-first `[a, b, node]` below the deepest device node `d`)::
+`init_load_back(tier, node, mem_quota, req)`, for the match ending at `node` on the host
+tier (the host-only full segment `[a, b, node]` below the deepest device node `d`)::
 
-    root ... d | a  b  node        device | host-only
+    root ... d | a  b  node        device | host-only full KV
                  ^ pinned against host eviction while device room is made
 
-1. skip (nothing changes) when the segment is shorter than `load_back_threshold` units or
-   longer than `mem_quota`;
-2. pin the segment (`inc_host_lock_ref`) and lock `d`, so making room can neither evict the
-   host copies nor the device parent;
-3. allocate device slots for the segment, evicting device data first when short; when
-   still short, release everything and fail (the request recomputes);
-4. give the nodes their new device slots (root-first slices; they are backed now), submit
-   one H->D batch and lock `node` until `loading_check` sees the ack.
+plus, with auxiliary components, what `node` needs of them from the host: SWA the window
+nodes before `node`'s end whose SWA is host-only (`HostSWAComponent.load_plan`: only the
+window, nodes further up stay SWA tombstones), Mamba `node`'s state when host-only.
 
-The caller must not read the loaded slots before the ack (`wait_loads`).
+1. skip (nothing changes) when there is no auxiliary part and the segment is shorter than
+   `load_back_threshold` units, or when it is longer than `mem_quota`;
+2. pin the host data to load and lock `d`, so making room can evict neither;
+3. allocate device slots: full slots for the segment, SWA slots for the window plan (mapped
+   to the plan nodes' full slots), one Mamba slot; each evicting its device component first
+   when short. Still short: release everything and fail (the request recomputes);
+4. give the nodes their device slots, submit one H->D batch (full, SWA, Mamba: the state
+   into the node's new slot *and* `req`'s own slot) and lock `node` until `loading_check`
+   sees the ack.
+
+The caller must not read the loaded slots before the ack (`wait_loads`). `load_back` (the
+match-level call the scheduler uses) waits for the ack itself, so that a copy that raised
+is undone at once and the request gets its device-only hit: no failure reaches the caller.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import torch
 
 from uniradix.event_sink import MEDIUM_GPU
 from uniradix.memory.allocator import to_numpy
+from uniradix.memory.swa_allocator import SWASlotAllocator
 from uniradix.tiers.transfer import CopyOp, Direction
 from uniradix.tree.node import TreeNode
-from uniradix.types import EvictParams, MatchResult
+from uniradix.types import EvictParams, FreeSlots, MatchResult, Req, Slots
 
 if TYPE_CHECKING:
     from uniradix.tiers.views import HostTierView
 
 
 class LoadBackResult(NamedTuple):
-    """`new_indices`: device slots of the loaded units (empty when nothing was loaded);
+    """`new_indices`: device slots of the loaded full units (empty when nothing was loaded);
     `last_device_node`: `node` on success, else the deepest device node above it;
     `ticket`: the H->D batch to wait for, None when nothing was loaded."""
 
     new_indices: torch.Tensor
     last_device_node: TreeNode
     ticket: int | None
+    aux_plans: tuple[tuple[Any, tuple[TreeNode, ...]], ...] = ()  # what auxiliary data loaded
 
 
-def init_load_back(tier: HostTierView, node: TreeNode, mem_quota: int | None) -> LoadBackResult:
+class _Reserved:
+    """Device slots taken for one load-back, released together if it fails."""
+
+    def __init__(self) -> None:
+        self.full: Slots | None = None
+        self.swa_of: Slots | None = None  # full slots given SWA peers
+        self.mamba: int | None = None
+
+
+def _concat(values: list[Any]) -> Slots:
+    return np.concatenate(values) if len(values) > 1 else values[0]
+
+
+def init_load_back(
+    tier: HostTierView, node: TreeNode, mem_quota: int | None, req: Req | None = None
+) -> LoadBackResult:
     cache, full = tier.cache, tier.full
     if not isinstance(node, TreeNode) or not cache.tree.in_tree(node):
         raise ValueError(f"init_load_back: {node!r} is not a node of this cache's tree")
@@ -55,56 +79,236 @@ def init_load_back(tier: HostTierView, node: TreeNode, mem_quota: int | None) ->
     device_parent = segment[0].parent if segment else node
     assert device_parent is not None
     empty = cache.to_device(np.empty(0, np.int64))
+    found = [(c, c.load_plan(node)) for c in tier.aux]
+    if any(plan is None for _, plan in found):  # the match is stale: recompute instead
+        tier.stats.load_failed += 1
+        return LoadBackResult(empty, device_parent, None)
+    plans = [(c, plan) for c, plan in found if plan]
     num = sum(n.num_tokens for n in segment)
-    if num == 0:
+    if num == 0 and not plans:
         return LoadBackResult(empty, node, None)
-    if num < tier.load_back_threshold or (mem_quota is not None and num > mem_quota):
+    if (num < tier.load_back_threshold and not plans) or (
+        mem_quota is not None and num > mem_quota
+    ):
         tier.stats.load_skipped += 1
         return LoadBackResult(empty, device_parent, None)
     full.inc_host_lock_ref(node)
+    for c, plan in plans:
+        for n in plan:
+            c.host.pin(n)
     parent_lock = None if device_parent is cache.tree.root else cache.inc_lock_ref(device_parent)
-    allocator = cache.pools.kv_allocator
-    slots = allocator.alloc(num)
-    if slots is None:
-        cache.evict(EvictParams(num_tokens=num - allocator.available_size()))
-        slots = allocator.alloc(num)
+    reserved = _Reserved()
+    ok = _reserve(tier, segment, num, plans, reserved)
     full.dec_host_lock_ref(node)
-    if slots is None:
+    for c, plan in plans:
+        for n in plan:
+            c.host.unpin(n)
+    if not ok:
+        _release(tier, reserved)
         if parent_lock is not None:
             cache.dec_lock_ref(device_parent, parent_lock)
         tier.stats.load_failed += 1
         return LoadBackResult(empty, device_parent, None)
-    device_slots = to_numpy(slots)
-    host_values = [n.data[0].host_value for n in segment]
-    src = np.concatenate(host_values) if len(host_values) > 1 else host_values[0]  # type: ignore[arg-type]
-    assert src is not None
-    full.commit_load_back(segment, device_slots)
+    ops = _commit(tier, node, segment, plans, reserved, req)
     if cache.event_sink is not None:
         # Announced at submit, as the tree now holds it: the slots are locked until the data
         # lands, and a child inserted meanwhile then has its parent on the device already.
         for n in segment:
             cache.event_sink.on_stored(n, MEDIUM_GPU)
-    ticket = tier.engine.submit([CopyOp("full", Direction.H2D, src, device_slots)])
+    ticket = tier.engine.submit(ops)
     for n in segment:
         n.data[0].metadata = {"load": ticket}
     tier.loads[ticket] = (node, cache.inc_lock_ref(node))
     if parent_lock is not None:
         cache.dec_lock_ref(device_parent, parent_lock)
     tier.stats.loaded_tokens += num
-    return LoadBackResult(cache.to_device(device_slots), node, ticket)
+    new = reserved.full if reserved.full is not None else np.empty(0, np.int64)
+    done = tuple((c, tuple(plan)) for c, plan in plans)
+    return LoadBackResult(cache.to_device(new), node, ticket, done)
 
 
-def load_back(tier: HostTierView, match: MatchResult, mem_quota: int | None) -> MatchResult:
-    """`match` extended by its host hit when the load-back succeeds, else `match`."""
-    if match.host_hit_length == 0 or match.last_host_node is None:
+def _reserve(
+    tier: HostTierView,
+    segment: list[TreeNode],
+    num: int,
+    plans: list[tuple[Any, list[TreeNode]]],
+    out: _Reserved,
+) -> bool:
+    """Takes the device slots of the load (evicting each component first when short);
+    False when one is still short (what was taken stays in `out` for `_release`)."""
+    cache = tier.cache
+    allocator = cache.pools.kv_allocator
+    swa = allocator if isinstance(allocator, SWASlotAllocator) else None
+    if num:
+        pool = allocator if swa is None else swa.full  # SWA peers only where planned
+        if pool.available_size() < num:
+            cache.evict(EvictParams(num_tokens=num - pool.available_size()))
+        slots = pool.alloc(num)
+        if slots is None:
+            return False
+        out.full = to_numpy(slots)
+    new_full: dict[TreeNode, Slots] = {}
+    start = 0
+    for n in segment:
+        assert out.full is not None
+        new_full[n] = out.full[start : start + n.num_tokens]
+        start += n.num_tokens
+    for c, plan in plans:
+        if c.name == "swa":
+            assert swa is not None
+            under = [new_full.get(n, n.data[0].value) for n in plan]
+            full_slots = _concat(under)
+            short = full_slots.shape[0] - swa.swa_available_size()
+            if short > 0:
+                cache.evict(EvictParams(swa_num_tokens=short))
+            if swa.alloc_swa_for(full_slots) is None:
+                return False
+            out.swa_of = full_slots
+        else:
+            mamba = cache.pools.mamba
+            assert mamba is not None
+            if mamba.allocator.available_size() < 1:
+                cache.evict(EvictParams(mamba_num=1))
+            out.mamba = mamba.allocator.alloc_one()
+            if out.mamba is None:
+                return False
+    return True
+
+
+def _release(tier: HostTierView, reserved: _Reserved) -> None:
+    pools = tier.cache.pools
+    allocator = pools.kv_allocator
+    if reserved.swa_of is not None:
+        assert isinstance(allocator, SWASlotAllocator)
+        allocator.free_swa(reserved.swa_of)
+    if reserved.full is not None:
+        allocator.free(reserved.full)
+    if reserved.mamba is not None:
+        assert pools.mamba is not None
+        pools.mamba.allocator.free(np.array([reserved.mamba], np.int64))
+
+
+def _commit(
+    tier: HostTierView,
+    anchor: TreeNode,
+    segment: list[TreeNode],
+    plans: list[tuple[Any, list[TreeNode]]],
+    reserved: _Reserved,
+    req: Req | None,
+) -> list[CopyOp]:
+    """Gives the nodes their device slots; returns the H->D copies."""
+    ops = []
+    if segment:
+        assert reserved.full is not None
+        src = _concat([n.data[0].host_value for n in segment])
+        tier.full.commit_load_back(segment, reserved.full)
+        ops.append(CopyOp("full", Direction.H2D, src, reserved.full))
+    for c, plan in plans:
+        host = _concat([n.data[c.index].host_value for n in plan])
+        if c.name == "swa":
+            assert reserved.swa_of is not None
+            peers = c.allocator.peers_of(reserved.swa_of)
+            start = 0
+            for n in plan:
+                c.commit_load_back(n, peers[start : start + n.num_tokens])
+                start += n.num_tokens
+            ops.append(CopyOp("swa", Direction.H2D, host, peers))
+        else:
+            assert reserved.mamba is not None
+            slot = np.array([reserved.mamba], np.int64)
+            c.commit_load_back(plan[0], slot)
+            if req is not None and req.mamba_pool_idx is not None:
+                # The request resumes from this state: its own slot gets a copy too.
+                host = np.concatenate([host, host])
+                slot = np.array([reserved.mamba, req.mamba_pool_idx], np.int64)
+            ops.append(CopyOp("mamba", Direction.H2D, host, slot))
+        tier.stats.aux_loaded[c.name] += int(host.shape[0])
+    anchor_state = _device_state_to_share(tier, anchor, plans, req)
+    if anchor_state is not None:
+        # The state at the host boundary is on the device already, but the request's slot
+        # holds the (shallower) device match's copy: it resumes from the boundary's.
+        assert req is not None and req.mamba_pool_idx is not None
+        mamba = tier.cache.pools.mamba
+        assert mamba is not None
+        mamba.states.copy(anchor_state, req.mamba_pool_idx)
+    return ops
+
+
+def _device_state_to_share(
+    tier: HostTierView, anchor: TreeNode, plans: list[tuple[Any, list[TreeNode]]], req: Req | None
+) -> int | None:
+    if req is None or req.mamba_pool_idx is None or any(c.name == "mamba" for c, _ in plans):
+        return None
+    for c in tier.aux:
+        if c.name == "mamba":
+            slot: int | None = c.slot(anchor)
+            return slot
+    return None
+
+
+def load_back(
+    tier: HostTierView, match: MatchResult, mem_quota: int | None, req: Req | None = None
+) -> MatchResult:
+    """`match` extended by its host hit when the load-back succeeds, else `match` (the
+    request recomputes the host part). Waits for the copy, so one that raised is undone."""
+    anchor = match.last_host_node
+    if match.host_hit_length == 0 or anchor is None or anchor is match.last_device_node:
         return match
-    result = init_load_back(tier, match.last_host_node, mem_quota)
+    if not tier.cache.tree.in_tree(anchor):
+        # Evicted from the host since the match (e.g. making room for the request's Mamba
+        # slots wrote a victim back and the host pool gave way): the request recomputes.
+        tier.stats.load_failed += 1
+        return match
+    result = init_load_back(tier, anchor, mem_quota, req)
     if result.ticket is None:
         return match
-    indices = torch.cat([match.device_indices, result.new_indices])
+    tier.engine.wait(result.ticket)
+    tier._poll()
+    if result.ticket in tier._failed:
+        _undo(tier, anchor, result, match, req)
+        return match
+    # The host hit may cross nodes whose full KV stayed on the device (only their SWA
+    # window or state was on the host): the path's slots, not the match's plus the new ones.
     return match._replace(
-        device_indices=indices,
-        device_prefix_len=match.device_prefix_len + int(result.new_indices.shape[0]),
-        last_device_node=result.last_device_node,
+        device_indices=tier.cache.path_indices(anchor),
+        device_prefix_len=match.device_prefix_len + match.host_hit_length,
+        last_device_node=anchor,
         host_hit_length=0,
+        swa_host_hit_length=0,
+        mamba_host_hit_length=0,
     )
+
+
+def _undo(
+    tier: HostTierView,
+    anchor: TreeNode,
+    result: LoadBackResult,
+    match: MatchResult,
+    req: Req | None,
+) -> None:
+    """A load-back whose copy raised: the loaded device copies hold garbage, so they go
+    again (the nodes are as before the load: host copies kept), and `req`'s own Mamba slot
+    gets back the device match's state."""
+    cache, ticket = tier.cache, result.ticket
+    assert ticket is not None
+    _, receipt = tier.loads.pop(ticket)
+    tier._acked.discard(ticket)
+    tier._failed.discard(ticket)
+    tier.stats.load_copy_failed += 1
+    loaded = tier._clear_marks(anchor, "load", ticket)  # deepest first
+    cache.dec_lock_ref(anchor, receipt)
+    actions: list[FreeSlots] = []
+    for c, plan in reversed(result.aux_plans):  # SWA frees read the full slots: first
+        for n in plan:
+            c.unload(n, actions)
+    for n in loaded:
+        tier.full.demote(n, actions)
+    cache.apply(actions)
+    tier.stats.loaded_tokens -= sum(n.num_tokens for n in loaded)
+    mamba = cache.pools.mamba
+    if req is not None and req.mamba_pool_idx is not None and mamba is not None:
+        src = next((c.slot(match.last_device_node) for c in tier.aux if c.name == "mamba"), None)
+        if src is None:
+            mamba.states.clear(req.mamba_pool_idx)
+        else:
+            mamba.states.copy(src, req.mamba_pool_idx)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from uniradix.tiers.storage_tier import StorageTier
     from uniradix.tree.node import TreeNode
-    from uniradix.types import FreeSlots, MatchResult
+    from uniradix.types import FreeSlots, MatchResult, Req
 
 
 class NoHostTier:
@@ -21,11 +21,18 @@ class NoHostTier:
     def after_insert(self, node: TreeNode) -> None:
         return
 
-    def evict_leaf(self, node: TreeNode, actions: list[FreeSlots]) -> int:
-        """Units demoted instead of deleted (0: the caller deletes the leaf)."""
+    def evict_leaf(self, node: TreeNode, actions: list[FreeSlots], tracker: list[int]) -> int:
+        """Full units demoted instead of deleted (0: the caller deletes the leaf); auxiliary
+        units dropped on the way are added to `tracker`."""
         return 0
 
-    def load_back(self, match: MatchResult, mem_quota: int | None = None) -> MatchResult:
+    def before_internal_eviction(self, node: TreeNode) -> None:
+        """Called before a device tombstone of auxiliary data on the internal `node`."""
+        return
+
+    def load_back(
+        self, match: MatchResult, mem_quota: int | None = None, req: Req | None = None
+    ) -> MatchResult:
         return match
 
     def writing_check(self) -> None:

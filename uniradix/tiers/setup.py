@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from uniradix.memory.host_kv import LAYOUTS, HostKVPool
+from uniradix.memory.host_kv import LAYOUTS, HostKVPool, HostMambaStates
 from uniradix.memory.host_pools import HostPools, host_capacity
+from uniradix.memory.swa_allocator import SWASlotAllocator
 from uniradix.storage.backend import open_backend
 from uniradix.tiers.async_engine import CudaTransferEngine, ThreadTransferEngine
 from uniradix.tiers.controller import CacheWithHostTier, HostTier
-from uniradix.tiers.copiers import KVCopier
+from uniradix.tiers.copiers import KVCopier, MambaCopier
 from uniradix.tiers.storage_tier import StorageTier
 from uniradix.tiers.transfer import Copier, SyncTransferEngine, TransferEngine
 
@@ -60,7 +61,9 @@ ENGINES = ("sync", "thread", "cuda")
 
 
 def attach_host_tier(cache: CacheWithHostTier, config: HostTierConfig) -> HostTier:
-    """Gives `cache` (built with a `HostFullComponent`) the host tier `config` describes.
+    """Gives `cache` (built with the host halves of its components) the host tier `config`
+    describes. The SWA and Mamba host pools, when the model has them, are sized in the same
+    proportion to their device pools as the full KV host pool.
 
     `host_engine`: "sync" copies at submit (tests, replay), "thread" on a worker thread,
     "cuda" on a CUDA stream; host tensors exist only when the device pool has layers."""
@@ -76,6 +79,7 @@ def attach_host_tier(cache: CacheWithHostTier, config: HostTierConfig) -> HostTi
     if capacity < ps:
         raise ValueError(f"host tier of {capacity} tokens is less than one page ({ps})")
     copiers: dict[str, Copier] = {}
+    pin = cache.device.type == "cuda"
     kv_pool = cache.pools.kv_pool
     if kv_pool is not None and kv_pool.num_layers:
         host_kv = HostKVPool(
@@ -86,9 +90,26 @@ def attach_host_tier(cache: CacheWithHostTier, config: HostTierConfig) -> HostTi
             config.kv_dtype,
             ps,
             config.host_layout,
-            pin_memory=cache.device.type == "cuda",
+            pin_memory=pin,
         )
         copiers["full"] = KVCopier(kv_pool, host_kv)
+    # The auxiliary host pools keep the device pools' proportions: host full / device full.
+    ratio = capacity / cache.pools.kv_allocator.capacity
+    swa_tokens = mamba_slots = None
+    allocator = cache.pools.kv_allocator
+    if isinstance(allocator, SWASlotAllocator):
+        swa_tokens = max(ps, int(allocator.swa_capacity * ratio) // ps * ps)
+        swa_pool = cache.pools.swa_kv_pool
+        if swa_pool is not None and swa_pool.num_layers:
+            host_swa = HostKVPool.like(swa_pool, swa_tokens + ps, ps, config.host_layout)
+            copiers["swa"] = KVCopier(swa_pool, host_swa)
+    mamba = cache.pools.mamba
+    if mamba is not None:
+        mamba_slots = max(1, int(mamba.allocator.capacity * ratio))
+        if mamba.states.num_layers:
+            copiers["mamba"] = MambaCopier(
+                mamba.states, HostMambaStates.like(mamba.states, mamba_slots)
+            )
     engine: TransferEngine
     if config.host_engine == "sync":
         engine = SyncTransferEngine(copiers)
@@ -98,7 +119,7 @@ def attach_host_tier(cache: CacheWithHostTier, config: HostTierConfig) -> HostTi
         engine = CudaTransferEngine(copiers, config.device)
     return HostTier(
         cache,
-        HostPools(capacity, ps),
+        HostPools(capacity, ps, swa_tokens, mamba_slots),
         engine,
         config.write_policy,
         load_back_threshold=config.load_back_threshold,

@@ -10,7 +10,7 @@ through them (the counters they return are the tier's own, updated in place).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import torch
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         DecLockRefParams,
         EvictParams,
         EvictResult,
+        FreeSlots,
         IncLockRefResult,
         MatchPrefixParams,
         MatchResult,
@@ -60,6 +61,8 @@ class CacheView(Protocol):
     ) -> None: ...
     def evict(self, params: EvictParams) -> EvictResult: ...
     def to_device(self, slots: Slots) -> torch.Tensor: ...
+    def path_indices(self, node: TreeNode) -> torch.Tensor: ...
+    def apply(self, actions: list[FreeSlots]) -> None: ...
 
 
 class LoadCounters(Protocol):
@@ -68,6 +71,11 @@ class LoadCounters(Protocol):
     loaded_tokens: int
     load_skipped: int
     load_failed: int
+    load_copy_failed: int
+    aux_loaded: dict[str, int]
+    aux_written: dict[str, int]
+    aux_write_skipped: dict[str, int]
+    aux_host_evicted: dict[str, int]
 
 
 class HostTierView(Protocol):
@@ -89,6 +97,16 @@ class HostTierView(Protocol):
     def writes(self) -> dict[int, tuple[TreeNode, IncLockRefResult]]: ...
     @property
     def loads(self) -> dict[int, tuple[TreeNode, IncLockRefResult]]: ...
+    @property
+    def aux(self) -> list[Any]: ...  # the SWA / Mamba host halves, in cache order
+    # The ticket bookkeeping a failed load-back undoes (the tier's own sets, in place).
+    @property
+    def _acked(self) -> set[int]: ...
+    @property
+    def _failed(self) -> set[int]: ...
+    def _poll(self) -> None: ...
+    def _clear_marks(self, anchor: TreeNode, kind: str, ticket: int) -> list[TreeNode]: ...
+    def write_now(self, node: TreeNode) -> None: ...
     def alloc_host(self, num_tokens: int) -> Slots | None: ...
     def inc_host_lock_ref(self, node: TreeNode) -> None: ...
     def dec_host_lock_ref(self, node: TreeNode) -> None: ...

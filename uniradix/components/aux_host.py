@@ -1,0 +1,115 @@
+"""AuxHostHalf: the host half of an auxiliary component (SWA window KV, Mamba state).
+
+An auxiliary component's data on a node may sit on the device (`value`), on the host
+(`host_value`) or both, independently of the full KV beside it (which the host tier keeps
+on the host whenever an auxiliary host copy exists). Its host LRU list holds the nodes
+whose data is on the host *only* and not pinned (`host_lock_ref == 0`): those are what host
+eviction of this component may drop, oldest first (a host tombstone: the node stays)::
+
+    device  value=slots  host_value=None    not in the host LRU
+    backed  value=slots  host_value=slots   not in the host LRU (the device copy serves)
+    host    value=None   host_value=slots   in the host LRU unless pinned
+
+The list is a plain insertion-ordered dict, not the intrusive links of the device LRU: a
+node's links there say "in the device list", and a second list must not alias them.
+Like every component part it frees nothing: it returns host slots for the tier to free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from uniradix.tree.node import TreeNode
+from uniradix.types import Slots
+
+
+class AuxHostHalf:
+    def __init__(self, index: int, name: str) -> None:
+        self.index = index
+        self.name = name
+        self.lru: dict[TreeNode, None] = {}  # oldest first
+        self.units = 0  # host units held by the tree (slots for SWA, states for Mamba)
+
+    def reset(self) -> None:
+        self.lru = {}
+        self.units = 0
+
+    def is_host_only(self, node: TreeNode) -> bool:
+        d = node.data[self.index]
+        return d.value is None and d.host_value is not None
+
+    def update(self, node: TreeNode) -> None:
+        """Puts `node` in the host LRU (as the most recent) or takes it out, as its data says."""
+        d = node.data[self.index]
+        self.lru.pop(node, None)
+        if d.value is None and d.host_value is not None and d.host_lock_ref == 0:
+            self.lru[node] = None
+
+    def touch(self, node: TreeNode) -> None:
+        """A match used `node`'s host copy: it becomes the most recent."""
+        if node in self.lru:
+            del self.lru[node]
+            self.lru[node] = None
+
+    def oldest(self) -> Iterator[TreeNode]:
+        """Host-only, unpinned nodes, oldest first; the caller drops each before the next."""
+        while self.lru:
+            yield next(iter(self.lru))
+
+    # ------------------------------------------------------------------ data
+    def commit_backup(self, node: TreeNode, host_slots: Slots) -> None:
+        d = node.data[self.index]
+        assert d.value is not None and d.host_value is None, f"{self.name} backup of {node}"
+        assert host_slots.shape[0] == d.value.shape[0]
+        d.host_value = host_slots
+        self.units += int(host_slots.shape[0])
+
+    def drop(self, node: TreeNode) -> Slots:
+        """Takes `node`'s host copy (pinned or not); returns the host slots to free."""
+        d = node.data[self.index]
+        slots = d.host_value
+        assert slots is not None, f"{self.name}: {node} has no host copy"
+        d.host_value = None
+        self.units -= int(slots.shape[0])
+        self.lru.pop(node, None)
+        return slots
+
+    def pin(self, node: TreeNode) -> None:
+        node.data[self.index].host_lock_ref += 1
+        self.lru.pop(node, None)
+
+    def unpin(self, node: TreeNode) -> None:
+        d = node.data[self.index]
+        if d.host_lock_ref <= 0:
+            raise ValueError(f"{self.name}: unpin of {node} with host_lock_ref={d.host_lock_ref}")
+        d.host_lock_ref -= 1
+        self.update(node)
+
+    # ------------------------------------------------------------------ checks
+    def check_invariants(
+        self, nodes: list[TreeNode], unit_len: int | None, errors: list[str]
+    ) -> None:
+        """Ledger, LRU membership, host lock counts and "host copy => full host copy";
+        `unit_len` is the host value length per node (None: the node's token count)."""
+        units, listed = 0, set()
+        for node in nodes:
+            d = node.data[self.index]
+            if d.host_lock_ref < 0:
+                errors.append(f"{self.name}: {node} host_lock_ref={d.host_lock_ref} < 0")
+            if d.host_value is None:
+                continue
+            units += int(d.host_value.shape[0])
+            want = node.num_tokens if unit_len is None else unit_len
+            if d.host_value.shape[0] != want:
+                errors.append(f"{self.name}: {node} holds {d.host_value.shape[0]} host slots")
+            if node.data[0].host_value is None:
+                errors.append(f"{self.name}: {node} has a host copy but no full host copy")
+            if d.value is None and d.host_lock_ref == 0:
+                listed.add(node)
+        if units != self.units:
+            errors.append(f"{self.name}: host ledger {self.units} != tree host units {units}")
+        if listed != set(self.lru):
+            errors.append(
+                f"{self.name}: host LRU lists {sorted(n.id for n in self.lru)}, host-only "
+                f"unpinned nodes are {sorted(n.id for n in listed)}"
+            )

@@ -1,0 +1,108 @@
+"""HostMambaComponent: Mamba state checkpoints with a host half.
+
+A node's state may be on the device, on the host or both (`uniradix.components.aux_host`).
+The host copy (one host state slot) is written with the node's full KV and survives a
+device Mamba eviction or the node's demotion; a match may then end at a node whose state is
+on the host only (`MatchResult.mamba_host_hit_length` is 1 there), and a load-back copies
+that state into a fresh device slot for the node and into the request's own slot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from uniradix.components.aux_host import AuxHostHalf
+from uniradix.components.base import TreeComponent
+from uniradix.components.mamba import MambaComponent
+from uniradix.tree.core import MatchWalk, TreeCore, Validator
+from uniradix.tree.node import TreeNode
+from uniradix.types import (
+    CacheSettings,
+    FreeKind,
+    FreeSlots,
+    InsertParams,
+    MatchPrefixParams,
+    Slots,
+)
+
+
+class HostMambaComponent(MambaComponent):
+    def __init__(self, index: int, tree: TreeCore, settings: CacheSettings) -> None:
+        super().__init__(index, tree, settings)
+        self.host = AuxHostHalf(index, "mamba")
+        self._full: Any = None  # the HostFullComponent, which measures the host boundary
+
+    def attach_peers(self, components: Sequence[TreeComponent]) -> None:
+        super().attach_peers(components)
+        self._full = components[0]
+
+    def reset(self) -> None:
+        super().reset()
+        self.host.reset()
+
+    # ------------------------------------------------------------------ match
+    def host_match_validator(self) -> Validator:
+        i = self.index
+        return lambda node: node.data[i].value is not None or node.data[i].host_value is not None
+
+    def finalize_match(self, walk: MatchWalk, params: MatchPrefixParams) -> dict[str, Any]:
+        """The branching point counts from the match's end on either tier; a host-only state
+        at that end is the Mamba host hit."""
+        out = super().finalize_match(walk, params)
+        best: TreeNode | None = getattr(self._full, "last_best", None)
+        boundary: int = getattr(self._full, "last_boundary", 0)
+        branch = out["mamba_branching_seqlen"]
+        if branch is not None and branch <= boundary:
+            out["mamba_branching_seqlen"] = None
+        if best is not None and self.host.is_host_only(best):
+            out["mamba_host_hit_length"] = 1
+        return out
+
+    def load_plan(self, anchor: TreeNode) -> list[TreeNode] | None:
+        """`[anchor]` when its state is on the host only, nothing when on the device, None
+        when on no tier any more (host eviction since the match)."""
+        d = anchor.data[self.index]
+        if d.value is None and d.host_value is None:
+            return None
+        return [anchor] if d.value is None else []
+
+    def commit_load_back(self, node: TreeNode, slot: Slots) -> None:
+        d = node.data[self.index]
+        assert d.value is None and slot.shape == (1,)
+        d.value = slot
+        self._credit(node, 1)
+        self.lru.insert_mru(node)
+        self.host.update(node)
+
+    def unload(self, node: TreeNode, actions: list[FreeSlots]) -> None:
+        """Undoes `commit_load_back` (a copy that failed), locked or not."""
+        d = node.data[self.index]
+        assert d.value is not None
+        actions.append(FreeSlots(FreeKind.MAMBA, d.value))
+        self._debit(node, 1)
+        d.value = None
+        self.lru.remove(node)
+        self.host.update(node)
+
+    # ------------------------------------------------------------------ hooks
+    def commit_insert(
+        self,
+        node: TreeNode,
+        is_new_leaf: bool,
+        leaf_value: Slots | None,
+        params: InsertParams,
+        actions: list[FreeSlots],
+    ) -> None:
+        super().commit_insert(node, is_new_leaf, leaf_value, params, actions)
+        if node is not self.tree.root:
+            self.host.update(node)
+
+    def evict_node(self, node: TreeNode, actions: list[FreeSlots]) -> int:
+        num = super().evict_node(node, actions)
+        self.host.update(node)
+        return num
+
+    def check_invariants(self, errors: list[str]) -> None:
+        super().check_invariants(errors)
+        self.host.check_invariants(list(self.tree.nodes()), 1, errors)

@@ -1,0 +1,152 @@
+"""HostSWAComponent: SWA window KV with a host half (the L2 tier's view of a node's window).
+
+A node's SWA KV may be on the device, on the host or both (`uniradix.components.aux_host`).
+The host copy is written with the node's full KV (same batch) and survives a device SWA
+tombstone or the node's demotion; a match may then end where the window before the boundary
+is live on *some* tier (`host_match_validator`), and a load-back brings back only the window
+nodes whose SWA is on the host only (`load_plan`), into fresh SWA slots mapped to their
+full slots (old ones, or the ones the same load-back gives the full KV).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from uniradix.components.aux_host import AuxHostHalf
+from uniradix.components.base import TreeComponent
+from uniradix.components.swa import SWAComponent
+from uniradix.tree.core import MatchWalk, TreeCore, Validator
+from uniradix.tree.node import TreeNode
+from uniradix.types import (
+    CacheSettings,
+    FreeKind,
+    FreeSlots,
+    InsertParams,
+    MatchPrefixParams,
+    Slots,
+)
+
+
+class HostSWAComponent(SWAComponent):
+    def __init__(self, index: int, tree: TreeCore, settings: CacheSettings) -> None:
+        super().__init__(index, tree, settings)
+        self.host = AuxHostHalf(index, "swa")
+        self._full: Any = None  # the HostFullComponent, which measures the host boundary
+
+    def attach_peers(self, components: Sequence[TreeComponent]) -> None:
+        super().attach_peers(components)
+        self._full = components[0]
+
+    def reset(self) -> None:
+        super().reset()
+        self.host.reset()
+
+    # ------------------------------------------------------------------ match
+    def host_match_validator(self) -> Validator:
+        """The device validator with "live" meaning live on either tier."""
+        i, window = self.index, self.window
+        live = float("inf")
+
+        def validate(node: TreeNode) -> bool:
+            nonlocal live
+            d = node.data[i]
+            if d.value is None and d.host_value is None:
+                live = 0
+                return False
+            live += node.num_tokens
+            return live >= window
+
+        return validate
+
+    def finalize_match(self, walk: MatchWalk, params: MatchPrefixParams) -> dict[str, Any]:
+        out = super().finalize_match(walk, params)
+        best: TreeNode | None = getattr(self._full, "last_best", None)
+        if best is not None and self._full is not None and self._full.last_boundary:
+            plan = self.load_plan(best) or []
+            out["swa_host_hit_length"] = sum(n.num_tokens for n in plan)
+        return out
+
+    def load_plan(self, anchor: TreeNode) -> list[TreeNode] | None:
+        """The nodes of the window ending at `anchor` whose SWA is on the host only,
+        root-first (what a load-back anchored there must bring back); None when no tier
+        holds that window any more (host eviction since the match)."""
+        plan, covered, i = [], 0, self.index
+        for n in self.tree.path_to_root(anchor):
+            if covered >= self.window:
+                break
+            d = n.data[i]
+            if d.value is None:
+                if d.host_value is None:
+                    return None  # a gap inside the window
+                plan.append(n)
+            covered += n.num_tokens
+        plan.reverse()
+        return plan
+
+    def commit_load_back(self, node: TreeNode, swa_slots: Slots) -> None:
+        assert node.data[self.index].value is None and swa_slots.shape[0] == node.num_tokens
+        self._publish(node, swa_slots)
+
+    def unload(self, node: TreeNode, actions: list[FreeSlots]) -> None:
+        """Undoes `commit_load_back` (a copy that failed), locked or not: the device SWA
+        slots go (through the full slots), the host copy stays."""
+        d = node.data[self.index]
+        assert d.value is not None
+        full = node.data[0].value
+        assert full is not None
+        actions.append(FreeSlots(FreeKind.SWA, full, node_value=True))
+        self._debit(node, int(d.value.shape[0]))
+        d.value = None
+        self.lru.remove(node)
+        self.host.update(node)
+
+    # ------------------------------------------------------------------ hooks
+    def _publish(self, node: TreeNode, swa: Slots) -> None:
+        super()._publish(node, swa)
+        self.host.update(node)
+
+    def evict_node(self, node: TreeNode, actions: list[FreeSlots]) -> int:
+        num = super().evict_node(node, actions)
+        self.host.update(node)
+        return num
+
+    def redistribute_on_split(self, parent: TreeNode, child: TreeNode, split_len: int) -> None:
+        super().redistribute_on_split(parent, child, split_len)
+        c, p = child.data[self.index], parent.data[self.index]
+        if c.host_value is not None:
+            p.host_value, c.host_value = c.host_value[:split_len], c.host_value[split_len:]
+        p.host_lock_ref = c.host_lock_ref
+        self.host.update(parent)
+
+    def insert_overlap(
+        self,
+        node: TreeNode,
+        offset: int,
+        num_tokens: int,
+        value: Slots,
+        params: InsertParams,
+        actions: list[FreeSlots],
+    ) -> int:
+        """As the device half, except over a node the full component has just revived with
+        the caller's slots (a demoted node): those slots are the node's now, so the SWA peers
+        of its live part are published as they are (recovering would free them)."""
+        d, full = node.data[self.index], node.data[0].value
+        if d.value is not None or full is None:
+            return num_tokens
+        if not np.array_equal(full, value[offset : offset + num_tokens]):
+            return super().insert_overlap(node, offset, num_tokens, value, params, actions)
+        end = offset + num_tokens
+        start = max(offset, params.swa_evicted_seqlen, self._page_ceil(params.prev_prefix_len))
+        if start >= end:
+            return num_tokens
+        if start > offset:
+            self.tree.split(node, start - offset)
+        self._publish(node, self.allocator.peers_of(value[start:end]))
+        return 0
+
+    def check_invariants(self, errors: list[str]) -> None:
+        super().check_invariants(errors)
+        self.host.check_invariants(list(self.tree.nodes()), None, errors)
