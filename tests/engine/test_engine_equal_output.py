@@ -133,8 +133,9 @@ def test_a_mamba_checkpoint_lands_where_a_branch_starts() -> None:
     model = model_for("mamba")
     base = generated_prompts(1, 28, 0, MODEL.vocab_size, seed=5)[0]
     prompts = [base, base[:12] + [1] * 10, base[:12] + [2] * 10]
-    engine = Engine(model, engine_config("mamba", 1, full_tokens=256, max_running=1))
-    result = engine.generate(prompts, 3)
+    # Slots for every state (no eviction): this is about placement, not eviction order.
+    cfg = engine_config("mamba", 1, full_tokens=256, max_running=1, mamba_slots=16)
+    result = Engine(model, cfg).generate(prompts, 3)
     assert result.hit_lengths == [0, 8, 12]
     assert_equal_to_no_cache(model, prompts, result)
 

