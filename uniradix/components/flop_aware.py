@@ -27,6 +27,8 @@ requests that would have resumed at 8200 resume at 8192 and recompute eight toke
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from collections.abc import Iterator
 
 from uniradix.components.aux_eviction import (
@@ -40,12 +42,18 @@ from uniradix.tree.node import TreeNode
 
 class FlopAwareEviction(BranchAwareEviction):
     """`flop_aware` order of a Mamba component; the component calls `touch` whenever a state
-    is stored or used and `forget` when it is evicted."""
+    is stored or used and `forget` when it is evicted.
+
+    Credits sit in a heap with lazy deletion (an entry counts only while it is the node's
+    current credit), so a victim costs O(log n), not a pass over every state; the heap is
+    rebuilt when stale entries outnumber the live ones."""
 
     def __init__(self, component: EvictingComponent) -> None:
         super().__init__(component, None, covered=False)
         self.inflation = 0.0  # GreedyDual's L
         self._credit: dict[TreeNode, float] = {}
+        self._heap: list[tuple[float, int, TreeNode]] = []
+        self._pushes = itertools.count()  # ties in credit go by age
 
     def marginal_cost(self, node: TreeNode) -> float:
         """Compute saved by resuming at `node` rather than at the nearest state above it."""
@@ -57,7 +65,12 @@ class FlopAwareEviction(BranchAwareEviction):
         return prefix_cost(tree.prefix_len(node)) - prefix_cost(upper)
 
     def touch(self, node: TreeNode) -> None:
-        self._credit[node] = self.inflation + self.marginal_cost(node)
+        credit = self.inflation + self.marginal_cost(node)
+        self._credit[node] = credit
+        heapq.heappush(self._heap, (credit, next(self._pushes), node))
+        if len(self._heap) > 2 * len(self._credit) + WINDOW:
+            self._heap = [(c, next(self._pushes), n) for n, c in self._credit.items()]
+            heapq.heapify(self._heap)
 
     def forget(self, node: TreeNode) -> None:
         self._credit.pop(node, None)
@@ -65,32 +78,52 @@ class FlopAwareEviction(BranchAwareEviction):
     def reset(self) -> None:
         self.inflation = 0.0
         self._credit.clear()
+        self._heap.clear()
 
     def credit(self, node: TreeNode) -> float:
         credit = self._credit.get(node)
         return self.inflation + self.marginal_cost(node) if credit is None else credit
 
     def candidates(self) -> Iterator[TreeNode]:
-        lru, i = self.component.lru, self.index
         while True:
-            best: TreeNode | None = None
-            best_key = (2, 0.0)
-            node = lru.least_recent_unlocked()
-            seen = 0
-            while node is not None:
-                if node.data[i].lock_ref == 0:
-                    unusable = (
-                        seen < WINDOW and self.swa is not None and self._unusable(node, *self.swa)
-                    )
-                    key = (0 if unusable else 1, self.credit(node))
-                    if key < best_key:
-                        best, best_key = node, key
-                    seen += 1
-                node = node.data[i].lru_prev
-                if node is lru.head:
-                    break
-            if best is None:
+            victim = self._unusable_victim() or self._least_credit()
+            if victim is None:
+                # Only states never credited are left (none should be): LRU order.
+                victim = self.component.lru.least_recent_unlocked()
+            if victim is None:
                 return
-            if best_key[0] == 1:
-                self.inflation = max(self.inflation, best_key[1])
-            yield best
+            yield victim
+
+    def _unusable_victim(self) -> TreeNode | None:
+        """Class 0 among the `WINDOW` least recent unlocked states (full+SWA+Mamba only)."""
+        if self.swa is None:
+            return None
+        lru, seen = self.component.lru, 0
+        node = lru.least_recent_unlocked()
+        while node is not None and seen < WINDOW:
+            if self._unusable(node, *self.swa):
+                return node
+            node = lru.least_recent_unlocked(before=node)
+            seen += 1
+        return None
+
+    def _least_credit(self) -> TreeNode | None:
+        """The unlocked state of least credit; raises `inflation` to it. Locked states met on
+        the way go back into the heap before returning."""
+        i, heap, locked = self.index, self._heap, []
+        victim = None
+        while heap:
+            entry = heapq.heappop(heap)
+            credit, _, node = entry
+            if self._credit.get(node) != credit or node.data[i].value is None:
+                continue  # stale: touched since, or evicted
+            if node.data[i].lock_ref > 0:
+                locked.append(entry)
+                continue
+            heapq.heappush(heap, entry)  # it stays listed until `forget`
+            self.inflation = max(self.inflation, credit)
+            victim = node
+            break
+        for entry in locked:
+            heapq.heappush(heap, entry)
+        return victim
