@@ -11,7 +11,8 @@ is rejected; SWA pool = full / 4 (window 1024 and 4096), raised to a prefill chu
 windows (at most the full pool) where that is more (small workloads); 512 Mamba slots.
 `--pool-search` doubles the auxiliary pool (SWA tokens, Mamba slots; both for
 full+SWA+Mamba) up to 4x until the config reaches 0.95x full-only. Writes
-`hybrid_hits_<label>.json` and `.md`.
+`hybrid_hits_<label>.json` and `.md`; `--merge A.json B.json --label L` writes one labelled
+run from runs over different sources (the trace apart from the workloads).
 """
 
 from __future__ import annotations
@@ -86,9 +87,15 @@ def main() -> int:
     parser.add_argument("--no-trace-search", action="store_true", help="no pool search on it")
     parser.add_argument("--out", default="benchmarks/results")
     parser.add_argument("--compare", nargs="+", help="write hybrid_hits.md from these JSONs")
+    parser.add_argument("--merge", nargs="+", help="one labelled run from these runs' JSONs")
     args = parser.parse_args()
     if args.compare:
         compare(args.compare, Path(args.out))
+        return 0
+    if args.merge:
+        runs = [json.loads(Path(p).read_text()) for p in args.merge]
+        command = " and ".join(f"`{run['meta']['command']}`" for run in runs)
+        write(args, [r for run in runs for r in run["rows"]], command.strip("`"))
         return 0
     extra: dict[str, Any] = {}
     if args.policy is not None:
@@ -183,10 +190,20 @@ def compare(paths: list[str], out: Path) -> None:
     print("\n".join(lines))
 
 
-def write(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
+def full_kv_share(r: dict[str, Any]) -> str:
+    """The hybrid's own full-KV match as a fraction of full-only's hits: below 1 when the
+    auxiliary pools' pressure evicted whole leaves (full KV with them)."""
+    lost = r["lost_hits"]
+    if not (lost["usable_hit_tokens"] and r["full_hit_rate"]):
+        return "-"
+    prompt = lost["usable_hit_tokens"] / r["hit_rate"]
+    return f"{lost['full_kv_hit_tokens'] / prompt / r['full_hit_rate']:.3f}"
+
+
+def write(args: argparse.Namespace, rows: list[dict[str, Any]], command: str = "") -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    command = "python -m benchmarks.hybrid_hits " + " ".join(sys.argv[1:])
+    command = command or "python -m benchmarks.hybrid_hits " + " ".join(sys.argv[1:])
     meta = {"command": command, "machine": platform.platform(), "python": platform.python_version()}
     (out / f"hybrid_hits_{args.label}.json").write_text(
         json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n"
@@ -195,9 +212,10 @@ def write(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
         f"Command: `{command}`  ",
         f"Machine: {meta['machine']}, Python {meta['python']}",
         "",
-        "| source | config | W | full KV | SWA pool | hit / full-only | lost | swa_tomb | "
-        "swa_evict | mamba_missing | mamba_evict | 0.95x at (SWA tokens, Mamba slots) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| source | config | W | full KV | SWA pool | hit / full-only | full-KV match / "
+        "full-only | lost | swa_tomb | swa_evict | mamba_missing | mamba_evict | 0.95x at "
+        "(SWA tokens, Mamba slots) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lost = r["lost_hits"]
@@ -212,7 +230,8 @@ def write(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
         )
         lines.append(
             f"| {r['source']} | {r['config']} | {r['window'] or '-'} | {r['full_tokens']} | "
-            f"{r['swa_tokens'] or '-'} | {ratio_text(r)} | {lost['lost_tokens'] / full:.1%} | "
+            f"{r['swa_tokens'] or '-'} | {ratio_text(r)} | {full_kv_share(r)} | "
+            f"{lost['lost_tokens'] / full:.1%} | "
             f"{c['swa_tombstoned']} | {c['swa_evicted']} | {c['mamba_missing']} | "
             f"{c['mamba_evicted']} | {at} |"
         )

@@ -81,6 +81,7 @@ def _cache(page_size: int, pool_tokens: int, **sizes: Any) -> UnifiedRadixCache:
             page_size=page_size,
             max_running_requests=1,
             max_context_len=16,
+            aux_eviction_policy="lru",  # SGLang's order: the streams must match it exactly
             **sizes,
         )
     )

@@ -21,7 +21,7 @@ from uniradix.memory.req_pool import ReqToTokenPool
 from uniradix.memory.swa_allocator import SWASlotAllocator
 from uniradix.storage.backend import StorageBackend
 from uniradix.tiers.setup import attach_host_tier, attach_storage_tier
-from uniradix.types import CacheSettings, ComponentType
+from uniradix.types import DEFAULT_AUX_EVICTION_POLICY, CacheSettings, ComponentType
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class CacheConfig:
     max_running_requests: int = 256
     max_context_len: int = 8192
     eviction_policy: str = "lru"
-    aux_eviction_policy: str = "lru"
+    aux_eviction_policy: str = DEFAULT_AUX_EVICTION_POLICY
     is_eagle: bool = False
     device: str = "cpu"
     num_full_layers: int = 0

@@ -53,6 +53,13 @@ class FreeSlots:
     node_value: bool = False
 
 
+# The default order of SWA windows and Mamba states (`uniradix.components.aux_eviction`):
+# no change for full-only and full+SWA caches (their SWA order is `lru`); on a Mamba cache it
+# ties `lru` on every built-in workload and wins on the Mooncake trace
+# (benchmarks/results/hybrid_hits.md).
+DEFAULT_AUX_EVICTION_POLICY = "flop_aware"
+
+
 @dataclass(frozen=True, slots=True)
 class CacheSettings:
     """What components need to know about the model and the cache, shared by all of them.
@@ -60,8 +67,8 @@ class CacheSettings:
     Mamba: states are checkpointed only at multiples of the checkpoint grid
     `lcm(mamba_cache_chunk_size, page_size)` (the SSM kernel materializes states per chunk);
     `mamba_max_states_per_path` caps the states kept along one root-to-node path (None: no
-    cap). `aux_eviction_policy` orders the eviction of SWA windows and Mamba states ("lru" or
-    "branch_aware", see `uniradix.components.aux_eviction`).
+    cap). `aux_eviction_policy` orders the eviction of SWA windows and Mamba states ("lru",
+    "branch_aware" or "flop_aware", see `uniradix.components.aux_eviction`).
     """
 
     page_size: int = 1
@@ -75,7 +82,7 @@ class CacheSettings:
     # remember this many released session ids (a late turn of one does not re-cover it).
     enable_session_cache: bool = False
     session_closed_memory: int = 8192
-    aux_eviction_policy: str = "lru"
+    aux_eviction_policy: str = DEFAULT_AUX_EVICTION_POLICY
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,7 @@
 import json
 from pathlib import Path
 
-from benchmarks.hybrid_hits import base_options, compare, full_pool, sized
+from benchmarks.hybrid_hits import base_options, compare, full_kv_share, full_pool, sized
 
 
 def test_sizes_follow_the_issue() -> None:
@@ -40,3 +40,12 @@ def test_compare_table(tmp_path: Path) -> None:
         in text
     )
     assert "- before: `run before`" in text
+
+
+def test_full_kv_share_is_the_hybrids_own_full_match_against_full_only() -> None:
+    # 50 usable hit tokens at a hit rate of 0.25: 200 prompt tokens; the full KV matched 60
+    # (0.3 of the prompts) against full-only's 0.4.
+    lost = {"usable_hit_tokens": 50, "full_kv_hit_tokens": 60}
+    row = {"lost_hits": lost, "hit_rate": 0.25, "full_hit_rate": 0.4}
+    assert full_kv_share(row) == "0.750"
+    assert full_kv_share({**row, "full_hit_rate": 0.0}) == "-"

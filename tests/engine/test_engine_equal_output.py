@@ -133,8 +133,9 @@ def test_a_mamba_checkpoint_lands_where_a_branch_starts() -> None:
     model = model_for("mamba")
     base = generated_prompts(1, 28, 0, MODEL.vocab_size, seed=5)[0]
     prompts = [base, base[:12] + [1] * 10, base[:12] + [2] * 10]
-    engine = Engine(model, engine_config("mamba", 1, full_tokens=256, max_running=1))
-    result = engine.generate(prompts, 3)
+    # Slots for every state (no eviction): this is about placement, not eviction order.
+    cfg = engine_config("mamba", 1, full_tokens=256, max_running=1, mamba_slots=16)
+    result = Engine(model, cfg).generate(prompts, 3)
     assert result.hit_lengths == [0, 8, 12]
     assert_equal_to_no_cache(model, prompts, result)
 
@@ -151,21 +152,22 @@ def test_float32_pools_follow_the_model_dtype() -> None:
     assert check.max_abs_logit_diff < 1e-4
 
 
+@pytest.mark.parametrize("policy", ["branch_aware", "flop_aware"])
 @pytest.mark.parametrize("placement", [False, True])
 @pytest.mark.parametrize("page_size", [1, 4])
 @pytest.mark.parametrize("config", ["swa", "mamba", "hybrid"])
 def test_branch_aware_eviction_and_checkpoint_placement_generate_the_same(
-    config: str, page_size: int, placement: bool, device: str
+    config: str, page_size: int, placement: bool, policy: str, device: str
 ) -> None:
-    """The branch-aware eviction order of SWA windows and Mamba states, with and without
-    checkpoint placement (a grid of 8 here, so chunks are cut at grid points): identical
+    """The branch-aware and flop-aware eviction orders of SWA windows and Mamba states, with
+    and without checkpoint placement (a grid of 8 here, so chunks are cut at grid points): identical
     tokens, and the hard paths (evictions, tombstones) still run."""
     model = model_for(config, device)
     prompts = shared_prompts()
     cfg = engine_config(
         config,
         page_size,
-        aux_eviction_policy="branch_aware",
+        aux_eviction_policy=policy,
         checkpoint_placement=placement,
         checkpoint_grid=8,
     )

@@ -78,7 +78,10 @@ def test_swa_window_evicted_by_the_tree() -> None:
 
 
 def mamba_cache() -> UnifiedRadixCache:
-    return build_cache(CacheConfig(full_tokens=64, mamba_slots=8, max_context_len=64))
+    # LRU order, so the test names the victim (the least recent state).
+    return build_cache(
+        CacheConfig(full_tokens=64, mamba_slots=8, max_context_len=64, aux_eviction_policy="lru")
+    )
 
 
 def put_mamba(cache: UnifiedRadixCache, tokens: list[int], with_state: bool) -> None:

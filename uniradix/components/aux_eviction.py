@@ -1,6 +1,11 @@
-"""Eviction order of the auxiliary states (SWA windows, Mamba states): `lru` or `branch_aware`.
+"""Eviction order of the auxiliary states (SWA windows, Mamba states): `lru`, `branch_aware` or
+`flop_aware`.
 
-`lru` (the default) evicts each component's least recent unlocked node first.
+`lru` evicts each component's least recent unlocked node first.
+
+`flop_aware` (the default) orders Mamba states by GreedyDual over the compute a state saves
+beyond the nearest state above it (`uniradix.components.flop_aware`); SWA windows stay in
+`lru` order.
 
 `branch_aware` (after Marconi, MLSys 2025) looks at the `WINDOW` least recent unlocked nodes of
 the component's LRU list and evicts, in this order of classes:
@@ -11,7 +16,11 @@ the component's LRU list and evicts, in this order of classes:
    match cannot end there);
 1. **covered** Mamba states: the node has one child and the single-child chain below it
    reaches a deeper state before any fork, so every request continuing down that path
-   resumes from the deeper one (states at forks and at the ends of paths are kept longer);
+   resumes from the deeper one (states at forks and at the ends of paths are kept longer).
+   Measured on the Mooncake trace, this evicts the wrong states: a covered state still
+   serves every request that leaves the chain between it and the deeper state, and there
+   (the last block boundary of the previous prompt, above its prompt-end and finish states)
+   is where the next turns branch; `flop_aware` weighs that instead;
 2. the rest.
 
 Within a class, the node of least utility goes first: utility = recency (rank in the window,
@@ -36,13 +45,13 @@ from uniradix.tree.lru import LRUList
 from uniradix.tree.node import TreeNode
 
 
-class _Evicting(Protocol):
+class EvictingComponent(Protocol):
     index: int
     tree: TreeCore
     lru: LRUList
 
 
-AUX_EVICTION_POLICIES = ("lru", "branch_aware")
+AUX_EVICTION_POLICIES = ("lru", "branch_aware", "flop_aware")
 WINDOW = 64
 QUADRATIC_TOKENS = 12 * 4096
 MAX_CHAIN = 64  # nodes followed down a single-child chain looking for a deeper state
@@ -66,7 +75,9 @@ class BranchAwareEviction:
     `swa` is (index, window) of the cache's SWA component, if any: an SWA component passes
     its own; a Mamba component learns it from its peers. `covered` enables class 1 (Mamba)."""
 
-    def __init__(self, component: _Evicting, swa: tuple[int, int] | None, covered: bool) -> None:
+    def __init__(
+        self, component: EvictingComponent, swa: tuple[int, int] | None, covered: bool
+    ) -> None:
         self.component = component
         self.tree = component.tree
         self.index = component.index

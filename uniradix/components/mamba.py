@@ -27,6 +27,7 @@ import numpy as np
 
 from uniradix.components.aux_eviction import BranchAwareEviction, check_aux_eviction_policy
 from uniradix.components.base import TreeComponent, mark_evicted
+from uniradix.components.flop_aware import FlopAwareEviction
 from uniradix.memory.allocator import to_numpy
 from uniradix.tree.core import MatchWalk, TreeCore, Validator
 from uniradix.tree.lru import LRUList
@@ -57,23 +58,29 @@ class MambaComponent(TreeComponent):
         self.checkpoint_grid = math.lcm(chunk, settings.page_size)
         self.max_states_per_path = cap
         self.lru = LRUList(index, tree.num_components)
-        self._order = (
+        policy = check_aux_eviction_policy(settings.aux_eviction_policy)
+        self._credits = FlopAwareEviction(self) if policy == "flop_aware" else None
+        self._order: BranchAwareEviction | None = (
             BranchAwareEviction(self, None, covered=True)
-            if check_aux_eviction_policy(settings.aux_eviction_policy) == "branch_aware"
-            else None
+            if policy == "branch_aware"
+            else self._credits
         )
 
     def attach_peers(self, components: Sequence[TreeComponent]) -> None:
         """Tells the branch-aware order where the SWA window lives, if the cache has one."""
         for c in components:
             window = getattr(c, "window", None)
-            if self._order is not None and c.component_type == ComponentType.SWA:
+            # A peer of SWA type without a window (a test stub) has no window to check.
+            is_swa = c.component_type == ComponentType.SWA and isinstance(window, int)
+            if self._order is not None and is_swa:
                 assert isinstance(window, int)
                 self._order.swa = (c.index, window)
 
     def reset(self) -> None:
         super().reset()
         self.lru = LRUList(self.index, self.tree.num_components)
+        if self._credits is not None:
+            self._credits.reset()
 
     def slot(self, node: TreeNode) -> int | None:
         value = node.data[self.index].value
@@ -88,6 +95,8 @@ class MambaComponent(TreeComponent):
         accepted = walk.path[: walk.num_accepted]
         if accepted:
             self.lru.move_to_mru(accepted[-1])
+            if self._credits is not None:
+                self._credits.touch(accepted[-1])
         device_len = sum(n.num_tokens for n in accepted)
         grid = self.checkpoint_grid
         aligned = walk.matched_len // grid * grid
@@ -112,13 +121,17 @@ class MambaComponent(TreeComponent):
         if value is None or node is self.tree.root:
             return
         d = node.data[self.index]
-        if d.value is not None:
+        fresh = d.value is None
+        if fresh:
+            d.value = to_numpy(value).copy()
+            self._credit(node, 1)
+            self.lru.insert_mru(node)
+        else:
             self.lru.move_to_mru(node)
-            return
-        d.value = to_numpy(value).copy()
-        self._credit(node, 1)
-        self.lru.insert_mru(node)
-        self._cap_path_states(node, actions)
+        if self._credits is not None:
+            self._credits.touch(node)
+        if fresh:
+            self._cap_path_states(node, actions)
 
     def _cap_path_states(self, tail: TreeNode, actions: list[FreeSlots]) -> None:
         cap = self.max_states_per_path
@@ -153,6 +166,8 @@ class MambaComponent(TreeComponent):
         d.value = None
         mark_evicted(d)
         self.lru.remove(node)
+        if self._credits is not None:
+            self._credits.forget(node)
         return 1
 
     # ------------------------------------------------------------------ lock

@@ -29,7 +29,7 @@ from uniradix.sim.batch import RunningRequest, SchedulerView
 from uniradix.sim.metrics import ReplayMetrics
 from uniradix.sim.request_spec import RequestSpec, TokenPrompt
 from uniradix.sim.scheduler import Scheduler, SchedulerConfig
-from uniradix.types import ComponentType
+from uniradix.types import DEFAULT_AUX_EVICTION_POLICY, ComponentType
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class EngineConfig:
     host_engine: str = "sync"
     write_policy: str = "write_through"
     enable_session_cache: bool = False
-    aux_eviction_policy: str = "lru"
+    aux_eviction_policy: str = DEFAULT_AUX_EVICTION_POLICY
     checkpoint_placement: bool = True
     checkpoint_grid: int | None = 512
 

@@ -24,7 +24,7 @@ from uniradix.sim.sessions import SessionListener
 from uniradix.sim.traces import load_trace
 from uniradix.sim.workloads import generate_workload
 from uniradix.storage.backend import StorageBackend
-from uniradix.types import ComponentType
+from uniradix.types import DEFAULT_AUX_EVICTION_POLICY, ComponentType
 
 CONFIG_COMPONENTS: dict[str, tuple[ComponentType, ...]] = {
     "full": (ComponentType.FULL,),
@@ -64,7 +64,7 @@ class ReplayOptions:
     sessions: bool = False  # the session cache: sessions' contexts are evicted last
     checkpoint_placement: bool = True
     checkpoint_grid: int | None = 512
-    aux_eviction_policy: str = "lru"
+    aux_eviction_policy: str = DEFAULT_AUX_EVICTION_POLICY
     model: ModelShape = field(default_factory=ModelShape)
     host_tokens: int | None = None
     hicache_ratio: float | None = None
