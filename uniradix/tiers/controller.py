@@ -28,10 +28,13 @@ import numpy as np
 
 from uniradix.components.full_host import HostFullComponent
 from uniradix.event_sink import MEDIUM_CPU_PINNED
+from uniradix.key import RadixKey
 from uniradix.memory.allocator import to_numpy
+from uniradix.memory.host_kv import HostKVPool
 from uniradix.memory.host_pools import HostPools
 from uniradix.tiers import load_back as loads
 from uniradix.tiers.host_checks import check_host_tier
+from uniradix.tiers.host_insert import insert_host
 from uniradix.tiers.null import NoHostTier
 from uniradix.tiers.transfer import CopyOp, Direction, TransferEngine
 from uniradix.tiers.write_policy import WritePolicy
@@ -55,6 +58,7 @@ class HostTierStats:
     load_skipped: int = 0  # load-backs declined (threshold, quota)
     load_failed: int = 0  # load-backs that found no device room
     write_failed_tokens: int = 0  # backups whose copy raised (host copies dropped)
+    host_insert_dropped_tokens: int = 0  # `insert_host` pages with no host parent to join
 
     def as_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -101,6 +105,7 @@ class HostTier(NoHostTier):
         self.loads: dict[int, tuple[TreeNode, IncLockRefResult]] = {}
         self._acked: set[int] = set()
         self._failed: set[int] = set()  # acked tickets whose copies raised
+        self.host_kv: HostKVPool | None = None  # the host KV bytes, when the model has layers
         cache.host_tier = self
 
     # ------------------------------------------------------------------ writes
@@ -221,6 +226,8 @@ class HostTier(NoHostTier):
                     self._drop_failed_backup([node])
                 else:
                     self._report([node], MEDIUM_CPU_PINNED, stored=True)
+                    if self.storage is not None:  # the victim goes on to L3 too
+                        self.storage.backup([node])
         if d.host_value is not None:
             num = self.full.demote(node, actions)
             self.stats.demoted_tokens += num
@@ -293,6 +300,14 @@ class HostTier(NoHostTier):
         self.stats.host_evicted_tokens += node.num_tokens
         return node.num_tokens
 
+    # ------------------------------------------------------------------ arrivals
+    def insert_host(self, key: RadixKey, host_slots: Slots, start: int) -> int:
+        """Inserts pages that arrived in `host_slots` (allocated with `alloc_host`, holding
+        the KV of the key's tokens from `start`) as host copies: host-only nodes past the
+        tree's match, host copies of matched device nodes that lack one; spare slots are
+        freed. Returns the tokens that gained a host copy (`uniradix.tiers.host_insert`)."""
+        return insert_host(self, key, host_slots, start)
+
     # ------------------------------------------------------------------ load-back
     def load_back(self, match: MatchResult, mem_quota: int | None = None) -> MatchResult:
         return loads.load_back(self, match, mem_quota)
@@ -353,6 +368,8 @@ class HostTier(NoHostTier):
     def reset(self) -> None:
         """Forgets every transfer (the cache's reset emptied the tree) and the host pools."""
         self.drain_engine()
+        if self.storage is not None:
+            self.storage.reset()
         self.writes.clear()
         self.loads.clear()
         self._acked.clear()

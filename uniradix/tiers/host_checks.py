@@ -15,8 +15,9 @@ if TYPE_CHECKING:
 def check_host_tier(tier: HostTier, errors: list[str]) -> None:
     """Appends a message per broken rule:
 
-    - host pool: tree host slots distinct and allocated, `free + held by the tree ==
-      capacity` (every host slot belongs to a node from allocation to free);
+    - host pool: tree host slots distinct and allocated, `free + held by the tree +
+      reserved by L3 prefetches == capacity` (every host slot belongs to a node or a
+      prefetch from allocation to free);
     - write-through policies: a node with host data has a parent with host data;
     - a node is marked by at most one transfer, and only by one in flight: a write mark on a
       device node, a load mark on a device node; each in-flight anchor is in the tree and
@@ -29,10 +30,11 @@ def check_host_tier(tier: HostTier, errors: list[str]) -> None:
     if host.size and not pool.is_allocated(host).all():
         errors.append("host_full: the tree holds host slots the host allocator considers free")
     free = pool.available_size()
-    if free + host.size != pool.capacity:
+    reserved = 0 if tier.storage is None else tier.storage.reserved_tokens  # L3 prefetches
+    if free + host.size + reserved != pool.capacity:
         errors.append(
-            f"host_full: free {free} + tree {host.size} = {free + host.size} "
-            f"!= capacity {pool.capacity}"
+            f"host_full: free {free} + tree {host.size} + prefetch-reserved {reserved} = "
+            f"{free + host.size + reserved} != capacity {pool.capacity}"
         )
     strict = tier.policy is not WritePolicy.WRITE_BACK
     for node in tree.nodes():

@@ -38,6 +38,7 @@ def attach_host_tier(cache: UnifiedRadixCache, config: CacheConfig) -> HostTier:
     if capacity < ps:
         raise ValueError(f"host tier of {capacity} tokens is less than one page ({ps})")
     copiers: dict[str, Copier] = {}
+    host_kv = None
     kv_pool = cache.pools.kv_pool
     if kv_pool is not None and kv_pool.num_layers:
         host_kv = HostKVPool(
@@ -58,13 +59,15 @@ def attach_host_tier(cache: UnifiedRadixCache, config: CacheConfig) -> HostTier:
         engine = ThreadTransferEngine(copiers)
     else:
         engine = CudaTransferEngine(copiers, config.device)
-    return HostTier(
+    tier = HostTier(
         cache,
         HostPools(capacity, ps),
         engine,
         config.write_policy,
         load_back_threshold=config.load_back_threshold,
     )
+    tier.host_kv = host_kv
+    return tier
 
 
 def attach_storage_tier(cache: UnifiedRadixCache, config: CacheConfig) -> StorageTier | None:
@@ -79,4 +82,11 @@ def attach_storage_tier(cache: UnifiedRadixCache, config: CacheConfig) -> Storag
     if backend is None:
         assert config.storage_url is not None
         backend = open_backend(config.storage_url)
-    return StorageTier(tier, backend, config.model_fingerprint, config.prefetch_threshold)
+    return StorageTier(
+        tier,
+        backend,
+        config.model_fingerprint,
+        config.prefetch_threshold,
+        prefetch_policy=config.prefetch_policy,
+        host_kv=tier.host_kv,
+    )
