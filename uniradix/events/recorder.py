@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from uniradix.cache.controller import UnifiedRadixCache
-from uniradix.event_sink import MEDIA, MEDIUM_CPU_PINNED, MEDIUM_GPU
+from uniradix.event_sink import MEDIA, MEDIUM_CPU_PINNED, MEDIUM_DISK, MEDIUM_GPU
 from uniradix.events.types import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
 from uniradix.page_hash import digest_to_int64, page_digests, salt_seed
 from uniradix.tree.node import TreeNode
@@ -97,7 +97,8 @@ class EventRecorder:
         if node in self._pages or node in self._pending:
             # Known KV on a further medium (revival, load-back, host backup): same hashes.
             self._records.append(self._again(node, medium))
-            self._pages[node].media.add(medium)
+            if medium != MEDIUM_DISK:  # L3 copies outlive the tree: not tracked (README, L3)
+                self._pages[node].media.add(medium)
             return
         # A component may have split the new leaf before the cache reports it (SWA keeps one
         # window per node): the split-off parents are new too, and are stored first.
