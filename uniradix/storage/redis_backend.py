@@ -117,7 +117,10 @@ class RedisBackend(StorageBackend):
         return out
 
     def _store_set(self, names: list[str], headers: list[bytes], payloads: list[Payload]) -> int:
-        pipe = self.client.pipeline(transaction=False)
+        client = self.client
+        if isinstance(client, redis.Redis):
+            return self._send_sets(client, names, headers, payloads)
+        pipe = client.pipeline(transaction=False)  # type: ignore[no-untyped-call]  # per shard
         for name, header, payload in zip(names, headers, payloads, strict=True):
             pipe.set(name, b"".join((header, payload)), px=self.ttl_ms)
         # A refused write (a full server under `noeviction`) ends the stored prefix without
@@ -127,6 +130,29 @@ class RedisBackend(StorageBackend):
             if isinstance(result, Exception):
                 return i
         return len(names)
+
+    def _send_sets(
+        self, client: redis.Redis, names: list[str], headers: list[bytes], payloads: list[Payload]
+    ) -> int:
+        """The batch's `SET`s, pipelined on one connection, each value sent as header then
+        payload (`set_commands`): no joined copy of the payload is made."""
+        pool = client.connection_pool
+        conn = pool.get_connection()
+        try:
+            commands = set_commands(names, headers, payloads, self.ttl_ms)
+            conn.send_packed_command(commands)  # type: ignore[no-untyped-call]
+            stored = len(names)
+            for i in range(len(names)):  # read every reply: the connection stays in step
+                try:
+                    conn.read_response()
+                except redis.exceptions.ResponseError:  # refused (a full server): see above
+                    stored = min(stored, i)
+            return stored
+        except BaseException:
+            conn.disconnect()  # type: ignore[no-untyped-call]  # not half-read next time
+            raise
+        finally:
+            pool.release(conn)
 
     def _store_delete(self, names: list[str]) -> int:
         pipe = self.client.pipeline(transaction=False)
@@ -148,6 +174,32 @@ class RedisBackend(StorageBackend):
     def _store_close(self) -> None:
         if self._client_obj is not None:
             self._client_obj.close()
+
+
+def _bulk(arg: bytes) -> bytes:
+    return b"$%d\r\n%s\r\n" % (len(arg), arg)
+
+
+def set_commands(
+    names: list[str], headers: list[bytes], payloads: list[Payload], ttl_ms: int | None
+) -> list[bytes | memoryview]:
+    """`SET name header+payload [PX ttl_ms]` for each page in the Redis protocol, as chunks
+    to send in order: the small parts between two payloads are joined, each payload is sent
+    as it is (a bulk string may arrive in any number of pieces)."""
+    expire = b"" if ttl_ms is None else _bulk(b"PX") + _bulk(str(ttl_ms).encode())
+    count = b"*5\r\n" if ttl_ms is not None else b"*3\r\n"
+    chunks: list[bytes | memoryview] = []
+    pending = b""
+    for name, header, payload in zip(names, headers, payloads, strict=True):
+        view = memoryview(payload).cast("B")
+        head = (
+            count + _bulk(b"SET") + _bulk(name.encode()) + b"$%d\r\n" % (len(header) + view.nbytes)
+        )
+        chunks.append(pending + head + header)
+        chunks.append(view)
+        pending = b"\r\n" + expire
+    chunks.append(pending)
+    return chunks
 
 
 def _client_kwargs(url: str, options: dict[str, str], cluster: bool) -> dict[str, object]:
