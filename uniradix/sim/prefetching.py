@@ -18,7 +18,8 @@ device locks go before the scheduler gives up) release everything a prefetch hol
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import heapq
+from collections.abc import Callable
 
 from uniradix.cache.controller import UnifiedRadixCache
 from uniradix.key import RadixKey
@@ -33,11 +34,13 @@ class QueuePrefetch:
         self._tried: set[int] = set()  # waiting requests whose prefetch was started
         self._credit: dict[int, int] = {}
 
-    def start_waiting(self, rids: Iterable[int], key_of: Callable[[int], RadixKey]) -> None:
-        """Starts a prefetch for each of `rids` (the queue's head) that has not had one."""
-        if self.storage is None:
+    def start_waiting(self, ready: list[int], key_of: Callable[[int], RadixKey]) -> None:
+        """Starts a prefetch for each of the first `lookahead` requests of the `ready` heap
+        that has not had one."""
+        if self.storage is None or not ready:
             return
-        for rid in rids:
+        k = self.lookahead  # a heap's k smallest lie in its first 2^k - 1 slots
+        for rid in heapq.nsmallest(k, ready[: (1 << k) - 1]):
             if rid in self._tried:
                 continue
             self._tried.add(rid)

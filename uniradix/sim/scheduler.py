@@ -78,6 +78,8 @@ class SchedulerConfig:
             raise ValueError(
                 f"max_running={self.max_running} and chunk_size={self.chunk_size} must be >= 1"
             )
+        if not 0 <= self.prefetch_lookahead <= 16:
+            raise ValueError(f"prefetch_lookahead={self.prefetch_lookahead} not in [0, 16]")
         if not 0.0 <= self.decode_reserve_ratio <= 1.0:
             raise ValueError(f"decode_reserve_ratio={self.decode_reserve_ratio} not in [0, 1]")
 
@@ -154,9 +156,7 @@ class Scheduler:
         host = self.cache.host_tier  # commit the host tier's finished transfers
         host.writing_check()
         host.loading_check()
-        if self.prefetch.storage is not None and self._ready:
-            head = heapq.nsmallest(self.prefetch.lookahead, self._ready)
-            self.prefetch.start_waiting(head, lambda rid: self._prompt_key(rid)[1])
+        self.prefetch.start_waiting(self._ready, lambda rid: self._prompt_key(rid)[1])
         progressed = self._prefill_step() or self._decode_step()
         if not progressed and not self.done:
             host.drain()  # memory may be locked by backups still in flight: wait for them
