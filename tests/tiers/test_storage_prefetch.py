@@ -243,3 +243,32 @@ def test_the_replay_default_policy_repeats_its_figures(tmp_path: Path) -> None:
     first, second = run("a"), run("b")
     assert first == second
     assert first["by_tier"]["storage"] > 0  # type: ignore[index]
+
+
+def test_a_retried_admission_still_counts_its_fetched_pages_as_storage_hits(
+    tmp_path: Path,
+) -> None:
+    from uniradix.sim.prefetching import QueuePrefetch
+
+    backend = GatedFileBackend(tmp_path)
+    tier, storage = _cache(backend, "wait_complete")
+    key = _stored_key(storage, 1024)
+    queue = QueuePrefetch(tier.cache, lookahead=4)
+    queue.start_waiting([7], lambda rid: key)
+    queue.take(7, key)  # admission: the pages are inserted on the host ...
+    assert storage.stats.fetched_tokens == 1024
+    queue.declined(7)  # ... but the request did not fit; meanwhile they were loaded back
+    m = tier.load_back(tier.cache.match_prefix(MatchPrefixParams(key)))
+    assert m.device_prefix_len == 1024
+    queue.take(7, key)  # the retry: nothing left to fetch
+    assert storage.stats.fetched_tokens == 1024
+    # The retry sees a device hit; the tokens still came from L3 for this request.
+    assert queue.admitted(7, hit=1024, host_hit=0, first=True) == 1024
+    assert storage.stats.hit_tokens == 1024
+    # A retracted request's later admission is a recompute: no hit of any tier.
+    queue.take(8, key)
+    assert queue.admitted(8, hit=1024, host_hit=0, first=False) == 0
+    assert storage.stats.hit_tokens == 1024
+    tier.wait_loads()
+    _assert_nothing_held(tier)
+    tier.close()
