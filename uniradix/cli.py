@@ -62,6 +62,12 @@ def _replay_parser(commands: argparse._SubParsersAction) -> None:  # type: ignor
         help="L3 store under the host tier: file://DIR, file (a temp dir), redis://HOST:PORT/DB",
     )
     p.add_argument("--model-fingerprint", default=d.model_fingerprint, help="isolates L3 pages")
+    p.add_argument(
+        "--prefetch-policy",
+        choices=["best_effort", "wait_complete", "timeout"],
+        default=d.prefetch_policy,
+        help="when an L3 prefetch stops (default wait_complete: reproducible figures)",
+    )
     p.add_argument("--sessions", action="store_true", help="session cache: keep turns' context")
     p.add_argument(
         "--checkpoint-placement",

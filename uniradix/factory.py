@@ -77,6 +77,8 @@ class CacheConfig:
     storage_backend: StorageBackend | None = None  # an open backend to share (wins over the URL)
     model_fingerprint: str = "uniradix-sim"  # model id + revision: isolates stored pages
     prefetch_threshold: int = 256
+    # L3 prefetch stop policy: "best_effort", "wait_complete" or "timeout" (`storage_tier`)
+    prefetch_policy: str = "best_effort"
     enable_session_cache: bool = False
     disable_radix_cache: bool = False  # a cache that matches nothing (`uniradix.disabled`)
 

@@ -89,8 +89,8 @@ def _raw_put(url: str, name: str, value: bytes) -> None:
         path = store._path(name)  # type: ignore[attr-defined]
         path.parent.mkdir(exist_ok=True)
         path.write_bytes(value)
-    else:  # the Redis layout: a hash of header and payload
-        store.client.hset(name, mapping={"h": value[:HEADER_BYTES], "p": value[HEADER_BYTES:]})  # type: ignore[attr-defined]
+    else:  # the Redis layout: one string, header then payload
+        store.client.set(name, value)  # type: ignore[attr-defined]
     store.close()
 
 

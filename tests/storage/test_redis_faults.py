@@ -129,8 +129,8 @@ def test_a_foreign_key_is_a_rejected_page_not_a_failure(redis_server: RedisServe
     store.batch_set(keys, data)
     client = redis_server.client()
     client.delete(keys[1].name)
-    client.set(keys[1].name, b"someone else's string")  # WRONGTYPE for HMGET
-    client.hdel(keys[2].name, "h")  # a page missing its header
+    client.hset(keys[1].name, mapping={"h": b"x"})  # another type: WRONGTYPE for GET
+    client.set(keys[2].name, b"someone else's string")  # shorter than a header
     got = store.batch_get(keys)
     assert isinstance(got[0], memoryview)
     assert [p.reason for p in got[1:] if isinstance(p, Miss)] == [MissReason.SHORT] * 2

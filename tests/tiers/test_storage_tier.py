@@ -45,7 +45,12 @@ def test_second_cache_on_the_same_directory_hits_what_the_first_wrote(tmp_path: 
     assert first["storage"]["pages_written"] > 0
     assert first["storage"]["tier"]["stored_pages"] == first["storage"]["pages_written"]
     assert first["storage"]["tier"]["backup_pages_dropped"] == 0  # the replay waits instead
-    assert first["hit_tokens_by_tier"]["storage"] == 0  # nothing was stored before it
+    # Documents the host tier evicted come back from L3 within the run; each fetch serves
+    # the admission that made it, so every fetched token counts as a storage hit (not a
+    # host hit, as it did before the credit went with the request).
+    tier = first["storage"]["tier"]
+    assert tier["fetched_tokens"] > 0
+    assert first["hit_tokens_by_tier"]["storage"] == tier["fetched_tokens"] == tier["hit_tokens"]
     second = run_replay(_options(storage_url=url)).summary
     by_tier = second["hit_tokens_by_tier"]
     assert by_tier["storage"] > 0 and second["storage"]["pages_read"] > 0
@@ -109,7 +114,9 @@ class FlakyFileBackend(FileBackend):
         return super()._store_set(names, headers, payloads)
 
 
-def _run_scheduler(backend: FileBackend, seed: int) -> tuple[int, HostTier]:
+def _run_scheduler(
+    backend: FileBackend, seed: int, policy: str = "wait_complete"
+) -> tuple[int, HostTier]:
     cache = build_cache(
         CacheConfig(
             full_tokens=DEVICE,
@@ -117,6 +124,7 @@ def _run_scheduler(backend: FileBackend, seed: int) -> tuple[int, HostTier]:
             page_size=PAGE,
             max_context_len=DEVICE,
             storage_backend=backend,
+            prefetch_policy=policy,
         )
     )
     specs = admissible(generate_workload("long_doc_qa", seed, 16), DEVICE, PAGE)
@@ -139,16 +147,20 @@ def _run_scheduler(backend: FileBackend, seed: int) -> tuple[int, HostTier]:
     return fetched, tier
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_injected_store_failures_leak_nothing(tmp_path: Path, seed: int) -> None:
+@pytest.mark.parametrize(
+    ("seed", "policy"),
+    [(0, "wait_complete"), (1, "wait_complete"), (0, "best_effort"), (1, "timeout")],
+)
+def test_injected_store_failures_leak_nothing(tmp_path: Path, seed: int, policy: str) -> None:
     healthy = FileBackend(tmp_path)
     _run_scheduler(healthy, seed)  # fills the store
     flaky = FlakyFileBackend(tmp_path, seed, fail=0.3)
-    fetched, _ = _run_scheduler(flaky, seed)
+    fetched, _ = _run_scheduler(flaky, seed, policy)
     stats = flaky.stats()
     assert stats.failed_ops > 0  # the faults did happen ...
     assert stats.pages_missed > 0
-    assert fetched > 0  # ... and pages still came through between them
+    if policy != "best_effort":  # (best effort takes what came in time: maybe nothing)
+        assert fetched > 0  # ... and pages still came through between them
 
 
 def test_instances_share_one_store(tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ from uniradix.sim.batch import RunningRequest, SchedulerView
 from uniradix.sim.metrics import ReplayMetrics
 from uniradix.sim.request_spec import RequestSpec, TokenPrompt
 from uniradix.sim.scheduler import Scheduler, SchedulerConfig
+from uniradix.storage.backend import StorageBackend
 from uniradix.types import DEFAULT_AUX_EVICTION_POLICY, ComponentType
 
 
@@ -57,6 +58,12 @@ class EngineConfig:
     aux_eviction_policy: str = DEFAULT_AUX_EVICTION_POLICY
     checkpoint_placement: bool = True
     checkpoint_grid: int | None = 512
+    # An L3 store under the host tier (full attention): real KV bytes are written and read.
+    storage_url: str | None = None
+    storage_backend: StorageBackend | None = None
+    model_fingerprint: str = "uniradix-tiny"
+    prefetch_threshold: int = 256
+    prefetch_policy: str = "wait_complete"
 
 
 @dataclass
@@ -166,6 +173,8 @@ class Engine:
         t0 = time.perf_counter()
         scheduler.run()
         self.cache.host_tier.drain()
+        if self.cache.host_tier.storage is not None:
+            self.cache.host_tier.storage.flush()  # what this call wrote is in L3 now
         wall_s = time.perf_counter() - t0
         scheduler.check_invariants()
         return GenerateResult(
@@ -246,6 +255,11 @@ def build_engine_cache(model: TinyHybridModel, config: EngineConfig) -> UnifiedR
             write_policy=config.write_policy,
             enable_session_cache=config.enable_session_cache,
             aux_eviction_policy=config.aux_eviction_policy,
+            storage_url=config.storage_url,
+            storage_backend=config.storage_backend,
+            model_fingerprint=config.model_fingerprint,
+            prefetch_threshold=config.prefetch_threshold,
+            prefetch_policy=config.prefetch_policy,
         )
     )
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from uniradix.cache.controller import UnifiedRadixCache
-from uniradix.event_sink import MEDIA, MEDIUM_CPU_PINNED, MEDIUM_GPU
+from uniradix.event_sink import MEDIA, MEDIUM_CPU_PINNED, MEDIUM_DISK, MEDIUM_GPU
 from uniradix.events.hashing import block_hashing
 from uniradix.events.types import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
 from uniradix.node_digests import NodeDigests
@@ -121,7 +121,8 @@ class EventRecorder:
         media = self._media.get(node)
         if media is not None:
             # Known KV on a further medium (revival, load-back, host backup): same hashes.
-            self._media[node] = media | bit
+            if medium != MEDIUM_DISK:  # L3 copies outlive the tree: not tracked (README, L3)
+                self._media[node] = media | bit
             self._record(node, medium)
             return
         # A component may have split the new leaf before the cache reports it (SWA keeps one

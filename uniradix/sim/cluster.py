@@ -154,7 +154,7 @@ class Cluster:
         for i, name in enumerate(names):
             cache = build_replay_cache(options, options.config, -(-max_len // ps) * ps)
             if cache.host_tier.storage is not None:
-                cache.host_tier.storage.backpressure = True
+                cache.host_tier.storage.backpressure = cache.host_tier.storage.sync_writes = True
             publishers: list[EventPublisher] = [IndexPublisher(self.index, name)]
             if kv_events is not None and kv_events.publisher == "zmq":
                 publishers.append(

@@ -73,6 +73,8 @@ class ReplayOptions:
     storage_url: str | None = None  # an L3 store under the host tier
     storage_backend: StorageBackend | None = None  # an open one to share (instances)
     model_fingerprint: str = "uniradix-sim"
+    # wait_complete: every fetch runs to its end, so the figures repeat run to run
+    prefetch_policy: str = "wait_complete"
 
 
 @dataclass
@@ -138,6 +140,7 @@ def build_replay_cache(
             storage_url=options.storage_url,
             storage_backend=options.storage_backend,
             model_fingerprint=options.model_fingerprint,
+            prefetch_policy=options.prefetch_policy,
         )
     )
 
@@ -157,7 +160,7 @@ def run_replay(options: ReplayOptions) -> ReplayResult:
     max_len = max(len(s.prompt) + s.output_len for s in specs)
     cache = build_replay_cache(options, config_name, -(-max_len // ps) * ps)
     if cache.host_tier.storage is not None:
-        cache.host_tier.storage.backpressure = True
+        cache.host_tier.storage.backpressure = cache.host_tier.storage.sync_writes = True
     t0 = time.perf_counter()
     ideal = ideal_hits(specs, ps)
     ideal_s = time.perf_counter() - t0

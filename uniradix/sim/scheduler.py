@@ -43,6 +43,7 @@ import math
 from dataclasses import dataclass
 
 from uniradix.cache.controller import UnifiedRadixCache
+from uniradix.key import RadixKey
 from uniradix.sim.batch import (
     ForwardBatch,
     ForwardEntry,
@@ -53,6 +54,7 @@ from uniradix.sim.batch import (
     held_by,
 )
 from uniradix.sim.placement import CheckpointPlan
+from uniradix.sim.prefetching import QueuePrefetch
 from uniradix.sim.request_spec import RequestSpec
 from uniradix.types import EvictParams, MatchPrefixParams, MatchResult, Req
 
@@ -67,6 +69,7 @@ class SchedulerConfig:
     # (`uniradix.sim.placement`); `checkpoint_grid` None places none on a grid.
     checkpoint_placement: bool = True
     checkpoint_grid: int | None = 512
+    prefetch_lookahead: int = 4  # waiting requests that prefetch from L3 (`sim.prefetching`)
 
     def __post_init__(self) -> None:
         if self.checkpoint_grid is not None and self.checkpoint_grid < 1:
@@ -75,6 +78,8 @@ class SchedulerConfig:
             raise ValueError(
                 f"max_running={self.max_running} and chunk_size={self.chunk_size} must be >= 1"
             )
+        if not 0 <= self.prefetch_lookahead <= 16:
+            raise ValueError(f"prefetch_lookahead={self.prefetch_lookahead} not in [0, 16]")
         if not 0.0 <= self.decode_reserve_ratio <= 1.0:
             raise ValueError(f"decode_reserve_ratio={self.decode_reserve_ratio} not in [0, 1]")
 
@@ -113,6 +118,7 @@ class Scheduler:
         self._ready: list[int] = []  # heap of rids: arrival order
         self._blocked: dict[int, list[int]] = {}
         self._retracted: dict[int, RunningRequest] = {}
+        self.prefetch = QueuePrefetch(cache, self.config.prefetch_lookahead)
         for i, spec in enumerate(specs):
             if spec.rid != i:
                 raise ValueError(
@@ -150,9 +156,11 @@ class Scheduler:
         host = self.cache.host_tier  # commit the host tier's finished transfers
         host.writing_check()
         host.loading_check()
+        self.prefetch.start_waiting(self._ready, lambda rid: self._prompt_key(rid)[1])
         progressed = self._prefill_step() or self._decode_step()
         if not progressed and not self.done:
             host.drain()  # memory may be locked by backups still in flight: wait for them
+            self.prefetch.cancel_all()  # and by the waiting requests' prefetches
             progressed = self._prefill_step() or self._decode_step()
         if not progressed and not self.done:
             raise SchedulerStalled(
@@ -273,11 +281,9 @@ class Scheduler:
             return None
         spec = self.specs[rid]
         previous = self._retracted.get(rid)
-        tokens = previous.req.token_ids if previous else spec.prompt.token_ids().tolist()
+        tokens, key = self._prompt_key(rid)
         req = Req(token_ids=tokens, req_pool_idx=row, session_id=spec.session_id)
-        key = cache.make_key(tokens[:-1])
-        storage = cache.host_tier.storage  # an L3 store: its pages join the host hit first
-        fetched = storage.prefetch(key) if storage is not None else 0
+        self.prefetch.take(rid, key)  # an L3 store: its pages join the host hit first
         match = cache.match_prefix(MatchPrefixParams(key, req=req))
         self.listener.on_match(rid, key, match)
         if pools.mamba is not None and req.mamba_pool_idx is None:
@@ -310,13 +316,34 @@ class Scheduler:
         if entry is None:
             cache.cache_finished_req(req, is_insert=False)
             heapq.heappush(self._ready, rid)
+            self.prefetch.declined(rid)
             return None
         self._retracted.pop(rid, None)
-        if storage is not None and fetched and request.host_hit_tokens:
-            storage.stats.hit_tokens += min(fetched, request.host_hit_tokens)
+        request.host_hit_tokens = self.prefetch.admitted(
+            rid, hit, request.host_hit_tokens, previous is None
+        )
         self.running.append(request)
         self.listener.on_admit(request, match)
         return entry
+
+    def _prompt_key(self, rid: int) -> tuple[list[int], RadixKey]:
+        """Request `rid`'s tokens to prefill (a retracted one's outputs too) and its key."""
+        previous = self._retracted.get(rid)
+        tokens = previous.req.token_ids if previous else self.specs[rid].prompt.token_ids().tolist()
+        return tokens, self.cache.make_key(tokens[:-1])
+
+    def abort(self, rid: int) -> None:
+        """Drops request `rid` while it waits (not admitted yet): its L3 prefetch is
+        released, and requests waiting on it run without it."""
+        if rid not in self._ready:
+            raise ValueError(f"abort: request {rid} is not waiting in the queue")
+        self._ready.remove(rid)
+        heapq.heapify(self._ready)
+        self.prefetch.cancel(rid)
+        self._retracted.pop(rid, None)
+        self._finished[rid] = True
+        for waiting in self._blocked.pop(rid, []):
+            heapq.heappush(self._ready, waiting)
 
     def _load_back(
         self, match: MatchResult, outputs_left: int, prompt_len: int, req: Req

@@ -255,6 +255,14 @@ class Prefetcher:
             return False
         return self._clock() >= handle.deadline
 
+    def wait(self, handle: PrefetchHandle, complete: bool = False) -> None:
+        """Blocks until `can_finish(handle)` (at once under `best_effort`), or until the
+        fetch ended when `complete`."""
+        if complete or self.policy is PrefetchPolicy.WAIT_COMPLETE:
+            handle._done.wait()
+        elif self.policy is PrefetchPolicy.TIMEOUT:
+            handle._done.wait(max(0.0, handle.deadline - self._clock()))
+
     def finish(self, handle: PrefetchHandle) -> list[memoryview]:
         """Stops the fetch and returns the pages that arrived (a prefix of the keys)."""
         pages = handle._release()

@@ -1,15 +1,16 @@
 """`redis://host:port/db` and `redis+cluster://host:port`: L3 shared across instances.
 
-One Redis key per page (its `PageKey.name`): a hash of two fields, `h` the 72-byte header and
-`p` the payload, written by one `HSET`, so a page is written and replaced atomically and a
-reader (`HMGET`) gets a whole page or nothing. Two fields rather than one joined value
-because joining copies every payload: on 2 MB pages that copy cost a third of the SET
-throughput. Batches are one non-transactional pipeline, parsed by hiredis (redis-py picks
-it when installed). A key holding anything else (another type, a field missing) is a
-rejected page, not a store failure. Options:
+One Redis key per page (its `PageKey.name`) holding one string, the 72-byte header followed
+by the payload, written by one `SET`: a page is written and replaced atomically, and a reader
+(`GET`) gets a whole page or nothing. (Pages used to be a hash of two fields, header and
+payload, to spare joining them; measured side by side against plain pipelined `SET`, the
+join costs less than the `HSET` path did: `benchmarks/results/storage.md`.) Batches are one
+non-transactional pipeline, parsed by hiredis (redis-py picks it when installed). A key
+holding anything else (another type, a short value) is a rejected page, not a store
+failure. Options:
 
-- `ttl_s`: expire each page after this many seconds (so `volatile-*` eviction policies can
-  reclaim pages); without it pages live until evicted or deleted;
+- `ttl_s`: expire each page after this many seconds (`SET ... PX`, so `volatile-*` eviction
+  policies can reclaim pages); without it pages live until evicted or deleted;
 - `timeout_s` (default 0.5): socket connect and read timeout. redis-py's own retries are
   off, so a dead server costs one bounded timeout per call until the breaker opens;
 - `breaker_failures`, `breaker_cooldown_s`: the circuit breaker.
@@ -43,8 +44,7 @@ from uniradix.storage.keys import KEY_PREFIX
 from uniradix.storage.page_format import Payload
 
 _CLEAR_CHUNK = 1000
-_FIELDS = ["h", "p"]
-_FOREIGN = (b"", b"")  # a key that is not a page: rejected as SHORT by the page format
+_FOREIGN = b""  # a key that is not a page: rejected as SHORT by the page format
 
 Client = redis.Redis | RedisCluster
 
@@ -108,34 +108,51 @@ class RedisBackend(StorageBackend):
     def _store_get(self, names: list[str]) -> list[StoredPage | None]:
         pipe = self.client.pipeline(transaction=False)
         for name in names:
-            pipe.hmget(name, _FIELDS)
+            pipe.get(name)
         out: list[StoredPage | None] = []
         # Per-command errors (WRONGTYPE: a key that is not ours) come back as values; a lost
         # connection still raises from `execute`.
         for reply in pipe.execute(raise_on_error=False):
-            if isinstance(reply, Exception):
-                out.append(_FOREIGN)
-            elif reply[0] is None and reply[1] is None:
-                out.append(None)
-            else:
-                out.append((reply[0] or b"", reply[1] or b""))
+            out.append(_FOREIGN if isinstance(reply, Exception) else reply)
         return out
 
     def _store_set(self, names: list[str], headers: list[bytes], payloads: list[Payload]) -> int:
-        pipe = self.client.pipeline(transaction=False)
+        client = self.client
+        if isinstance(client, redis.Redis):
+            return self._send_sets(client, names, headers, payloads)
+        pipe = client.pipeline(transaction=False)  # type: ignore[no-untyped-call]  # per shard
         for name, header, payload in zip(names, headers, payloads, strict=True):
-            pipe.hset(name, mapping={"h": header, "p": memoryview(payload).cast("B")})
-            if self.ttl_ms is not None:
-                pipe.pexpire(name, self.ttl_ms)
+            pipe.set(name, b"".join((header, payload)), px=self.ttl_ms)
         # A refused write (a full server under `noeviction`) ends the stored prefix without
         # counting as a store failure: the server is up, the breaker stays closed. A lost
         # connection raises from `execute` instead.
-        results = pipe.execute(raise_on_error=False)
-        step = 1 if self.ttl_ms is None else 2
-        for i in range(len(names)):
-            if any(isinstance(r, Exception) for r in results[i * step : (i + 1) * step]):
+        for i, result in enumerate(pipe.execute(raise_on_error=False)):
+            if isinstance(result, Exception):
                 return i
         return len(names)
+
+    def _send_sets(
+        self, client: redis.Redis, names: list[str], headers: list[bytes], payloads: list[Payload]
+    ) -> int:
+        """The batch's `SET`s, pipelined on one connection, each value sent as header then
+        payload (`set_commands`): no joined copy of the payload is made."""
+        pool = client.connection_pool
+        conn = pool.get_connection()
+        try:
+            commands = set_commands(names, headers, payloads, self.ttl_ms)
+            conn.send_packed_command(commands)  # type: ignore[no-untyped-call]
+            stored = len(names)
+            for i in range(len(names)):  # read every reply: the connection stays in step
+                try:
+                    conn.read_response()
+                except redis.exceptions.ResponseError:  # refused (a full server): see above
+                    stored = min(stored, i)
+            return stored
+        except BaseException:
+            conn.disconnect()  # type: ignore[no-untyped-call]  # not half-read next time
+            raise
+        finally:
+            pool.release(conn)
 
     def _store_delete(self, names: list[str]) -> int:
         pipe = self.client.pipeline(transaction=False)
@@ -157,6 +174,32 @@ class RedisBackend(StorageBackend):
     def _store_close(self) -> None:
         if self._client_obj is not None:
             self._client_obj.close()
+
+
+def _bulk(arg: bytes) -> bytes:
+    return b"$%d\r\n%s\r\n" % (len(arg), arg)
+
+
+def set_commands(
+    names: list[str], headers: list[bytes], payloads: list[Payload], ttl_ms: int | None
+) -> list[bytes | memoryview]:
+    """`SET name header+payload [PX ttl_ms]` for each page in the Redis protocol, as chunks
+    to send in order: the small parts between two payloads are joined, each payload is sent
+    as it is (a bulk string may arrive in any number of pieces)."""
+    expire = b"" if ttl_ms is None else _bulk(b"PX") + _bulk(str(ttl_ms).encode())
+    count = b"*5\r\n" if ttl_ms is not None else b"*3\r\n"
+    chunks: list[bytes | memoryview] = []
+    pending = b""
+    for name, header, payload in zip(names, headers, payloads, strict=True):
+        view = memoryview(payload).cast("B")
+        head = (
+            count + _bulk(b"SET") + _bulk(name.encode()) + b"$%d\r\n" % (len(header) + view.nbytes)
+        )
+        chunks.append(pending + head + header)
+        chunks.append(view)
+        pending = b"\r\n" + expire
+    chunks.append(pending)
+    return chunks
 
 
 def _client_kwargs(url: str, options: dict[str, str], cluster: bool) -> dict[str, object]:

@@ -28,11 +28,14 @@ import numpy as np
 
 from uniradix.components.full_host import HostFullComponent
 from uniradix.event_sink import MEDIUM_CPU_PINNED
+from uniradix.key import RadixKey
 from uniradix.memory.allocator import to_numpy
+from uniradix.memory.host_kv import HostKVPool
 from uniradix.memory.host_pools import HostPools
 from uniradix.tiers import aux_tier
 from uniradix.tiers import load_back as loads
 from uniradix.tiers.host_checks import check_host_tier
+from uniradix.tiers.host_insert import insert_host
 from uniradix.tiers.null import NoHostTier
 from uniradix.tiers.transfer import CopyOp, Direction, TransferEngine
 from uniradix.tiers.views import CacheView
@@ -66,6 +69,7 @@ class HostTierStats:
     aux_loaded: dict[str, int] = field(default_factory=dict)
     aux_write_skipped: dict[str, int] = field(default_factory=dict)
     aux_host_evicted: dict[str, int] = field(default_factory=dict)
+    host_insert_dropped_tokens: int = 0  # `insert_host` pages with no host parent to join
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -119,6 +123,7 @@ class HostTier(NoHostTier):
         self.loads: dict[int, tuple[TreeNode, IncLockRefResult]] = {}
         self._acked: set[int] = set()
         self._failed: set[int] = set()  # acked tickets whose copies raised
+        self.host_kv: HostKVPool | None = None  # the host KV bytes, when the model has layers
         cache.host_tier = self
 
     # ------------------------------------------------------------------ writes
@@ -254,6 +259,8 @@ class HostTier(NoHostTier):
             self._drop_failed_backup([node])
         else:
             self._report([node], MEDIUM_CPU_PINNED, stored=True)
+            if self.storage is not None:  # the victim goes on to L3 too
+                self.storage.backup([node])
 
     def before_internal_eviction(self, node: TreeNode) -> None:
         """Write-back: an internal node about to lose its device SWA window or Mamba state
@@ -337,6 +344,14 @@ class HostTier(NoHostTier):
         self.stats.host_evicted_tokens += node.num_tokens
         return node.num_tokens
 
+    # ------------------------------------------------------------------ arrivals
+    def insert_host(self, key: RadixKey, host_slots: Slots, start: int) -> int:
+        """Inserts pages that arrived in `host_slots` (allocated with `alloc_host`, holding
+        the KV of the key's tokens from `start`) as host copies: host-only nodes past the
+        tree's match, host copies of matched device nodes that lack one; spare slots are
+        freed. Returns the tokens that gained a host copy (`uniradix.tiers.host_insert`)."""
+        return insert_host(self, key, host_slots, start)
+
     # ------------------------------------------------------------------ load-back
     def load_back(
         self, match: MatchResult, mem_quota: int | None = None, req: Req | None = None
@@ -402,6 +417,8 @@ class HostTier(NoHostTier):
     def reset(self) -> None:
         """Forgets every transfer (the cache's reset emptied the tree) and the host pools."""
         self.drain_engine()
+        if self.storage is not None:
+            self.storage.reset()
         self.writes.clear()
         self.loads.clear()
         self._acked.clear()

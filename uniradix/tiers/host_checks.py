@@ -16,8 +16,8 @@ def check_host_tier(tier: HostTierView, errors: list[str]) -> None:
     """Appends a message per broken rule:
 
     - every host pool (full, SWA, Mamba): tree host slots distinct and allocated,
-      `free + held by the tree == capacity` (a host slot belongs to a node from allocation
-      to free);
+      `free + held by the tree (+ reserved by L3 prefetches, full KV) == capacity` (a host
+      slot belongs to a node or a prefetch from allocation to free);
     - write-through policies: a node with host data has a parent with host data;
     - a node is marked by at most one transfer, and only by one in flight: a write mark on a
       device node, a load mark on a device node; each in-flight anchor is in the tree and
@@ -30,10 +30,11 @@ def check_host_tier(tier: HostTierView, errors: list[str]) -> None:
     if host.size and not pool.is_allocated(host).all():
         errors.append("host_full: the tree holds host slots the host allocator considers free")
     free = pool.available_size()
-    if free + host.size != pool.capacity:
+    reserved = 0 if tier.storage is None else tier.storage.reserved_tokens  # L3 prefetches
+    if free + host.size + reserved != pool.capacity:
         errors.append(
-            f"host_full: free {free} + tree {host.size} = {free + host.size} "
-            f"!= capacity {pool.capacity}"
+            f"host_full: free {free} + tree {host.size} + prefetch-reserved {reserved} = "
+            f"{free + host.size + reserved} != capacity {pool.capacity}"
         )
     for c in tier.aux:
         _check_aux_pool(tier, c, errors)

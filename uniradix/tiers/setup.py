@@ -55,6 +55,8 @@ class HostTierConfig(Protocol):
     def model_fingerprint(self) -> str: ...
     @property
     def prefetch_threshold(self) -> int: ...
+    @property
+    def prefetch_policy(self) -> str: ...
 
 
 ENGINES = ("sync", "thread", "cuda")
@@ -80,6 +82,7 @@ def attach_host_tier(cache: CacheWithHostTier, config: HostTierConfig) -> HostTi
         raise ValueError(f"host tier of {capacity} tokens is less than one page ({ps})")
     copiers: dict[str, Copier] = {}
     pin = cache.device.type == "cuda"
+    host_kv = None
     kv_pool = cache.pools.kv_pool
     if kv_pool is not None and kv_pool.num_layers:
         host_kv = HostKVPool(
@@ -117,13 +120,15 @@ def attach_host_tier(cache: CacheWithHostTier, config: HostTierConfig) -> HostTi
         engine = ThreadTransferEngine(copiers)
     else:
         engine = CudaTransferEngine(copiers, config.device)
-    return HostTier(
+    tier = HostTier(
         cache,
         HostPools(capacity, ps, swa_tokens, mamba_slots),
         engine,
         config.write_policy,
         load_back_threshold=config.load_back_threshold,
     )
+    tier.host_kv = host_kv
+    return tier
 
 
 def attach_storage_tier(cache: CacheWithHostTier, config: HostTierConfig) -> StorageTier | None:
@@ -138,4 +143,11 @@ def attach_storage_tier(cache: CacheWithHostTier, config: HostTierConfig) -> Sto
     if backend is None:
         assert config.storage_url is not None
         backend = open_backend(config.storage_url)
-    return StorageTier(tier, backend, config.model_fingerprint, config.prefetch_threshold)
+    return StorageTier(
+        tier,
+        backend,
+        config.model_fingerprint,
+        config.prefetch_threshold,
+        prefetch_policy=config.prefetch_policy,
+        host_kv=tier.host_kv,
+    )

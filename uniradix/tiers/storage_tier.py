@@ -1,26 +1,30 @@
 """StorageTier: wires the L3 store (`uniradix.storage`) under the L2 host tier (full attention).
 
 **Backup** (write-through to L3): when a host backup of a node chain is acked
-(`HostTier.writing_check`), the chain's pages are handed to a `BackupWriter` under keys from
-their chained page digests (`KeySpace.keys_for` over the chain's whole path, so the chain is
-rooted in its `extra_key` namespace). Only the contiguous stored prefix a writer result
-reports counts as stored (`stats.stored_pages`).
+(`HostTier.writing_check`, or a write-back victim's backup at device eviction), the chain's
+pages are handed to a `BackupWriter` under keys from their chained page digests
+(`KeySpace.keys_for` over the chain's whole path, so the chain is rooted in its `extra_key`
+namespace). Only the contiguous stored prefix a writer result reports counts as stored
+(`stats.stored_pages`); those pages are announced to the event sink on the `DISK` medium.
 
-**Payload.** This slice covers zero-layer (simulation) caches only: a page's payload is empty,
-and the page header (fingerprint, digest, length, checksum) is what is stored and verified,
-so a simulation exercises keys, existence probes, reads and hits with no tensor bytes.
-A cache whose device pool has layers is refused (`ValueError`) until real host KV bytes
-(`HostKVPool.page_bytes` / `set_page_bytes`) travel with the pages.
+**Payload.** A cache with model layers stores each page's bytes as the host pool lays them
+out (`HostKVPool.page_bytes`: K then V of every layer), copied at submit time, so a later
+host eviction cannot change what is written; the key space binds dtype and layer shape, so a
+model of another shape never reads them. A zero-layer (simulation) cache stores empty
+payloads: the page header (fingerprint, digest, length, checksum) is what is verified.
 
-**Prefetch** (`prefetch(key)`, called by the scheduler at admission before its match): when
-`key` extends at least `prefetch_threshold` tokens past the device+host hit, probe the store
-(`batch_exists`), reserve host slots for the stored pages (never more than half the host
-pool in flight), read them, and insert the arrived prefix as one host-only node under the
-deepest matched node; the normal load-back then serves it. The read is synchronous in the
-caller's thread (the `wait_complete` policy, bounded by the backend's timeouts and circuit
-breaker); the background `Prefetcher` and the `best_effort` / `timeout` policies are not
-wired yet. Slots reserved for pages that did not arrive are freed at once, so no failure
-path (store down, short read, corrupt page: all misses) leaks a host slot.
+**Prefetch** (`uniradix.tiers.storage_prefetch`): `start_prefetch(key)` while a request
+waits, `finish_prefetch(run)` at its admission (after `wait_prefetch(run)`, which blocks as
+the stop policy says), `cancel_prefetch(run)` when it is aborted. `prefetch(key)` does all
+three at once and waits for the whole fetch (tests, a caller without a queue).
+Stop policies (`prefetch_policy`): `best_effort` takes what arrived at admission,
+`wait_complete` waits for the whole fetch (always bounded: every store call is bounded by the
+backend's timeouts and its circuit breaker), `timeout` waits until the fetch ended or its
+deadline (`PrefetchTimeout`: base + per-1k-token term) passed.
+
+**Determinism.** A replay sets `sync_writes`: each probe first waits for the queued backups,
+so what a probe finds does not depend on the writer thread's timing; with `wait_complete` a
+fetch always runs to its end, so a replay's figures are reproducible run to run.
 """
 
 from __future__ import annotations
@@ -28,16 +32,21 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Protocol
 
-from uniradix.event_sink import MEDIUM_CPU_PINNED
-from uniradix.key import UNIT_BYTES, RadixKey
+import numpy as np
+
+from uniradix.event_sink import MEDIUM_DISK
+from uniradix.key import RadixKey
+from uniradix.memory.host_kv import HostKVPool
 from uniradix.node_digests import NodeDigests
 from uniradix.page_hash import DIGEST_BYTES, namespace_seed
 from uniradix.storage.backend import StorageBackend
-from uniradix.storage.io import BackupWriter
-from uniradix.storage.keys import KeySpace, PageKey
+from uniradix.storage.io import BackupWriter, Prefetcher, PrefetchPolicy, PrefetchTimeout
+from uniradix.storage.keys import KeySpace
+from uniradix.storage.page_format import Payload
+from uniradix.tiers.storage_prefetch import PrefetchRun, StoragePrefetches
 from uniradix.tiers.views import HostTierView
 from uniradix.tree.node import TreeNode
-from uniradix.types import MatchPrefixParams, Slots
+from uniradix.types import Slots
 
 
 class HostTierWithStorage(HostTierView, Protocol):
@@ -47,6 +56,7 @@ class HostTierWithStorage(HostTierView, Protocol):
 
 
 DEFAULT_PREFETCH_THRESHOLD = 256
+PREFETCH_POLICIES = tuple(p.value for p in PrefetchPolicy)
 _EMPTY = b""
 
 
@@ -59,8 +69,10 @@ class StorageTierStats:
     stored_pages: int = 0  # contiguous prefixes the writer reported stored
     prefetches: int = 0  # probes that found at least one page to fetch
     probed_pages: int = 0  # pages the probes found stored
-    fetched_tokens: int = 0  # tokens inserted as host-only nodes from L3
+    fetched_tokens: int = 0  # tokens that gained a host copy from L3
+    dropped_tokens: int = 0  # fetched tokens whose path left the tree while they came
     reserve_failed: int = 0  # probes with stored pages but no host room
+    cancelled: int = 0  # prefetches of aborted requests
     hit_tokens: int = 0  # fetched tokens a request then loaded back (set by the scheduler)
 
     def as_dict(self) -> dict[str, int]:
@@ -75,27 +87,45 @@ class StorageTier:
         model_fingerprint: str,
         prefetch_threshold: int = DEFAULT_PREFETCH_THRESHOLD,
         cache_salt: str | None = None,
+        prefetch_policy: str = PrefetchPolicy.BEST_EFFORT.value,
+        prefetch_timeout: PrefetchTimeout | None = None,
+        host_kv: HostKVPool | None = None,
     ) -> None:
-        kv_pool = tier.cache.pools.kv_pool
-        if kv_pool is not None and kv_pool.num_layers:
-            raise ValueError(
-                f"L3 storage carries no tensor bytes yet: a cache with {kv_pool.num_layers} "
-                "layers cannot use storage_url"
-            )
-        if not isinstance(prefetch_threshold, int) or prefetch_threshold < 1:
+        if (
+            isinstance(prefetch_threshold, bool)
+            or not isinstance(prefetch_threshold, int)
+            or prefetch_threshold < 1
+        ):
             raise ValueError(f"prefetch_threshold must be an int >= 1, got {prefetch_threshold!r}")
+        if prefetch_policy not in PREFETCH_POLICIES:
+            raise ValueError(
+                f"prefetch_policy must be one of {PREFETCH_POLICIES}, got {prefetch_policy!r}"
+            )
         self.tier = tier
         self.backend = backend
-        self.page_size = tier.cache.page_size
-        self.keyspace = KeySpace(model_fingerprint, "none", "sim", self.page_size, "full")
+        self.page_size = ps = tier.cache.page_size
+        self.host_kv = host_kv if host_kv is not None and host_kv.num_layers else None
+        if self.host_kv is None:
+            self.page_nbytes = 0
+            self.keyspace = KeySpace(model_fingerprint, "none", "sim", ps, "full")
+        else:
+            kv = self.host_kv
+            self.page_nbytes = kv.page_nbytes()
+            shape = f"kv{kv.num_layers}x{kv.num_kv_heads}x{kv.head_dim}"
+            dtype = str(kv.dtype).removeprefix("torch.")
+            self.keyspace = KeySpace(model_fingerprint, dtype, shape, ps, "full")
         self.digests = NodeDigests.of_tree(tier.cache.tree, tier.cache.settings.is_eagle)
         self.prefetch_threshold = prefetch_threshold
         self.cache_salt = cache_salt
         self.writer = BackupWriter(backend)
+        self._backups: dict[int, list[TreeNode]] = {}  # ticket -> chain, root-first
         # A full writer queue drops the chain (a server must not block); a replay sets this
         # to wait for the queue instead, so its figures show the store, not the queue bound.
         self.backpressure = False
+        self.sync_writes = False  # see the module's "Determinism"
         self.stats = StorageTierStats()
+        self.prefetcher = Prefetcher(backend, PrefetchPolicy(prefetch_policy), prefetch_timeout)
+        self.prefetches = StoragePrefetches(self, self.prefetcher)
         tier.storage = self
 
     # ------------------------------------------------------------------ backup
@@ -103,19 +133,19 @@ class StorageTier:
         """Queues the pages of a freshly host-backed chain (any order; contiguous)."""
         if not chain:
             return
-        deepest = max(chain, key=lambda n: self.tier.cache.tree.prefix_len(n))
+        tree, ps = self.tier.cache.tree, self.page_size
+        chain = sorted(chain, key=tree.prefix_len)  # root-first
         # The path's digests from the cache's shared table: hashed once per node, not per
         # backup (the event recorder reads the same ones when the namespace seeds agree).
-        seed = namespace_seed(deepest.extra_key, self.cache_salt)
-        path = self.digests.path(deepest, seed)
+        path = self.digests.path(chain[-1], namespace_seed(chain[-1].extra_key, self.cache_salt))
         keys = self.keyspace.keys(
             [path[a : a + DIGEST_BYTES] for a in range(0, len(path), DIGEST_BYTES)]
         )
-        first = (len(keys) * self.page_size - sum(n.num_tokens for n in chain)) // self.page_size
-        pages = keys[max(first, 0) :]
+        num_pages = sum(n.num_tokens for n in chain) // ps
+        pages = keys[len(keys) - num_pages :] if num_pages else []
         if not pages:
             return
-        payloads = [_EMPTY] * len(pages)
+        payloads = self._payloads(chain, len(pages))
         ticket = self.writer.submit(pages, payloads)
         if ticket is None and self.backpressure:
             self.writer.flush()  # a replay has no clock to protect: wait rather than drop
@@ -124,11 +154,35 @@ class StorageTier:
             self.stats.backup_pages_dropped += len(pages)
         else:
             self.stats.backup_pages_submitted += len(pages)
+            self._backups[ticket] = chain
         self.poll()
+
+    def _payloads(self, chain: list[TreeNode], num_pages: int) -> list[Payload]:
+        if self.host_kv is None:
+            return [_EMPTY] * num_pages
+        values = [v for n in chain if (v := n.data[0].host_value) is not None]
+        slots: Slots = np.concatenate(values)
+        data = self.host_kv.page_bytes(slots[:: self.page_size] // self.page_size).numpy()
+        return [memoryview(data[i]) for i in range(num_pages)]
 
     def poll(self) -> None:
         for result in self.writer.poll():
             self.stats.stored_pages += result.stored_pages
+            chain = self._backups.pop(result.ticket, [])
+            self._report_stored(chain, result.stored_pages)
+
+    def _report_stored(self, chain: list[TreeNode], stored_pages: int) -> None:
+        """Tells the event sink which of the chain's nodes now sit whole in L3."""
+        sink = self.tier.cache.event_sink
+        if sink is None:
+            return
+        left = stored_pages * self.page_size
+        for node in chain:
+            if node.num_tokens > left:
+                return
+            left -= node.num_tokens
+            if self.tier.cache.tree.in_tree(node):
+                sink.on_stored(node, MEDIUM_DISK)
 
     def flush(self) -> None:
         """Waits for every queued backup (replay end, tests)."""
@@ -136,82 +190,48 @@ class StorageTier:
         self.poll()
 
     # ------------------------------------------------------------------ prefetch
+    def start_prefetch(self, key: RadixKey) -> PrefetchRun | None:
+        """Starts fetching the stored pages of `key` past its device+host hit (None when
+        nothing is worth fetching or there is no host room)."""
+        return self.prefetches.start(key)
+
+    def wait_prefetch(self, run: PrefetchRun) -> None:
+        self.prefetches.wait(run)
+
+    def finish_prefetch(self, run: PrefetchRun) -> int:
+        """Inserts what arrived as host copies; returns the tokens that gained one."""
+        return self.prefetches.finish(run)
+
+    def cancel_prefetch(self, run: PrefetchRun) -> None:
+        self.prefetches.cancel(run)
+
     def prefetch(self, key: RadixKey) -> int:
-        """Fetches the stored pages of `key` past its device+host hit into the host tier as
-        a host-only node; returns the tokens inserted (0 when nothing was worth fetching)."""
-        cache, ps = self.tier.cache, self.page_size
-        num_pages = len(key) // ps
-        match = cache.match_prefix(MatchPrefixParams(key))
-        hit = match.device_prefix_len + match.host_hit_length
-        if num_pages * ps - hit < self.prefetch_threshold:
+        """Fetches the stored pages of `key` past its device+host hit into the host tier
+        and waits for the whole fetch; returns the tokens that gained a host copy."""
+        run = self.start_prefetch(key)
+        if run is None:
             return 0
-        parent = match.best_match_node
-        if parent is None or hit % ps:
-            return 0
-        keys = self.keyspace.keys_for(key, self.cache_salt)[hit // ps : num_pages]
-        stored = self.backend.batch_exists(keys)
-        if stored == 0:
-            return 0
-        self.stats.prefetches += 1
-        self.stats.probed_pages += stored
-        pool = self.tier.host_pools.full
-        stored = min(stored, pool.capacity // 2 // ps)  # half the host pool at most
-        # Lock the device part of the path and pin its host-only part, so making host room
-        # for the fetch can evict neither the node the pages hang under nor its ancestors.
-        device = match.last_device_node
-        device_lock = None
-        if device is not None and device is not cache.tree.root:
-            device_lock = cache.inc_lock_ref(device)
-        pinned = parent is not cache.tree.root and parent.data[0].value is None
-        if pinned:
-            self.tier.inc_host_lock_ref(parent)
-        try:
-            slots = self.tier.alloc_host(stored * ps) if stored else None
-            if slots is None:
-                self.stats.reserve_failed += 1
-                return 0
-            got = self._read(keys[:stored])
-            if got < stored:
-                pool.free(slots[got * ps :], node_value=True)
-            if got == 0:
-                return 0
-            start = hit * UNIT_BYTES
-            units = key.units[start : start + got * ps * UNIT_BYTES]
-            self._insert_host(parent, units, key, slots[: got * ps])
-            self.stats.fetched_tokens += got * ps
-            return got * ps
-        finally:
-            if pinned:
-                self.tier.dec_host_lock_ref(parent)
-            if device_lock is not None:
-                assert device is not None
-                cache.dec_lock_ref(device, device_lock)
+        self.prefetcher.wait(run.handle, complete=True)
+        return self.finish_prefetch(run)
 
-    def _read(self, keys: list[PageKey]) -> int:
-        """How many leading pages of `keys` arrived and verified."""
-        got = 0
-        for page in self.backend.batch_get(keys, len(_EMPTY)):
-            if not isinstance(page, memoryview):
-                break
-            got += 1
-        return got
+    @property
+    def reserved_tokens(self) -> int:
+        """Host slots reserved by prefetches in flight."""
+        return self.prefetches.reserved_tokens
 
-    def _insert_host(self, parent: TreeNode, units: bytes, key: RadixKey, slots: Slots) -> None:
-        tree, full = self.tier.cache.tree, self.tier.full
-        leaf = tree._new_node(units, key.extra_key, parent)
-        parent.children[leaf.child_key(self.page_size)] = leaf
-        leaf.data[0].host_value = slots
-        full.host_tokens += leaf.num_tokens
-        self.tier.host_pools.note_usage()
-        full.update_host_leaf(parent)
-        full.update_host_leaf(leaf)
-        sink = self.tier.cache.event_sink
-        if sink is not None:  # pages that arrived from L3 now sit on the host
-            sink.on_stored(leaf, MEDIUM_CPU_PINNED)
-
+    # ------------------------------------------------------------------ life cycle
     def counters(self) -> dict[str, object]:
         """The backend's counters and this tier's, for `--json`."""
         return {**asdict(self.backend.stats()), "tier": self.stats.as_dict()}
 
+    def reset(self) -> None:
+        """The cache was reset: in-flight prefetches are void, queued backups finish."""
+        self.prefetches.abandon_all()
+        self.flush()
+        self._backups.clear()
+
     def close(self) -> None:
+        self.prefetches.cancel_all()
+        self.prefetcher.close()
         self.writer.close()
+        self._backups.clear()

@@ -1,0 +1,150 @@
+"""L3 prefetch of a waiting request: probe, reserve, fetch in the background, insert.
+
+`start(key)` (the scheduler calls it while the request waits in the queue):
+
+1. match `key`; when it extends at least `prefetch_threshold` tokens past the device+host
+   hit, probe the store (`batch_exists`, bounded by the backend's timeouts and breaker);
+2. reserve host slots for the stored pages, never more than half the host pool in flight
+   across all prefetches (host leaves are evicted to make room, as a backup would);
+3. device-lock the deepest device node of the match, so the path the pages hang under
+   stays, and hand the page keys to the `Prefetcher`'s worker thread.
+
+`finish(run)` (at admission, once the stop policy allows: `wait(run)` blocks as the policy
+says) takes the pages that arrived, writes their bytes into the reserved slots and gives
+them to `HostTier.insert_host`; `cancel(run)` (an aborted request, a reset) drops them.
+Either way every reserved slot not given to a node is freed and the device lock released,
+so no path (store down, short read, corrupt page, timeout, abort) leaks a slot or a lock.
+The host-only part of the match is not pinned while the request waits: if host eviction
+takes it meanwhile the pages cannot attach and are dropped (`dropped_tokens`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from uniradix.key import RadixKey
+from uniradix.storage.io import Prefetcher, PrefetchHandle
+from uniradix.tree.node import TreeNode
+from uniradix.types import IncLockRefResult, MatchPrefixParams, Slots
+
+if TYPE_CHECKING:
+    from uniradix.tiers.storage_tier import StorageTier
+
+
+@dataclass
+class PrefetchRun:
+    """One request's prefetch: key tokens `[start, start + len(slots))` into `slots`."""
+
+    key: RadixKey
+    start: int
+    slots: Slots
+    handle: PrefetchHandle
+    anchor: TreeNode | None  # the device node locked while the pages are fetched
+    lock: IncLockRefResult | None
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.slots.shape[0])
+
+
+class StoragePrefetches:
+    def __init__(self, storage: StorageTier, prefetcher: Prefetcher) -> None:
+        self.storage = storage
+        self.prefetcher = prefetcher
+        self.runs: dict[int, PrefetchRun] = {}  # the runs in flight, by id
+        self.reserved_tokens = 0  # host slots held by runs in flight
+
+    def start(self, key: RadixKey) -> PrefetchRun | None:
+        storage = self.storage
+        tier, stats = storage.tier, storage.stats
+        cache, ps = tier.cache, storage.page_size
+        num_pages = len(key) // ps
+        match = cache.match_prefix(MatchPrefixParams(key))
+        hit = match.device_prefix_len + match.host_hit_length
+        if num_pages * ps - hit < storage.prefetch_threshold or hit % ps:
+            return None
+        if storage.sync_writes:
+            storage.flush()  # a replay probes a store that holds every backup so far
+        keys = storage.keyspace.keys_for(key, storage.cache_salt)[hit // ps : num_pages]
+        stored = self.prefetcher.probe(keys)
+        if stored == 0:
+            return None
+        stats.prefetches += 1
+        stats.probed_pages += stored
+        budget = tier.host_pools.full.capacity // 2 - self.reserved_tokens
+        stored = min(stored, budget // ps)  # half the host pool in flight at most
+        anchor = match.last_device_node
+        lock = None if anchor is cache.tree.root else cache.inc_lock_ref(anchor)
+        slots = tier.alloc_host(stored * ps) if stored else None
+        if slots is None:
+            stats.reserve_failed += 1
+            if lock is not None:
+                cache.dec_lock_ref(anchor, lock)
+            return None
+        handle = self.prefetcher.start(keys[:stored], stored * ps, storage.page_nbytes)
+        run = PrefetchRun(key, hit, slots, handle, None if lock is None else anchor, lock)
+        self.runs[id(run)] = run
+        self.reserved_tokens += run.num_tokens
+        return run
+
+    def ready(self, run: PrefetchRun) -> bool:
+        """Whether the stop policy lets the request stop waiting for `run`."""
+        return self.prefetcher.can_finish(run.handle)
+
+    def wait(self, run: PrefetchRun) -> None:
+        """Blocks until the stop policy lets the request stop waiting for `run`."""
+        self.prefetcher.wait(run.handle)
+
+    def finish(self, run: PrefetchRun) -> int:
+        """Inserts what arrived; returns the tokens that gained a host copy."""
+        pages = self.prefetcher.finish(run.handle)
+        storage, ps = self.storage, self.storage.page_size
+        got = len(pages) * ps
+        tier, cache = storage.tier, storage.tier.cache
+        inserted = 0
+        if got:
+            if storage.host_kv is not None and storage.page_nbytes:
+                data = torch.frombuffer(bytearray(b"".join(pages)), dtype=torch.uint8)
+                storage.host_kv.set_page_bytes(run.slots[:got:ps] // ps, data.view(len(pages), -1))
+            # The path may have lost its host part while the request waited (see above).
+            match = cache.match_prefix(MatchPrefixParams(run.key))
+            if match.device_prefix_len + match.host_hit_length >= run.start:
+                inserted = tier.insert_host(run.key, run.slots[:got], run.start)
+                storage.stats.fetched_tokens += inserted
+            else:
+                storage.stats.dropped_tokens += got
+                tier.host_pools.full.free(run.slots[:got], node_value=True)
+        self._release(run, run.slots[got:])
+        return inserted
+
+    def cancel(self, run: PrefetchRun) -> None:
+        """Drops the fetch and everything it reserved (an aborted request)."""
+        self.prefetcher.cancel(run.handle)
+        self.storage.stats.cancelled += 1
+        self._release(run, run.slots)
+
+    def cancel_all(self) -> None:
+        for run in list(self.runs.values()):
+            self.cancel(run)
+
+    def abandon_all(self) -> None:
+        """Stops every fetch without releasing anything: the cache's reset voided the
+        locks and emptied the host pool."""
+        for run in self.runs.values():
+            self.prefetcher.cancel(run.handle)
+        self.runs.clear()
+        self.reserved_tokens = 0
+
+    def _release(self, run: PrefetchRun, unused: Slots) -> None:
+        tier = self.storage.tier
+        if unused.shape[0]:
+            tier.host_pools.full.free(np.ascontiguousarray(unused), node_value=True)
+        if run.lock is not None:
+            assert run.anchor is not None
+            tier.cache.dec_lock_ref(run.anchor, run.lock)
+        del self.runs[id(run)]
+        self.reserved_tokens -= run.num_tokens
