@@ -36,10 +36,10 @@ from uniradix.tree.node import TreeNode
 from uniradix.types import Slots
 
 if TYPE_CHECKING:
-    from uniradix.tiers.controller import HostTier
+    from uniradix.tiers.views import HostTierView
 
 
-def _check(tier: HostTier, key: RadixKey, host_slots: Slots, start: int) -> Slots:
+def _check(tier: HostTierView, key: RadixKey, host_slots: Slots, start: int) -> Slots:
     ps = tier.cache.page_size
     if not isinstance(key, RadixKey):
         raise ValueError(f"insert_host: key must be a RadixKey, got {type(key).__name__}")
@@ -60,7 +60,7 @@ def _check(tier: HostTier, key: RadixKey, host_slots: Slots, start: int) -> Slot
     return slots
 
 
-def insert_host(tier: HostTier, key: RadixKey, host_slots: Slots, start: int) -> int:
+def insert_host(tier: HostTierView, key: RadixKey, host_slots: Slots, start: int) -> int:
     slots = _check(tier, key, host_slots, start)
     cache, full = tier.cache, tier.full
     tree, end = cache.tree, start + int(slots.shape[0])

@@ -20,8 +20,8 @@ takes it meanwhile the pages cannot attach and are dropped (`dropped_tokens`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import torch
@@ -32,7 +32,52 @@ from uniradix.tree.node import TreeNode
 from uniradix.types import IncLockRefResult, MatchPrefixParams, Slots
 
 if TYPE_CHECKING:
-    from uniradix.tiers.storage_tier import StorageTier
+    from uniradix.memory.host_kv import HostKVPool
+    from uniradix.storage.keys import KeySpace
+    from uniradix.tiers.views import HostTierView
+
+
+@dataclass
+class StorageTierStats:
+    """Pages and tokens moved between the host tier and L3 since the cache was built."""
+
+    backup_pages_submitted: int = 0
+    backup_pages_dropped: int = 0  # the writer's queue was full
+    stored_pages: int = 0  # contiguous prefixes the writer reported stored
+    prefetches: int = 0  # probes that found at least one page to fetch
+    probed_pages: int = 0  # pages the probes found stored
+    fetched_tokens: int = 0  # tokens that gained a host copy from L3
+    dropped_tokens: int = 0  # fetched tokens whose path left the tree while they came
+    reserve_failed: int = 0  # probes with stored pages but no host room
+    cancelled: int = 0  # prefetches of aborted requests
+    hit_tokens: int = 0  # fetched tokens a request then loaded back (set by the scheduler)
+
+    def as_dict(self) -> dict[str, int]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+class PrefetchSource(Protocol):
+    """The L3 wiring (`StorageTier`) as its prefetches use it."""
+
+    @property
+    def tier(self) -> HostTierView: ...
+    @property
+    def stats(self) -> StorageTierStats: ...
+    @property
+    def page_size(self) -> int: ...
+    @property
+    def prefetch_threshold(self) -> int: ...
+    @property
+    def sync_writes(self) -> bool: ...
+    @property
+    def keyspace(self) -> KeySpace: ...
+    @property
+    def cache_salt(self) -> str | None: ...
+    @property
+    def host_kv(self) -> HostKVPool | None: ...
+    @property
+    def page_nbytes(self) -> int: ...
+    def flush(self) -> None: ...
 
 
 @dataclass
@@ -52,7 +97,7 @@ class PrefetchRun:
 
 
 class StoragePrefetches:
-    def __init__(self, storage: StorageTier, prefetcher: Prefetcher) -> None:
+    def __init__(self, storage: PrefetchSource, prefetcher: Prefetcher) -> None:
         self.storage = storage
         self.prefetcher = prefetcher
         self.runs: dict[int, PrefetchRun] = {}  # the runs in flight, by id

@@ -29,7 +29,7 @@ fetch always runs to its end, so a replay's figures are reproducible run to run.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict
 from typing import Protocol
 
 import numpy as np
@@ -43,7 +43,7 @@ from uniradix.storage.backend import StorageBackend
 from uniradix.storage.io import BackupWriter, Prefetcher, PrefetchPolicy, PrefetchTimeout
 from uniradix.storage.keys import KeySpace
 from uniradix.storage.page_format import Payload
-from uniradix.tiers.storage_prefetch import PrefetchRun, StoragePrefetches
+from uniradix.tiers.storage_prefetch import PrefetchRun, StoragePrefetches, StorageTierStats
 from uniradix.tiers.views import HostTierView
 from uniradix.tree.node import TreeNode
 from uniradix.types import Slots
@@ -58,25 +58,6 @@ class HostTierWithStorage(HostTierView, Protocol):
 DEFAULT_PREFETCH_THRESHOLD = 256
 PREFETCH_POLICIES = tuple(p.value for p in PrefetchPolicy)
 _EMPTY = b""
-
-
-@dataclass
-class StorageTierStats:
-    """Pages and tokens moved between the host tier and L3 since the cache was built."""
-
-    backup_pages_submitted: int = 0
-    backup_pages_dropped: int = 0  # the writer's queue was full
-    stored_pages: int = 0  # contiguous prefixes the writer reported stored
-    prefetches: int = 0  # probes that found at least one page to fetch
-    probed_pages: int = 0  # pages the probes found stored
-    fetched_tokens: int = 0  # tokens that gained a host copy from L3
-    dropped_tokens: int = 0  # fetched tokens whose path left the tree while they came
-    reserve_failed: int = 0  # probes with stored pages but no host room
-    cancelled: int = 0  # prefetches of aborted requests
-    hit_tokens: int = 0  # fetched tokens a request then loaded back (set by the scheduler)
-
-    def as_dict(self) -> dict[str, int]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 class StorageTier:

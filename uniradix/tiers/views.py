@@ -77,6 +77,7 @@ class LoadCounters(Protocol):
     aux_written: dict[str, int]
     aux_write_skipped: dict[str, int]
     aux_host_evicted: dict[str, int]
+    host_insert_dropped_tokens: int
 
 
 class StorageReservations(Protocol):
