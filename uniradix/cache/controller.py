@@ -110,6 +110,9 @@ class UnifiedRadixCache:
         self._validating = overriding(self.components, "match_validator")
         self._insert_checkers = overriding(self.components, "check_insert")
         self._finalizers = overriding(self.components, "finalize_match")
+        # Requests' per-step window calls reach only the components that act on them.
+        self._window_freers = overriding(self._aux, "free_out_of_window")
+        self._window_lockers = overriding(self._aux, "release_window_lock")
         self._free: dict[FreeKind | str, Callable[[Slots, bool], None]] = pools.free_functions()
         self._receipts = LockReceipts()
         self.device = pools.kv_allocator.device
@@ -306,7 +309,7 @@ class UnifiedRadixCache:
         """Releases the window part (SWA) of `req.lock` early, once the request's decode has
         left the cached prefix's window; the full lock stays, and the later unlock skips what
         was released. Does nothing before that, so a scheduler may call it every step."""
-        self._receipts.release_window(req, self._aux)
+        self._receipts.release_window(req, self._window_lockers)
 
     # ------------------------------------------------------------------ sessions
     def open_session(self, session_id: str) -> None:

@@ -61,9 +61,11 @@ def cache_finished_req(cache: UnifiedRadixCache, req: Req, is_insert: bool) -> N
 def free_out_of_window_slots(cache: UnifiedRadixCache, req: Req) -> int:
     if req.req_pool_idx is None:
         raise ValueError("request has no req_pool_idx (never admitted, or already finished)")
+    if not cache._window_freers:
+        return 0
     row = to_numpy(cache.pools.req_to_token_pool.read(req.req_pool_idx, 0, req.kv_committed_len))
     actions: list[FreeSlots] = []
-    freed = sum(c.free_out_of_window(req, row, actions) for c in cache.components[1:])
+    freed = sum(c.free_out_of_window(req, row, actions) for c in cache._window_freers)
     cache.apply(actions)
     return freed
 

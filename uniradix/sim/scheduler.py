@@ -43,6 +43,7 @@ import math
 from dataclasses import dataclass
 
 from uniradix.cache.controller import UnifiedRadixCache
+from uniradix.key import RadixKey
 from uniradix.sim.batch import (
     ForwardBatch,
     ForwardEntry,
@@ -113,6 +114,9 @@ class Scheduler:
         self._ready: list[int] = []  # heap of rids: arrival order
         self._blocked: dict[int, list[int]] = {}
         self._retracted: dict[int, RunningRequest] = {}
+        # (tokens, key) of a request whose admission failed, so its next try (often the next
+        # step) does not rebuild them; dropped when it is admitted (it then grows its tokens)
+        self._waiting_inputs: dict[int, tuple[list[int], RadixKey]] = {}
         for i, spec in enumerate(specs):
             if spec.rid != i:
                 raise ValueError(
@@ -273,9 +277,12 @@ class Scheduler:
             return None
         spec = self.specs[rid]
         previous = self._retracted.get(rid)
-        tokens = previous.req.token_ids if previous else spec.prompt.token_ids().tolist()
+        waiting = self._waiting_inputs.get(rid)
+        if waiting is None:
+            tokens = previous.req.token_ids if previous else spec.prompt.token_ids().tolist()
+            waiting = self._waiting_inputs[rid] = (tokens, cache.make_key(tokens[:-1]))
+        tokens, key = waiting
         req = Req(token_ids=tokens, req_pool_idx=row, session_id=spec.session_id)
-        key = cache.make_key(tokens[:-1])
         storage = cache.host_tier.storage  # an L3 store: its pages join the host hit first
         fetched = storage.prefetch(key) if storage is not None else 0
         match = cache.match_prefix(MatchPrefixParams(key, req=req))
@@ -312,6 +319,7 @@ class Scheduler:
             heapq.heappush(self._ready, rid)
             return None
         self._retracted.pop(rid, None)
+        del self._waiting_inputs[rid]
         if storage is not None and fetched and request.host_hit_tokens:
             storage.stats.hit_tokens += min(fetched, request.host_hit_tokens)
         self.running.append(request)
