@@ -16,7 +16,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from uniradix.key import RadixKey
-from uniradix.memory.allocator import to_numpy
 from uniradix.types import FreeSlots, InsertParams, InsertResult, Req
 
 if TYPE_CHECKING:
@@ -63,7 +62,7 @@ def free_out_of_window_slots(cache: UnifiedRadixCache, req: Req) -> int:
         raise ValueError("request has no req_pool_idx (never admitted, or already finished)")
     if not cache._window_freers:
         return 0
-    row = to_numpy(cache.pools.req_to_token_pool.read(req.req_pool_idx, 0, req.kv_committed_len))
+    row = cache.pools.req_to_token_pool.host_read(req.req_pool_idx, 0, req.kv_committed_len)
     actions: list[FreeSlots] = []
     freed = sum(c.free_out_of_window(req, row, actions) for c in cache._window_freers)
     cache.apply(actions)

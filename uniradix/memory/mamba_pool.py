@@ -137,9 +137,10 @@ class MambaReqPool:
         slots = self.allocator.alloc(self.slots_per_req)
         if slots is None:
             return False
-        req.mamba_pool_idx = int(slots[0])
+        ids: list[int] = slots.tolist()  # one conversion, not one per element
+        req.mamba_pool_idx = ids[0]
         if self.extra_buffer:
-            req.mamba_ping_pong = [int(s) for s in slots[1:]]
+            req.mamba_ping_pong = ids[1:]
             req.mamba_next_track_idx = 0
         req.mamba_last_track_seqlen = req.mamba_prev_track_seqlen = None
         return True
