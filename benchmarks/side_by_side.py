@@ -53,6 +53,8 @@ def jobs(args: argparse.Namespace) -> list[dict[str, Any]]:
     for config in args.configs:
         if "streams" in args.parts:
             for workload, pool, batch in STREAMS:
+                if args.workloads and workload not in args.workloads:
+                    continue
                 for page in (1, 16):
                     spec = StreamSpec(workload, seed=args.seed, scale=scale, batch=batch)
                     out.append(_job("streams", config, page, pool, spec.to_dict()))
@@ -129,12 +131,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--parts", default="streams,mooncake,scale")
     parser.add_argument("--configs", default=",".join(CONFIGS))
     parser.add_argument("--cores", default=",".join(CORES))
+    parser.add_argument("--workloads", default="", help="streams to play (default: all)")
     parser.add_argument("--trace", type=Path, default=TRACE)
     parser.add_argument("--no-sglang", action="store_true", help="uniradix side only")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks/results/side_by_side")
     args = parser.parse_args(argv)
     args.parts = args.parts.split(",")
     args.configs = args.configs.split(",")
+    args.workloads = [w for w in args.workloads.split(",") if w]
     job_list = jobs(args)
     results: list[dict[str, Any]] = [{"job": job, "sides": {}} for job in job_list]
     for entry in results:

@@ -27,7 +27,6 @@ import numpy as np
 
 from uniradix.components.aux_eviction import BranchAwareEviction, check_aux_eviction_policy
 from uniradix.components.base import TreeComponent, mark_evicted
-from uniradix.memory.allocator import to_numpy
 from uniradix.tree.core import MatchWalk, TreeCore, Validator
 from uniradix.tree.lru import LRUList
 from uniradix.tree.node import TreeNode
@@ -115,7 +114,7 @@ class MambaComponent(TreeComponent):
         if d.value is not None:
             self.lru.move_to_mru(node)
             return
-        d.value = to_numpy(value).copy()
+        d.value = np.array(value.tolist(), dtype=np.int64)  # checked: one int64 slot
         self._credit(node, 1)
         self.lru.insert_mru(node)
         self._cap_path_states(node, actions)
