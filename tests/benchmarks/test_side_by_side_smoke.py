@@ -108,3 +108,15 @@ def test_batched_play_frees_the_duplicates_of_a_batch(config: str) -> None:
     assert batched["hit_rate"] <= single["hit_rate"]  # batch-mates cannot hit each other
     free = adapter.cache.pools.available()["full"]
     assert free + adapter.cache.total_size() == adapter.cache.pools.capacities()["full"]
+
+
+def test_scale_reports_bookkeeping_bytes_per_token() -> None:
+    from benchmarks.scale import run_scale
+
+    job = {"sizes": [12_000], "key_lens": [64], "queries": 3}
+    out = run_scale(lambda size: ADAPTERS["full"](1, size), job)
+    (row,) = out["rows"]
+    assert row["tree_tokens"] >= 12_000 - 256
+    # nodes, packed keys (8 B/token) and slot arrays (8 B/token) are all on the Python heap
+    assert 16 <= row["heap_bytes_per_token"] < 200
+    assert "rss_bytes_per_token" in row
