@@ -102,6 +102,7 @@ class HostTier(NoHostTier):
         self._acked: set[int] = set()
         self._failed: set[int] = set()  # acked tickets whose copies raised
         cache.host_tier = self
+        cache.tree.host_only_nodes = True
 
     # ------------------------------------------------------------------ writes
     def after_insert(self, node: TreeNode) -> None:
