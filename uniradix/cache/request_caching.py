@@ -64,7 +64,9 @@ def free_out_of_window_slots(cache: UnifiedRadixCache, req: Req) -> int:
         return 0
     row = cache.pools.req_to_token_pool.host_read(req.req_pool_idx, 0, req.kv_committed_len)
     actions: list[FreeSlots] = []
-    freed = sum(c.free_out_of_window(req, row, actions) for c in cache._window_freers)
+    freed = 0
+    for c in cache._window_freers:  # a loop: called per request per step
+        freed += c.free_out_of_window(req, row, actions)
     cache.apply(actions)
     return freed
 
