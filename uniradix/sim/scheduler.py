@@ -114,9 +114,10 @@ class Scheduler:
         self._ready: list[int] = []  # heap of rids: arrival order
         self._blocked: dict[int, list[int]] = {}
         self._retracted: dict[int, RunningRequest] = {}
-        # (tokens, key) of a request whose admission failed, so its next try (often the next
-        # step) does not rebuild them; dropped when it is admitted (it then grows its tokens)
-        self._waiting_inputs: dict[int, tuple[list[int], RadixKey]] = {}
+        # (rid, tokens, key) of the last request whose admission was tried: the head of the
+        # queue is retried step after step until it fits, so this spares rebuilding them
+        # (one entry: the queue's other requests keep no tokens in memory meanwhile)
+        self._last_tried: tuple[int, list[int], RadixKey] | None = None
         for i, spec in enumerate(specs):
             if spec.rid != i:
                 raise ValueError(
@@ -277,11 +278,10 @@ class Scheduler:
             return None
         spec = self.specs[rid]
         previous = self._retracted.get(rid)
-        waiting = self._waiting_inputs.get(rid)
-        if waiting is None:
+        if self._last_tried is None or self._last_tried[0] != rid:
             tokens = previous.req.token_ids if previous else spec.prompt.token_ids().tolist()
-            waiting = self._waiting_inputs[rid] = (tokens, cache.make_key(tokens[:-1]))
-        tokens, key = waiting
+            self._last_tried = (rid, tokens, cache.make_key(tokens[:-1]))
+        _, tokens, key = self._last_tried
         req = Req(token_ids=tokens, req_pool_idx=row, session_id=spec.session_id)
         storage = cache.host_tier.storage  # an L3 store: its pages join the host hit first
         fetched = storage.prefetch(key) if storage is not None else 0
@@ -319,7 +319,7 @@ class Scheduler:
             heapq.heappush(self._ready, rid)
             return None
         self._retracted.pop(rid, None)
-        del self._waiting_inputs[rid]
+        self._last_tried = None  # admitted: its tokens now grow with its output
         if storage is not None and fetched and request.host_hit_tokens:
             storage.stats.hit_tokens += min(fetched, request.host_hit_tokens)
         self.running.append(request)
