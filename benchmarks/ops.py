@@ -66,22 +66,47 @@ def summarize(times_ns: dict[str, list[int]]) -> dict[str, dict[str, float]]:
     return out
 
 
-def play(adapter: CacheAdapter, stream: Iterable[Request]) -> dict[str, Any]:
-    """Serves every request of `stream` in order; returns timings, hit rate and counts."""
-    cache, ps = adapter.cache, adapter.page_size
+def play(adapter: CacheAdapter, stream: Iterable[Request], batch: int = 1) -> dict[str, Any]:
+    """Serves every request of `stream` in order, `batch` at a time (steps 1-3 for each
+    request of a batch, then steps 4-7 for each); returns timings, hit rate and counts."""
     times: dict[str, list[int]] = {op: [] for op in OPS}
-    clock = time.perf_counter_ns
     digest = StreamDigest()
-    prompt_tokens = hit_tokens = failed = num = 0
-    wall_ns = 0
+    totals = {"prompt": 0, "hit": 0, "failed": 0, "num": 0, "wall_ns": 0}
+    pending: list[Request] = []
     for req in stream:
         digest.update(req)
-        num += 1
-        prompt_tokens += req.prompt_len
-        total = len(req.tokens)
-        aligned = total // ps * ps
+        pending.append(req)
+        if len(pending) == batch:
+            _serve_batch(adapter, pending, times, totals)
+            pending = []
+    if pending:
+        _serve_batch(adapter, pending, times, totals)
+    adapter.check()
+    prompt_tokens = totals["prompt"]
+    return {
+        "requests": totals["num"],
+        "failed": totals["failed"],
+        "stream_digest": digest.hexdigest(),
+        "hit_rate": totals["hit"] / prompt_tokens if prompt_tokens else 0.0,
+        "wall_s": totals["wall_ns"] / 1e9,
+        "cached_tokens": adapter.cached_tokens(),
+        "ops": summarize(times),
+    }
+
+
+def _serve_batch(
+    adapter: CacheAdapter,
+    batch: list[Request],
+    times: dict[str, list[int]],
+    totals: dict[str, int],
+) -> None:
+    cache, ps = adapter.cache, adapter.page_size
+    clock = time.perf_counter_ns
+    admitted = []
+    for req in batch:
+        totals["num"] += 1
+        totals["prompt"] += req.prompt_len
         match_p = adapter.match_params(req.tokens[: req.prompt_len])
-        insert_key = req.tokens[:aligned]
         start = clock()
 
         t0 = clock()
@@ -89,7 +114,7 @@ def play(adapter: CacheAdapter, stream: Iterable[Request]) -> dict[str, Any]:
         t1 = clock()
         times["match"].append(t1 - t0)
         matched, node = adapter.matched(result)
-        hit_tokens += matched
+        totals["hit"] += matched
 
         t0 = clock()
         prefix = adapter.prefix_indices(result, node, matched)
@@ -100,9 +125,15 @@ def play(adapter: CacheAdapter, stream: Iterable[Request]) -> dict[str, Any]:
         receipt = cache.inc_lock_ref(node)
         t1 = clock()
         times["lock"].append(t1 - t0)
-        dec_p = adapter.dec_params(receipt)
+        totals["wall_ns"] += clock() - start
+        admitted.append((req, matched, node, prefix, adapter.dec_params(receipt)))
 
+    for req, matched, node, prefix, dec_p in admitted:
+        total = len(req.tokens)
+        aligned = total // ps * ps
+        insert_key = req.tokens[:aligned]
         need = -(-(total - matched) // ps) * ps
+        start = clock()
         evict_p = adapter.evict_params(need)
         if evict_p is not None:
             t0 = clock()
@@ -116,11 +147,11 @@ def play(adapter: CacheAdapter, stream: Iterable[Request]) -> dict[str, Any]:
         times["alloc"].append(t1 - t0)
         has_state, state = adapter.alloc_state() if slots is not None else (False, None)
         if slots is None or not has_state:
-            failed += 1
+            totals["failed"] += 1
             if slots is not None:
                 adapter.free(slots)
             cache.dec_lock_ref(node, dec_p)
-            wall_ns += clock() - start
+            totals["wall_ns"] += clock() - start
             continue
 
         value = torch.cat([prefix, slots[: aligned - matched]])
@@ -137,17 +168,7 @@ def play(adapter: CacheAdapter, stream: Iterable[Request]) -> dict[str, Any]:
         cache.dec_lock_ref(node, dec_p)
         t1 = clock()
         times["unlock"].append(t1 - t0)
-        wall_ns += clock() - start
-    adapter.check()
-    return {
-        "requests": num,
-        "failed": failed,
-        "stream_digest": digest.hexdigest(),
-        "hit_rate": hit_tokens / prompt_tokens if prompt_tokens else 0.0,
-        "wall_s": wall_ns / 1e9,
-        "cached_tokens": adapter.cached_tokens(),
-        "ops": summarize(times),
-    }
+        totals["wall_ns"] += clock() - start
 
 
 def _rss_bytes() -> int:
@@ -159,6 +180,7 @@ def measure(
     make_adapter: Callable[[], CacheAdapter],
     stream: Callable[[], Iterable[Request]],
     heap: bool = True,
+    batch: int = 1,
 ) -> dict[str, Any]:
     """A timed pass, then (with `heap`) an untimed pass on a fresh cache under tracemalloc:
     the Python heap the cache grew by (pools are built before tracing starts, torch storage
@@ -167,7 +189,7 @@ def measure(
     adapter = make_adapter()
     gc.collect()
     rss0 = _rss_bytes()
-    out = play(adapter, stream())
+    out = play(adapter, stream(), batch)
     out["rss_growth_mb"] = (_rss_bytes() - rss0) / 2**20
     if not heap:
         return out
@@ -177,7 +199,7 @@ def measure(
     gc.collect()
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
-    traced = play(adapter, stream())
+    traced = play(adapter, stream(), batch)
     gc.collect()
     grown = tracemalloc.get_traced_memory()[0] - base
     tracemalloc.stop()

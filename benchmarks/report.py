@@ -87,8 +87,9 @@ def _ratio_rows(results: list[dict[str, Any]], part: str) -> list[str]:
 
 def _scale_rows(results: list[dict[str, Any]]) -> list[str]:
     rows = [
-        "| side | cached tokens | key tokens | match med / p99 | insert med / p99 |",
-        "|" + " --- |" * 5,
+        "| side | cached tokens | key tokens | match med / p99 | insert med / p99 "
+        "| heap B/token | RSS B/token |",
+        "|" + " --- |" * 7,
     ]
     for entry in results:
         if entry["job"]["part"] != "scale":
@@ -99,7 +100,9 @@ def _scale_rows(results: list[dict[str, Any]]) -> list[str]:
                 rows.append(
                     f"| {name} | {r['tree_tokens']} | {r['key_len']} | "
                     f"{_num(r['match_median_us'])} / {_num(r['match_p99_us'])} | "
-                    f"{_num(r['insert_median_us'])} / {_num(r['insert_p99_us'])} |"
+                    f"{_num(r['insert_median_us'])} / {_num(r['insert_p99_us'])} | "
+                    f"{_num(r.get('heap_bytes_per_token'))} | "
+                    f"{_num(r.get('rss_bytes_per_token'))} |"
                 )
     return rows
 

@@ -11,18 +11,26 @@ filled with two 4096-token probe sequences and unrelated 256-token sequences up 
 
 Only the `match_prefix` / `insert` call is timed. If cost follows the key, a row's latency
 grows with L and stays flat across N. The same code drives both sides through their adapter.
+
+Memory of the tree's bookkeeping: the fill runs with the pools already built, and each row
+reports per cached token (a) the Python heap it grew by (`tracemalloc`: nodes, keys, numpy
+slot arrays; blind to torch storage and to native heaps such as SGLang's Rust core) and
+(b) the process's resident memory growth, which sees native heaps too and is the figure to
+compare across sides (coarse: pages of 4 KiB, allocator slack).
 """
 
 from __future__ import annotations
 
+import gc
 import random
 import time
+import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from benchmarks.ops import CacheAdapter, summarize
+from benchmarks.ops import CacheAdapter, _rss_bytes, summarize
 
 FILL_SEQ_TOKENS = 256
 PROBE_TOKENS = 4096
@@ -55,10 +63,18 @@ def run_scale(make_adapter: Callable[[int], CacheAdapter], job: dict[str, Any]) 
         slack = NUM_PROBES * PROBE_TOKENS + len(key_lens) * queries * NEW_TOKENS
         adapter = make_adapter(size + slack)
         probes = [[rng.randrange(32000) for _ in range(PROBE_TOKENS)] for _ in range(NUM_PROBES)]
+        gc.collect()
+        rss0 = _rss_bytes()
+        tracemalloc.start()
+        heap0 = tracemalloc.get_traced_memory()[0]
         for probe in probes:
             _insert(adapter, probe)
         for _ in range(max(0, size - NUM_PROBES * PROBE_TOKENS) // FILL_SEQ_TOKENS):
             _insert(adapter, [rng.randrange(32000) for _ in range(FILL_SEQ_TOKENS)])
+        gc.collect()
+        heap = tracemalloc.get_traced_memory()[0] - heap0
+        tracemalloc.stop()
+        rss = _rss_bytes() - rss0
         tree_tokens = adapter.cached_tokens()
         fresh = iter(range(1 << 41, 1 << 42))
         for key_len in key_lens:
@@ -76,6 +92,8 @@ def run_scale(make_adapter: Callable[[int], CacheAdapter], job: dict[str, Any]) 
                 {
                     "tree_tokens": tree_tokens,
                     "key_len": key_len,
+                    "heap_bytes_per_token": heap / tree_tokens,
+                    "rss_bytes_per_token": rss / tree_tokens,
                     **{f"{op}_{k}": stats[op][k] for op in stats for k in ("median_us", "p99_us")},
                 }
             )

@@ -6,8 +6,9 @@
 It creates `.peer-venv` with SGLang when missing (`benchmarks/peer/setup_sglang.sh`), runs the
 SGLang side once per tree core as a subprocess there (`benchmarks/peer/sglang_driver.py`),
 runs the uniradix side in this process, and writes `benchmarks/results/side_by_side.json`
-and `.md`. Parts: `streams` (chat, fewshot, random; page 1 and 16; 65,536-token pool, so
-eviction runs), `mooncake` (the synthetic trace, page 16, pools of 1M and 4M tokens) and
+and `.md`. Parts: `streams` (chat, fewshot, random, longchat in batches of 16: 65,536-token
+pool, so eviction runs; longdoc: 8-32k-token prompts, 262,144-token pool; page 1 and 16),
+`mooncake` (the synthetic trace, page 16, pools of 1M and 4M tokens) and
 `scale` (`benchmarks/scale.py`). A configuration uniradix has no adapter for yet
 (`benchmarks/uniradix_side.ADAPTERS`) is reported for SGLang only.
 """
@@ -36,6 +37,14 @@ PEER_PYTHON = REPO / ".peer-venv" / "bin" / "python"
 TRACE = Path(__file__).resolve().parents[2] / "shared/reference/mooncake_synthetic_trace.jsonl"
 CONFIGS = ("full", "full+swa", "full+mamba")
 CORES = ("python", "rust")
+# (workload, pool tokens, requests per batch): long documents get a pool that holds ~12 of them
+STREAMS = (
+    ("chat", 65536, 1),
+    ("fewshot", 65536, 1),
+    ("random", 65536, 1),
+    ("longchat", 65536, 16),
+    ("longdoc", 1 << 18, 1),
+)
 
 
 def jobs(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -43,10 +52,12 @@ def jobs(args: argparse.Namespace) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for config in args.configs:
         if "streams" in args.parts:
-            for workload in ("chat", "fewshot", "random"):
+            for workload, pool, batch in STREAMS:
+                if args.workloads and workload not in args.workloads:
+                    continue
                 for page in (1, 16):
-                    stream = StreamSpec(workload, seed=args.seed, scale=scale).to_dict()
-                    out.append(_job("streams", config, page, 65536, stream))
+                    spec = StreamSpec(workload, seed=args.seed, scale=scale, batch=batch)
+                    out.append(_job("streams", config, page, pool, spec.to_dict()))
         if "mooncake" in args.parts and not args.quick:
             for pool in (1 << 20, 1 << 22):
                 stream = StreamSpec("mooncake", trace_path=str(args.trace)).to_dict()
@@ -87,7 +98,12 @@ def run_uniradix(job: dict[str, Any]) -> dict[str, Any] | None:
     if job["kind"] == "scale":
         return run_scale(lambda size: build(ps, size), job)
     spec = StreamSpec(**job["stream"])
-    return measure(lambda: build(ps, job["pool_tokens"]), lambda: requests(spec), heap=job["heap"])
+    return measure(
+        lambda: build(ps, job["pool_tokens"]),
+        lambda: requests(spec),
+        heap=job["heap"],
+        batch=spec.batch,
+    )
 
 
 def run_sglang(core: str, job_list: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -115,12 +131,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--parts", default="streams,mooncake,scale")
     parser.add_argument("--configs", default=",".join(CONFIGS))
     parser.add_argument("--cores", default=",".join(CORES))
+    parser.add_argument("--workloads", default="", help="streams to play (default: all)")
     parser.add_argument("--trace", type=Path, default=TRACE)
     parser.add_argument("--no-sglang", action="store_true", help="uniradix side only")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks/results/side_by_side")
     args = parser.parse_args(argv)
     args.parts = args.parts.split(",")
     args.configs = args.configs.split(",")
+    args.workloads = [w for w in args.workloads.split(",") if w]
     job_list = jobs(args)
     results: list[dict[str, Any]] = [{"job": job, "sides": {}} for job in job_list]
     for entry in results:

@@ -7,7 +7,8 @@ than shipped as a file; each side reports a `StreamDigest` of what it played, so
 would show.
 
 A request is `tokens` (prompt then output) with `prompt_len`. `benchmarks/ops.py` plays it
-against a cache with exactly this call sequence, one request at a time:
+against a cache with exactly this call sequence, one request at a time (a stream with
+`batch > 1` runs steps 1-3 for each request of a batch, then steps 4-7 for each):
 
 1. `match_prefix(key=prompt)`  -> `matched` tokens ending at `last_device_node`
 2. the matched prefix's KV slots (uniradix returns them with the match; SGLang 0.5.23
@@ -33,6 +34,13 @@ Workloads (vocabulary 32000, `random.Random(seed)`; `scale` multiplies the reque
 - fewshot: 64 prefixes of 800-1200 tokens x 20 questions of 80-120 tokens with answers of
   30-70 tokens, shuffled.
 - random: 1000 unrelated prompts of 500-1500 tokens with answers of 50-150 tokens.
+- longchat: long-context chat served in batches of 16 (`StreamSpec.batch`): 200
+  conversations x 5 turns behind one 1000-token system prompt, user messages of 80-120 and
+  answers of 100-140 tokens, so prompts grow from ~1,100 to ~2,100 tokens; turn-major,
+  shuffled within a turn. Requests of one batch share prefixes not cached yet, so inserts
+  meet duplicates (the cache frees them), as a batching scheduler's do.
+- longdoc: 16 documents of 8-32k tokens x 6 questions of 50-150 tokens with answers of
+  50-150 tokens, shuffled (prompts of 8-32k tokens; values of thousands of slots).
 - mooncake: a Mooncake JSONL trace; block hash `h` stands for the 512 tokens
   `h * 512 .. h * 512 + 511`, the prompt is the first `input_length` tokens of its blocks and
   the answer `output_length` tokens no other request shares.
@@ -65,6 +73,7 @@ class StreamSpec:
     seed: int = 0
     scale: float = 1.0
     trace_path: str | None = None
+    batch: int = 1  # requests matched and locked together before any of them inserts
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -107,6 +116,29 @@ def random_prompts(rng: random.Random, scale: float) -> Iterator[Request]:
         yield Request(prompt + _tokens(rng, 50, 150), len(prompt))
 
 
+def long_chat(rng: random.Random, scale: float) -> Iterator[Request]:
+    system = _tokens(rng, 1000, 1000)
+    conversations = [list(system) for _ in range(_count(200, scale))]
+    for _turn in range(5):
+        order = list(range(len(conversations)))
+        rng.shuffle(order)
+        for c in order:
+            history = conversations[c]
+            history.extend(_tokens(rng, 80, 120))
+            prompt_len = len(history)
+            history.extend(_tokens(rng, 100, 140))
+            yield Request(list(history), prompt_len)
+
+
+def long_documents(rng: random.Random, scale: float) -> Iterator[Request]:
+    documents = [_tokens(rng, 8192, 32768) for _ in range(_count(16, scale))]
+    jobs = [d for d in documents for _ in range(6)]
+    rng.shuffle(jobs)
+    for document in jobs:
+        prompt = document + _tokens(rng, 50, 150)
+        yield Request(prompt + _tokens(rng, 50, 150), len(prompt))
+
+
 def mooncake(path: str, scale: float) -> Iterator[Request]:
     lines = Path(path).read_text().splitlines()
     block = MOONCAKE_BLOCK_TOKENS
@@ -133,11 +165,17 @@ def requests(spec: StreamSpec) -> Iterator[Request]:
         return fewshot(rng, spec.scale)
     if spec.workload == "random":
         return random_prompts(rng, spec.scale)
+    if spec.workload == "longchat":
+        return long_chat(rng, spec.scale)
+    if spec.workload == "longdoc":
+        return long_documents(rng, spec.scale)
     if spec.workload == "mooncake":
         if not spec.trace_path:
             raise ValueError("the mooncake workload needs trace_path")
         return mooncake(spec.trace_path, spec.scale)
-    raise ValueError(f"unknown workload {spec.workload!r} (chat, fewshot, random, mooncake)")
+    raise ValueError(
+        f"unknown workload {spec.workload!r} (chat, fewshot, random, longchat, longdoc, mooncake)"
+    )
 
 
 class StreamDigest:

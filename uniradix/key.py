@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 UNIT_BYTES = 8
+_BIG_INT_MAX_BYTES = 96 * UNIT_BYTES  # past this, numpy finds a first difference faster
 _MAX_BIGRAM_TOKEN = 1 << 32
 
 ChildKey = Any
@@ -125,5 +126,11 @@ def common_prefix_len(a: bytes, b: bytes) -> int:
     n = min(len(a), len(b))
     if a[:n] == b[:n]:
         return n >> 3
+    if n > _BIG_INT_MAX_BYTES:
+        # Long edges (a long prompt diverging inside a cached document): one vectorised
+        # compare; the big-integer XOR below grows superlinearly (~200 µs at 20k units).
+        units = n >> 3
+        differ = np.frombuffer(a, "<i8", units) != np.frombuffer(b, "<i8", units)
+        return int(differ.argmax())
     diff = int.from_bytes(a[:n], "little") ^ int.from_bytes(b[:n], "little")
     return ((diff & -diff).bit_length() - 1) >> 6

@@ -247,7 +247,12 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     else:
         spec = StreamSpec(**job["stream"])
         pool = job["pool_tokens"]
-        out = measure(lambda: make(pool), lambda: requests(spec), heap=job.get("heap", True))
+        out = measure(
+            lambda: make(pool),
+            lambda: requests(spec),
+            heap=job.get("heap", True),
+            batch=spec.batch,
+        )
     out["tree_core_class"] = built[0]
     return out
 

@@ -81,3 +81,42 @@ def test_measure_and_report_render_a_table() -> None:
     table = render(doc)
     assert "| full | random | 1 | uniradix |" in table
     assert "identical request stream (SHA-256 digests): yes" in table
+
+
+def test_long_streams_have_the_documented_prompt_lengths() -> None:
+    chat = list(requests(StreamSpec("longchat", scale=0.02)))
+    assert len(chat) == 4 * 5
+    assert all(1080 <= r.prompt_len <= 2200 for r in chat)
+    assert max(r.prompt_len for r in chat) > 1800  # the last turns carry the whole history
+    docs = list(requests(StreamSpec("longdoc", scale=0.125)))
+    assert len(docs) == 2 * 6
+    assert all(8192 + 50 <= r.prompt_len <= 32768 + 150 for r in docs)
+    assert len({tuple(r.tokens[:8192]) for r in docs}) == 2  # six questions per document
+
+
+@pytest.mark.parametrize("config", ["full", "full+swa", "full+mamba"])
+def test_batched_play_frees_the_duplicates_of_a_batch(config: str) -> None:
+    """Requests of one batch match before any of them inserts: the second conversation of a
+    batch re-inserts the system prompt the first one just cached, and the cache frees those
+    slots (play checks invariants and the adapter's pools are whole at the end)."""
+    spec = StreamSpec("longchat", scale=0.02, batch=4)
+    adapter = ADAPTERS[config](16, 1 << 14)
+    batched = play(adapter, requests(spec), batch=4)
+    single = play(ADAPTERS[config](16, 1 << 14), requests(spec))
+    assert batched["requests"] == single["requests"] == 20
+    assert batched["failed"] == 0
+    assert batched["hit_rate"] <= single["hit_rate"]  # batch-mates cannot hit each other
+    free = adapter.cache.pools.available()["full"]
+    assert free + adapter.cache.total_size() == adapter.cache.pools.capacities()["full"]
+
+
+def test_scale_reports_bookkeeping_bytes_per_token() -> None:
+    from benchmarks.scale import run_scale
+
+    job = {"sizes": [12_000], "key_lens": [64], "queries": 3}
+    out = run_scale(lambda size: ADAPTERS["full"](1, size), job)
+    (row,) = out["rows"]
+    assert row["tree_tokens"] >= 12_000 - 256
+    # nodes, packed keys (8 B/token) and slot arrays (8 B/token) are all on the Python heap
+    assert 16 <= row["heap_bytes_per_token"] < 200
+    assert "rss_bytes_per_token" in row

@@ -104,12 +104,17 @@ class UnifiedRadixCache:
             c.attach_peers(self.components)
         self._by_type = {c.component_type: c for c in self.components}
         self._aux = self.components[1:]
-        # insert_overlap hooks: the auxiliary components, and a base one that overrides it
-        self._overlapping = overriding(self.components[:1], "insert_overlap") + self._aux
+        # insert_overlap hooks: only the components that override it (the default adopts
+        # nothing, so calling it would change nothing)
+        self._overlapping = overriding(self.components, "insert_overlap")
+        self._mamba = self._by_type.get(ComponentType.MAMBA)
         self.host_tier: NoHostTier = NoHostTier()  # `uniradix.tiers.controller` attaches one
         self._validating = overriding(self.components, "match_validator")
         self._insert_checkers = overriding(self.components, "check_insert")
         self._finalizers = overriding(self.components, "finalize_match")
+        # Requests' per-step window calls reach only the components that act on them.
+        self._window_freers = overriding(self._aux, "free_out_of_window")
+        self._window_lockers = overriding(self._aux, "release_window_lock")
         self._free: dict[FreeKind | str, Callable[[Slots, bool], None]] = pools.free_functions()
         self._receipts = LockReceipts()
         self.device = pools.kv_allocator.device
@@ -219,7 +224,7 @@ class UnifiedRadixCache:
             key, num_units, on_overlap, params.inserted_len, params.priority
         )
         leaf_value = value[prefix_len:].copy() if is_new else None  # never view a request row
-        mamba = self._by_type.get(ComponentType.MAMBA)
+        mamba = self._mamba
         mamba_exist = mamba is not None and (target is self.tree.root or mamba.has_value(target))
         for c in self.components:
             c.commit_insert(target, is_new, leaf_value, params, actions)
@@ -306,7 +311,7 @@ class UnifiedRadixCache:
         """Releases the window part (SWA) of `req.lock` early, once the request's decode has
         left the cached prefix's window; the full lock stays, and the later unlock skips what
         was released. Does nothing before that, so a scheduler may call it every step."""
-        self._receipts.release_window(req, self._aux)
+        self._receipts.release_window(req, self._window_lockers)
 
     # ------------------------------------------------------------------ sessions
     def open_session(self, session_id: str) -> None:

@@ -16,7 +16,6 @@ import functools
 import numpy as np
 import torch
 
-from uniradix.memory.allocator import to_numpy
 from uniradix.types import FreeKind, FreeSlots, InsertParams, Slots
 
 
@@ -32,25 +31,40 @@ def checked_value(params: InsertParams, page_size: int) -> Slots:
         not isinstance(mamba, torch.Tensor) or mamba.dtype != torch.int64 or mamba.shape != (1,)
     ):
         raise TypeError(f"mamba_value must be a [1] int64 tensor, got {mamba!r:.80}")
-    if params.value is None:
+    tensor = params.value
+    if tensor is None:
         return np.array(params.key.tolist(), dtype=np.int64)
-    if not isinstance(params.value, torch.Tensor) or params.value.dtype != torch.int64:
-        raise TypeError(f"value must be a 1-D int64 tensor, got {params.value!r:.80}")
-    value = to_numpy(params.value)
-    if value.shape[0] != len(params.key):
-        raise ValueError(f"value has {value.shape[0]} slots for a key of {len(params.key)} units")
-    n = len(params.key) // page_size * page_size
+    if not isinstance(tensor, torch.Tensor) or tensor.dtype != torch.int64 or tensor.dim() != 1:
+        raise TypeError(f"value must be a 1-D int64 tensor, got {tensor!r:.80}")
+    value: Slots = tensor.numpy() if tensor.is_cpu else tensor.cpu().numpy()
+    num_units = len(params.key)
+    if value.shape[0] != num_units:
+        raise ValueError(f"value has {value.shape[0]} slots for a key of {num_units} units")
+    n = num_units - num_units % page_size
     first = min(max(params.prev_prefix_len, 0) // page_size * page_size, n)
-    if page_size > 1 and first < n:
-        # Whole pages: each row minus 0..ps-1 is one constant, a multiple of the page size.
-        # (count_nonzero is several times cheaper than .any() on small arrays.)
-        starts = value[first:n].reshape(-1, page_size) - _offsets(page_size)
-        if np.count_nonzero(starts - starts[:, :1]) or np.count_nonzero(starts[:, 0] % page_size):
-            raise ValueError(
-                f"value is not made of whole pages of {page_size} slots: "
-                f"{value[first:n].tolist()[:32]}"
-            )
+    if page_size > 1 and first < n and not _whole_pages(value[first:n], page_size):
+        raise ValueError(
+            f"value is not made of whole pages of {page_size} slots: {value[first:n].tolist()[:32]}"
+        )
     return value
+
+
+def _whole_pages(slots: Slots, page_size: int) -> bool:
+    """Whether `slots` (a multiple of `page_size` long) is whole pages: each run of
+    `page_size` is `p * page_size + 0 .. page_size - 1` for some page `p`."""
+    rows = slots.reshape(-1, page_size)
+    offsets = _offsets(page_size)
+    if page_size & (page_size - 1) == 0:
+        # A power of two: the row's page start is its first slot with the low bits cleared,
+        # so one XOR against start | offsets checks alignment and contiguity at once.
+        expected = (rows[:, :1] & ~(page_size - 1)) | offsets
+        return not np.count_nonzero(rows ^ expected)
+    # Each row minus 0..ps-1 is one constant, a multiple of the page size.
+    # (count_nonzero is several times cheaper than .any() on small arrays.)
+    starts = rows - offsets
+    return not (
+        np.count_nonzero(starts - starts[:, :1]) or np.count_nonzero(starts[:, 0] % page_size)
+    )
 
 
 @functools.cache
@@ -71,6 +85,9 @@ def duplicate_frees(
     dup = value[offset + start : offset + end]
     not_own = dup != tree_slots[start:end]
     k = max(0, min(swa_cursor - offset - start, dup.shape[0]))
+    if k == 0 and np.count_nonzero(not_own) == not_own.shape[0]:
+        # The common case: none are the tree's own and none lost their SWA peers.
+        return [FreeSlots(FreeKind.KV, dup)] if dup.shape[0] else []
     frees = []
     for kind, part, mask in (
         (FreeKind.KV_FULL_ONLY, dup[:k], not_own[:k]),

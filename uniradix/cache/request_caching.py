@@ -16,7 +16,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from uniradix.key import RadixKey
-from uniradix.memory.allocator import to_numpy
 from uniradix.types import FreeSlots, InsertParams, InsertResult, Req
 
 if TYPE_CHECKING:
@@ -61,9 +60,13 @@ def cache_finished_req(cache: ControllerView, req: Req, is_insert: bool) -> None
 def free_out_of_window_slots(cache: ControllerView, req: Req) -> int:
     if req.req_pool_idx is None:
         raise ValueError("request has no req_pool_idx (never admitted, or already finished)")
-    row = to_numpy(cache.pools.req_to_token_pool.read(req.req_pool_idx, 0, req.kv_committed_len))
+    if not cache._window_freers:
+        return 0
+    row = cache.pools.req_to_token_pool.host_read(req.req_pool_idx, 0, req.kv_committed_len)
     actions: list[FreeSlots] = []
-    freed = sum(c.free_out_of_window(req, row, actions) for c in cache.components[1:])
+    freed = 0
+    for c in cache._window_freers:  # a loop: called per request per step
+        freed += c.free_out_of_window(req, row, actions)
     cache.apply(actions)
     return freed
 

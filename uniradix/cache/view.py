@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     import torch
 
     from uniradix.cache.mamba_requests import MambaRequests, NoMambaRequests
+    from uniradix.components.base import TreeComponent
     from uniradix.key import RadixKey
     from uniradix.sessions.coverage import NullSessions, SessionCache
     from uniradix.tiers.null import NoHostTier
@@ -21,6 +22,10 @@ if TYPE_CHECKING:
 
 
 class ControllerView(CacheView, Protocol):
+    # The components that act on a request's out-of-window slots (request caching loops
+    # over them per request per step).
+    @property
+    def _window_freers(self) -> list[TreeComponent]: ...
     @property
     def host_tier(self) -> NoHostTier: ...
     @property

@@ -28,7 +28,6 @@ import numpy as np
 from uniradix.components.aux_eviction import BranchAwareEviction, check_aux_eviction_policy
 from uniradix.components.base import TreeComponent, mark_evicted
 from uniradix.components.flop_aware import FlopAwareEviction
-from uniradix.memory.allocator import to_numpy
 from uniradix.tree.core import MatchWalk, TreeCore, Validator
 from uniradix.tree.lru import LRUList
 from uniradix.tree.node import TreeNode
@@ -123,7 +122,7 @@ class MambaComponent(TreeComponent):
         d = node.data[self.index]
         fresh = d.value is None
         if fresh:
-            d.value = to_numpy(value).copy()
+            d.value = np.array(value.tolist(), dtype=np.int64)  # checked: one int64 slot
             self._credit(node, 1)
             self.lru.insert_mru(node)
         else:

@@ -78,7 +78,10 @@ class TokenSlotAllocator:
     def free(self, indices: torch.Tensor | Slots, node_value: bool = False) -> None:
         """Gives back the pages holding `indices` (a partial page frees its whole page).
         `node_value`: the caller guarantees distinct whole pages (see `FreeSlots`)."""
-        slots = to_numpy(indices)
+        if type(indices) is np.ndarray and indices.dtype == np.int64 and indices.ndim == 1:
+            slots = indices  # the cache's own frees: already host int64
+        else:
+            slots = to_numpy(indices)
         if slots.size:
             self.free_pages(self.checked_pages(slots, node_value))
 
@@ -91,8 +94,13 @@ class TokenSlotAllocator:
                 raise ValueError(f"free: some of pages {pages[:8].tolist()} are not allocated")
             return pages
         # np.unique/any cost ~15 µs on small arrays; sort + count_nonzero does the same in ~4.
-        pages = slots // self.page_size if self.page_size > 1 else slots.copy()
-        pages.sort()
+        # A stable sort (timsort) is near linear on what is freed here, runs of pages handed
+        # out together: ~25x faster than the default quicksort on 20k slots of a long prompt.
+        if self.page_size > 1:
+            pages = slots // self.page_size
+            pages.sort(kind="stable")
+        else:
+            pages = np.sort(slots, kind="stable")  # a copy: the caller's array stays as it was
         if pages.size > 1:
             distinct = pages[1:] != pages[:-1]
             if np.count_nonzero(distinct) != pages.size - 1:

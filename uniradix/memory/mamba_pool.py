@@ -67,6 +67,8 @@ class MambaStatePool:
         rows = (num_layers, num_slots + 1)
         self.conv_states = torch.zeros((*rows, *conv_shape), dtype=dtype, device=device)
         self.temporal_states = torch.zeros((*rows, *temporal_shape), dtype=dtype, device=device)
+        # No state memory (a simulation): copies and clears have nothing to move.
+        self._stateless = self.conv_states.numel() == 0 and self.temporal_states.numel() == 0
 
     @property
     def num_layers(self) -> int:
@@ -77,11 +79,15 @@ class MambaStatePool:
 
     def copy(self, src_slot: int, dst_slot: int) -> None:
         """Every layer's state in `dst_slot` becomes a copy of `src_slot`'s."""
+        if self._stateless:
+            return
         self.conv_states[:, dst_slot] = self.conv_states[:, src_slot]
         self.temporal_states[:, dst_slot] = self.temporal_states[:, src_slot]
 
     def clear(self, slot: int) -> None:
         """Zero state: a sequence that has seen no token yet."""
+        if self._stateless:
+            return
         self.conv_states[:, slot] = 0
         self.temporal_states[:, slot] = 0
 
@@ -137,9 +143,10 @@ class MambaReqPool:
         slots = self.allocator.alloc(self.slots_per_req)
         if slots is None:
             return False
-        req.mamba_pool_idx = int(slots[0])
+        ids: list[int] = slots.tolist()  # one conversion, not one per element
+        req.mamba_pool_idx = ids[0]
         if self.extra_buffer:
-            req.mamba_ping_pong = [int(s) for s in slots[1:]]
+            req.mamba_ping_pong = ids[1:]
             req.mamba_next_track_idx = 0
         req.mamba_last_track_seqlen = req.mamba_prev_track_seqlen = None
         return True

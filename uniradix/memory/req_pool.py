@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import torch
 
+from uniradix.types import Slots
+
 
 class ReqToTokenPool:
     def __init__(self, size: int, max_context_len: int, device: str = "cpu") -> None:
@@ -22,6 +24,8 @@ class ReqToTokenPool:
         )
         self._free_rows = list(range(size, 0, -1))
         self._in_use = [False] * (size + 1)
+        # A numpy view of the table for the cache's per-step host reads (None off the CPU).
+        self._host_table = self.req_to_token.numpy() if self.req_to_token.is_cpu else None
 
     def available_size(self) -> int:
         return len(self._free_rows)
@@ -53,6 +57,12 @@ class ReqToTokenPool:
 
     def read(self, row: int, start: int, end: int) -> torch.Tensor:
         return self.req_to_token[row, start:end]
+
+    def host_read(self, row: int, start: int, end: int) -> Slots:
+        """`read` as host int64 slots: a view on the CPU (never write to it), else a copy."""
+        if self._host_table is not None:
+            return self._host_table[row, start:end]
+        return self.req_to_token[row, start:end].cpu().numpy()
 
     def reset(self) -> None:
         self._free_rows = list(range(self.size, 0, -1))

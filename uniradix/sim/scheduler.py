@@ -119,6 +119,10 @@ class Scheduler:
         self._blocked: dict[int, list[int]] = {}
         self._retracted: dict[int, RunningRequest] = {}
         self.prefetch = QueuePrefetch(cache, self.config.prefetch_lookahead)
+        # (rid, tokens, key) of the last request whose admission was tried: the head of the
+        # queue is retried step after step until it fits, so this spares rebuilding them
+        # (one entry: the queue's other requests keep no tokens in memory meanwhile)
+        self._last_tried: tuple[int, list[int], RadixKey] | None = None
         for i, spec in enumerate(specs):
             if spec.rid != i:
                 raise ValueError(
@@ -281,7 +285,9 @@ class Scheduler:
             return None
         spec = self.specs[rid]
         previous = self._retracted.get(rid)
-        tokens, key = self._prompt_key(rid)
+        if self._last_tried is None or self._last_tried[0] != rid:
+            self._last_tried = (rid, *self._prompt_key(rid))
+        _, tokens, key = self._last_tried
         req = Req(token_ids=tokens, req_pool_idx=row, session_id=spec.session_id)
         self.prefetch.take(rid, key)  # an L3 store: its pages join the host hit first
         match = cache.match_prefix(MatchPrefixParams(key, req=req))
@@ -319,6 +325,7 @@ class Scheduler:
             self.prefetch.declined(rid)
             return None
         self._retracted.pop(rid, None)
+        self._last_tried = None  # admitted: its tokens now grow with its output
         request.host_hit_tokens = self.prefetch.admitted(
             rid, hit, request.host_hit_tokens, previous is None
         )

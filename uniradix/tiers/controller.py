@@ -125,6 +125,7 @@ class HostTier(NoHostTier):
         self._failed: set[int] = set()  # acked tickets whose copies raised
         self.host_kv: HostKVPool | None = None  # the host KV bytes, when the model has layers
         cache.host_tier = self
+        cache.tree.host_only_nodes = True
 
     # ------------------------------------------------------------------ writes
     def after_insert(self, node: TreeNode) -> None:

@@ -49,6 +49,10 @@ class TreeCore:
         self.num_components = num_components
         self.page_size = page_size
         self.split_hooks = list(split_hooks)
+        # Set by a host tier: nodes whose base data left the device may then stay in the tree
+        # (host-only), so a node with children can still be a device leaf. Without one, a
+        # node with children never is, and the leaf test needs no look at them.
+        self.host_only_nodes = False
         self.leaves = EvictableLeaves(policy)
         self._next_id = 0
         self._time = 0
@@ -198,6 +202,8 @@ class TreeCore:
         if node.parent is None or node.data[0].value is None:
             return False
         if node.children:
+            if not self.host_only_nodes:
+                return False
             for child in node.children.values():
                 if child.data[0].value is not None:
                     return False
