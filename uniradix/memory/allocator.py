@@ -18,7 +18,6 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from uniradix.memory.pages import whole_pages
 from uniradix.types import Slots
 
 
@@ -51,10 +50,6 @@ class TokenSlotAllocator:
         self._top = self.num_pages
         self._in_use = np.zeros(self.num_pages + 1, dtype=bool)
         self._page_offsets = np.arange(page_size, dtype=np.int64)
-        # Scratch for the distinctness check of a free: allocated pages are distinct, so a
-        # free of more than num_pages pages already fails the allocation check.
-        self._stamp = np.zeros(self.num_pages + 1, dtype=np.int64)
-        self._order = np.arange(self.num_pages + 1, dtype=np.int64)
 
     def available_size(self) -> int:
         """Free slots."""
@@ -93,56 +88,37 @@ class TokenSlotAllocator:
     def checked_pages(self, slots: Slots, node_value: bool = False) -> Slots:
         """The distinct pages holding `slots` (non-empty), all allocated; raises otherwise
         (at page size 1 a slot given twice is an error too). Changes nothing."""
-        ps = self.page_size
         if node_value:
-            pages = slots[::ps] // ps if ps > 1 else slots
+            pages = slots[:: self.page_size] // self.page_size if self.page_size > 1 else slots
             if np.count_nonzero(self._in_use[pages]) != pages.size:
                 raise ValueError(f"free: some of pages {pages[:8].tolist()} are not allocated")
             return pages
-        if ps == 1:
-            return self._checked_distinct(slots, slots)
-        if slots.size % ps == 0 and whole_pages(slots, ps):
-            # The usual page > 1 free (an insert's duplicates, a request's pages): one slot
-            # per page carries the check, 1/page_size of the work of the slot-wise path.
-            return self._checked_distinct(slots[::ps] // ps, slots[::ps])
-        # Partial pages (a request's unaligned tail): slots of one page may repeat.
-        pages = np.unique(slots // ps)
-        return self._checked_distinct(pages, pages * ps)
-
-    def _checked_distinct(self, pages: Slots, shown: Slots) -> Slots:
-        """`pages` after checking they are in range, allocated and distinct, in O(n) with
-        no sort: page 0 is never allocated, a negative page wraps to a huge unsigned index
-        (IndexError), and a page given twice keeps only one of its stamps. `shown`: the
-        caller's slots to name in errors."""
-        n = pages.size
-        try:
-            in_use = self._in_use[pages.view(np.uint64)]
-        except IndexError:  # some page is outside: reported below
-            in_use = np.zeros(n, dtype=bool)
-        if np.count_nonzero(in_use) != n:
-            outside = (pages < 1) | (pages > self.num_pages)
-            if np.count_nonzero(outside):
-                raise ValueError(
-                    f"free: slots outside the pool's pages [1, {self.num_pages}]: "
-                    f"{shown[outside][:8].tolist()}"
-                )
+        # np.unique/any cost ~15 µs on small arrays; sort + count_nonzero does the same in ~4.
+        # A stable sort (timsort) is near linear on what is freed here, runs of pages handed
+        # out together: ~25x faster than the default quicksort on 20k slots of a long prompt.
+        if self.page_size > 1:
+            pages = slots // self.page_size
+            pages.sort(kind="stable")
+        else:
+            pages = np.sort(slots, kind="stable")  # a copy: the caller's array stays as it was
+        if pages.size > 1:
+            distinct = pages[1:] != pages[:-1]
+            if np.count_nonzero(distinct) != pages.size - 1:
+                if self.page_size == 1:
+                    raise ValueError(
+                        f"free: duplicate slots in one call: {pages[1:][~distinct][:8].tolist()}"
+                    )
+                pages = pages[np.concatenate(([True], distinct))]
+        if pages[0] < 1 or pages[-1] > self.num_pages:
             raise ValueError(
-                f"free: slots {shown[~in_use][:8].tolist()} are not allocated "
+                f"free: pages outside [1, {self.num_pages}]: {pages[[0, -1]].tolist()}"
+            )
+        in_use = self._in_use[pages]
+        if np.count_nonzero(in_use) != pages.size:
+            raise ValueError(
+                f"free: pages {pages[~in_use][:8].tolist()} are not allocated "
                 "(freed twice, or never allocated)"
             )
-        if n > self.num_pages:
-            raise ValueError(
-                f"free: duplicate slots in one call: {n} pages, the pool has {self.num_pages}"
-            )
-        if n > 1:
-            order = self._order[:n]
-            stamp = self._stamp
-            stamp[pages] = order
-            repeated = stamp[pages] != order
-            if np.count_nonzero(repeated):
-                raise ValueError(
-                    f"free: duplicate slots in one call: {shown[repeated][:8].tolist()}"
-                )
         return pages
 
     def free_pages(self, pages: Slots) -> None:
