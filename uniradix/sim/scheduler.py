@@ -44,6 +44,7 @@ from dataclasses import dataclass
 
 from uniradix.cache.controller import UnifiedRadixCache
 from uniradix.key import RadixKey
+from uniradix.memory.swa_allocator import SWASlotAllocator
 from uniradix.sim.batch import (
     ForwardBatch,
     ForwardEntry,
@@ -215,12 +216,16 @@ class Scheduler:
 
     def _make_room(self, num_tokens: int) -> None:
         """Evicts so `num_tokens` slots are free in every KV pool (full, and SWA if any)."""
-        free = self.cache.pools.available()
-        params = EvictParams(
-            num_tokens=max(0, num_tokens - free["full"]),
-            swa_num_tokens=max(0, num_tokens - free.get("swa", num_tokens)),
-        )
-        if params.num_tokens or params.swa_num_tokens:
+        # The two KV pools' free slots read directly: `pools.available()` builds a dict of
+        # every pool, and this runs per request per step.
+        kv = self.cache.pools.kv_allocator
+        if isinstance(kv, SWASlotAllocator):
+            full_short = num_tokens - kv.full_available_size()
+            swa_short = num_tokens - kv.swa_available_size()
+        else:
+            full_short, swa_short = num_tokens - kv.available_size(), 0
+        if full_short > 0 or swa_short > 0:
+            params = EvictParams(num_tokens=max(0, full_short), swa_num_tokens=max(0, swa_short))
             self.listener.on_evict(self.cache.evict(params))
 
     def _reserved(self) -> int:
