@@ -114,6 +114,7 @@ class HostTier(NoHostTier):
         self.threshold = self.policy.backup_threshold(selective_hits)
         self.load_back_threshold = load_back_threshold
         self.aux = aux  # HostSWAComponent / HostMambaComponent, in cache order
+        self._aux_indices = tuple(c.index for c in aux)
         self.stats = HostTierStats()
         for c in aux:
             for counts in (self.stats.aux_written, self.stats.aux_loaded):
@@ -121,6 +122,8 @@ class HostTier(NoHostTier):
             self.stats.aux_write_skipped[c.name] = self.stats.aux_host_evicted[c.name] = 0
         self.writes: dict[int, tuple[TreeNode, IncLockRefResult]] = {}
         self.loads: dict[int, tuple[TreeNode, IncLockRefResult]] = {}
+        # write tickets -> the revived windows and states they back up (`backup_plan`)
+        self.revived_copies: dict[int, list[aux_tier.AuxCopy]] = {}
         self._acked: set[int] = set()
         self._failed: set[int] = set()  # acked tickets whose copies raised
         self.host_kv: HostKVPool | None = None  # the host KV bytes, when the model has layers
@@ -139,25 +142,59 @@ class HostTier(NoHostTier):
             anchor = anchor.parent
         if anchor is None or anchor.parent is None:
             return
-        chain = self.unbacked_chain(anchor)
-        if chain:
-            self._write(chain, anchor, lock=True)
+        chain, revived = self.backup_plan(anchor)
+        if chain or revived:
+            self._write(chain, anchor, lock=True, revived=revived)
 
-    def unbacked_chain(self, node: TreeNode) -> list[TreeNode]:
-        """`node` and its ancestors without a host copy, root-first."""
-        chain = []
+    def backup_plan(self, node: TreeNode) -> tuple[list[TreeNode], list[TreeNode]]:
+        """`node` and its ancestors without a host copy, root-first; and, root-first, the
+        backed-up ones above them whose device window or state has no host copy (it came
+        back to the device after their backup: their next device tombstone would lose it)."""
+        chain, revived, aux = [], [], self._aux_indices
         for n in self.cache.tree.path_to_root(node):
             if n.data[0].host_value is None:
                 chain.append(n)
+            elif aux and aux_tier.lacks_host_copy(n, aux):
+                revived.append(n)
         chain.reverse()
-        return chain
+        revived.reverse()
+        return chain, revived
 
-    def _write(self, chain: list[TreeNode], anchor: TreeNode, lock: bool) -> int | None:
-        num = sum(n.num_tokens for n in chain)
-        host = self.alloc_host(num)
-        if host is None:
-            self.stats.write_skipped_tokens += num
+    def _write(
+        self,
+        chain: list[TreeNode],
+        anchor: TreeNode,
+        lock: bool,
+        revived: list[TreeNode] | None = None,
+    ) -> int | None:
+        """One batch: the full KV (and window, state) of `chain`, plus the window and state
+        of the `revived` nodes above it (their full KV has its host copy already)."""
+        ops = []
+        if chain:
+            num = sum(n.num_tokens for n in chain)
+            host = self.alloc_host(num)
+            if host is None:
+                self.stats.write_skipped_tokens += num
+                chain = []
+            else:
+                ops.append(self._full_backup(chain, host))
+        copies: list[aux_tier.AuxCopy] = []
+        ops += aux_tier.backup_ops(self, [*(revived or ()), *chain], copies)
+        if not ops:
             return None
+        ticket = self.engine.submit(ops)
+        self.stats.written_tokens += sum(n.num_tokens for n in chain)
+        for n in chain:
+            n.data[0].metadata = {"write": ticket}
+        if revived:  # a failed batch must drop them: no write mark says they are in flight
+            above = set(revived)
+            if mine := [c for c in copies if c[0] in above]:
+                self.revived_copies[ticket] = mine
+        if lock:
+            self.writes[ticket] = (anchor, self.cache.inc_lock_ref(anchor))
+        return ticket
+
+    def _full_backup(self, chain: list[TreeNode], host: Slots) -> CopyOp:
         values = [n.data[0].value for n in chain]
         src = np.concatenate(values) if len(values) > 1 else values[0]  # type: ignore[arg-type]
         assert src is not None
@@ -165,14 +202,7 @@ class HostTier(NoHostTier):
         for n in chain:
             self.full.commit_backup(n, host[start : start + n.num_tokens])
             start += n.num_tokens
-        ops = [CopyOp("full", Direction.D2H, src, host), *aux_tier.backup_ops(self, chain)]
-        ticket = self.engine.submit(ops)
-        self.stats.written_tokens += num
-        for n in chain:
-            n.data[0].metadata = {"write": ticket}
-        if lock:
-            self.writes[ticket] = (anchor, self.cache.inc_lock_ref(anchor))
-        return ticket
+        return CopyOp("full", Direction.D2H, src, host)
 
     def alloc_host(self, num_tokens: int) -> Slots | None:
         """`num_tokens` host slots, evicting host leaves when short; None if still short."""
@@ -193,10 +223,12 @@ class HostTier(NoHostTier):
             anchor, receipt = self.writes.pop(ticket)
             self._acked.discard(ticket)
             chain = self._clear_marks(anchor, "write", ticket)
+            revived = self.revived_copies.pop(ticket, [])
             if ticket in self._failed:
                 self._failed.discard(ticket)
+                aux_tier.drop_failed_copies(self, revived)
                 self._drop_failed_backup(chain)  # never reported stored: nothing to remove
-            else:
+            elif chain:
                 self._report(chain[::-1], MEDIUM_CPU_PINNED, stored=True)
                 if self.storage is not None:
                     self.storage.backup(chain)
@@ -422,6 +454,7 @@ class HostTier(NoHostTier):
             self.storage.reset()
         self.writes.clear()
         self.loads.clear()
+        self.revived_copies.clear()
         self._acked.clear()
         self._failed.clear()
         self.host_pools.reset()
