@@ -145,3 +145,19 @@ def test_a_state_published_on_a_backed_up_fragment_is_backed_up_by_write_through
     m = cache.match_prefix(MatchPrefixParams(RadixKey([1, 2, 3, 4, 99])))
     assert (m.host_hit_length, m.mamba_host_hit_length) == (4, 1) and m.last_host_node is top
     cache.check_invariants({"full": 0, "mamba": 0})
+
+
+def test_write_back_backs_up_a_revived_window_when_its_backed_up_leaf_is_demoted():
+    cache, _tier, engine, top, _leaf = tombstoned_top("write_back")
+    assert cache.evict(EvictParams(num_tokens=8)).num_tokens_evicted == 8  # both demoted
+    assert values(top, AUX) == (None, None) and values(top, FULL)[0] is None
+    cache.insert(InsertParams(RadixKey(list(range(1, 9))), alloc(cache, 8)))  # revives both
+    assert values(top, AUX)[0] is not None and values(top, AUX)[1] is None
+    before = len(engine.batches)
+    assert cache.evict(EvictParams(num_tokens=8)).num_tokens_evicted == 8
+    swa_ops = [op for t in list(engine.batches)[before:] for op in engine.ops(t) if op[0] == "swa"]
+    assert [len(op[2]) for op in swa_ops] == [4]  # top's revived window, before its demotion
+    assert values(top, AUX)[0] is None and values(top, AUX)[1] is not None
+    m = cache.match_prefix(MatchPrefixParams(RadixKey([1, 2, 3, 4, 99])))
+    assert (m.host_hit_length, m.swa_host_hit_length) == (4, 4)
+    cache.check_invariants({"full": 0, "swa": 0})

@@ -126,8 +126,9 @@ def evict_aux_host(tier: HostTierView, component: Any, num: int) -> int:
 
 
 def backup_internal(tier: HostTierView, node: TreeNode) -> None:
-    """Host copies of the internal `node`'s device auxiliary data, written and waited for
-    now (its full KV too when it has no host copy: an auxiliary host copy needs one)."""
+    """Host copies of `node`'s device auxiliary data (an internal node about to be
+    tombstoned, or a leaf about to be demoted), written and waited for now (its full KV
+    too when it has no host copy: an auxiliary host copy needs one)."""
     if not any(c.has_value(node) and node.data[c.index].host_value is None for c in tier.aux):
         return
     if node.data[0].host_value is None:

@@ -204,8 +204,11 @@ class HostTier(NoHostTier):
         under write-back, can get) a host copy and returns its units; otherwise drops its
         host-only descendants and returns 0, and the caller deletes it."""
         d = node.data[0]
-        if d.host_value is None and self.policy is WritePolicy.WRITE_BACK:
-            self.write_now(node)
+        if self.policy is WritePolicy.WRITE_BACK:
+            if d.host_value is None:
+                self.write_now(node)
+            else:  # a window or state that came back since the backup gets its copy too
+                aux_tier.backup_internal(self, node)
         if d.host_value is not None:
             aux_tier.demote_aux(self, node, actions, tracker)
             num = self.full.demote(node, actions)
