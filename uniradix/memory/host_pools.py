@@ -30,6 +30,21 @@ def host_capacity(device_tokens: int, host_tokens: int | None, hicache_ratio: fl
     return int(device_tokens * hicache_ratio)
 
 
+def aux_host_sizes(
+    ratio: float, swa_tokens: int | None, mamba_slots: int | None, page_size: int
+) -> tuple[int | None, int | None]:
+    """The SWA host tokens and Mamba host slots beside a full-KV host pool `ratio` times its
+    device pool: the same proportion of the device SWA tokens (whole pages, at least one)
+    and Mamba slots (at least one); None where the device has no such pool."""
+    host_swa = (
+        None
+        if swa_tokens is None
+        else max(page_size, int(swa_tokens * ratio) // page_size * page_size)
+    )
+    host_mamba = None if mamba_slots is None else max(1, int(mamba_slots * ratio))
+    return host_swa, host_mamba
+
+
 class HostPools:
     """Host slot allocators by pool name: "full" KV, and with a hybrid model "swa" KV (whole
     pages) and "mamba" states (one slot each, page size 1)."""

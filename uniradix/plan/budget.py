@@ -9,8 +9,14 @@ worth of tokens *floored to whole pages*, a "mamba" pool that many whole state s
 
 so the pools never exceed the budget and `unused_bytes` says what the rounding left. The
 request table (`req`, int32 token indices per running request) is not counted: it is
-metadata, not cache. A host budget (the L2 tier) would size host pools the same way; this
-branch's replay has no host tier yet, so only `gpu_bytes` exists.
+metadata, not cache.
+
+A host budget (`host_bytes`, the L2 tier) covers every host pool of the model: the host tier
+sizes its SWA and Mamba host pools in the proportion of their device pools to the full-KV
+one (`uniradix.memory.host_pools.aux_host_sizes`), so the budget buys the largest whole
+number of full-KV host pages whose pools, with those beside it, fit::
+
+    host_bytes >= host_full x B_full + host_swa x B_swa + host_mamba x B_state
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
+from uniradix.memory.host_pools import aux_host_sizes
 from uniradix.plan.models import ModelSpec
 from uniradix.sim.replay import ReplayOptions
 
@@ -73,6 +80,52 @@ class Split:
 
 
 @dataclass(frozen=True)
+class HostSizes:
+    """What a host budget gives: `units` per host pool (tokens or slots) and their `bytes`."""
+
+    host_bytes: int
+    units: dict[str, int]
+    bytes: dict[str, int]
+
+    @property
+    def unused_bytes(self) -> int:
+        return self.host_bytes - sum(self.bytes.values())
+
+
+def size_host_pools(
+    model: ModelSpec, host_bytes: int, device_units: dict[str, int], page_size: int
+) -> HostSizes:
+    """Host pools for `host_bytes` beside device pools of `device_units` (per pool of the
+    model), as the module docstring says; ValueError when not even one page of full KV
+    with its auxiliary host pools fits."""
+    unit_bytes = model.unit_bytes()
+    if set(device_units) != set(unit_bytes):
+        raise ValueError(f"device pools {sorted(device_units)} != the model's {model.pools()}")
+    device_bytes = sum(device_units[p] * unit_bytes[p] for p in unit_bytes)
+    page_bytes = unit_bytes["full"] * page_size
+    full = math.floor(host_bytes * device_units["full"] / device_bytes) // page_size * page_size
+    while full >= page_size:
+        swa, mamba = aux_host_sizes(
+            full / device_units["full"],
+            device_units.get("swa"),
+            device_units.get("mamba"),
+            page_size,
+        )
+        units = {"full": full, "swa": swa, "mamba": mamba}
+        sizes = {p: n for p, n in units.items() if n is not None and p in unit_bytes}
+        used = {p: n * unit_bytes[p] for p, n in sizes.items()}
+        over = sum(used.values()) - host_bytes
+        if over <= 0:
+            return HostSizes(host_bytes, sizes, used)
+        full -= max(1, -(-over // page_bytes)) * page_size  # float rounding or a minimum pool
+    raise ValueError(
+        f"--host-cache: {host_bytes} bytes hold no page of {page_bytes} bytes of full KV "
+        f"({unit_bytes['full']} bytes per token x page size {page_size}) with its host pools "
+        f"of {', '.join(p for p in model.pools() if p != 'full') or 'nothing else'}"
+    )
+
+
+@dataclass(frozen=True)
 class PoolSizes:
     """What a budget and a split give: `units` per pool (tokens or slots) and their `bytes`."""
 
@@ -82,10 +135,17 @@ class PoolSizes:
     page_size: int
     units: dict[str, int]
     bytes: dict[str, int]
+    host: HostSizes | None = None  # the L2 host pools of a host budget (`with_host`)
 
     @property
     def unused_bytes(self) -> int:
         return self.gpu_bytes - sum(self.bytes.values())
+
+    def with_host(self, host_bytes: int) -> PoolSizes:
+        """These device pools with the host pools `host_bytes` buys beside them."""
+        return replace(
+            self, host=size_host_pools(self.model, host_bytes, self.units, self.page_size)
+        )
 
     def replay_options(self, base: ReplayOptions) -> ReplayOptions:
         """`base` with this model's config, window, FLOPs shape and these pool sizes."""
@@ -96,6 +156,7 @@ class PoolSizes:
             full_tokens=self.units["full"],
             swa_tokens=self.units.get("swa"),
             mamba_slots=self.units.get("mamba"),
+            host_tokens=base.host_tokens if self.host is None else self.host.units["full"],
             sliding_window=self.model.sliding_window or base.sliding_window,
             model=self.model.compute_shape(),
         )
@@ -158,3 +219,17 @@ def annotate_components(summary: dict[str, Any], sizes: PoolSizes) -> None:
         "unused_bytes": sizes.unused_bytes,
         "page_size": sizes.page_size,
     }
+    if sizes.host is not None:
+        annotate_host_pools(summary, sizes.model, sizes.host)
+
+
+def annotate_host_pools(summary: dict[str, Any], model: ModelSpec, host: HostSizes) -> None:
+    """Adds bytes and bytes per unit to each host pool of a replay summary's `components`,
+    and the host budget to `summary["budget"]` (mutates `summary`)."""
+    unit_bytes = model.unit_bytes()
+    for pool, num in host.bytes.items():
+        summary["components"][f"host_{pool}"].update(
+            {"bytes": num, "units": host.units[pool], "bytes_per_unit": unit_bytes[pool]}
+        )
+    budget = summary.setdefault("budget", {"model": model.name})
+    budget |= {"host_bytes": host.host_bytes, "host_unused_bytes": host.unused_bytes}

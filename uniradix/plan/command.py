@@ -15,11 +15,17 @@ from dataclasses import replace
 from typing import Any
 
 from uniradix.cli_flags import byte_size, byte_sizes, fail, int_at_least
-from uniradix.plan.budget import PoolSizes, Split, annotate_components, size_pools
+from uniradix.plan.budget import (
+    PoolSizes,
+    Split,
+    annotate_components,
+    size_host_pools,
+    size_pools,
+)
 from uniradix.plan.models import ModelSpec, load_hf_config
 from uniradix.plan.presets import PRESET_CONFIGS, preset
 from uniradix.plan.sweep import GRID_STEP, REFINE_ROUNDS, run_plan
-from uniradix.sim.replay import ReplayOptions
+from uniradix.sim.replay import ReplayOptions, aux_device_sizes
 
 
 def _share(text: str) -> float:
@@ -58,8 +64,8 @@ def add_budget_flags(p: argparse.ArgumentParser) -> None:
         "--host-cache",
         type=byte_size,
         metavar="SIZE",
-        help="host memory for an L2 tier of full-attention KV (200GB); replaces --host-tokens; "
-        "needs --model or --model-config",
+        help="host memory for the L2 tier (200GB): its full-KV, SWA and Mamba host pools "
+        "together; replaces --host-tokens; needs --model or --model-config",
     )
 
 
@@ -82,31 +88,34 @@ def budget_options(
             if value is not None:
                 raise ValueError(f"{flag} needs --model or --model-config")
         return options, None
-    if args.host_cache is not None:
-        options = replace(options, host_tokens=host_tokens(model, args.host_cache, options))
+    if args.host_cache is not None and (
+        options.host_tokens is not None or options.hicache_ratio is not None
+    ):
+        raise ValueError("--host-cache replaces --host-tokens and --hicache-ratio: give one")
     if args.gpu_cache is None:
-        return replace(
+        options = replace(
             options,
             config=model.replay_config(),
             sliding_window=model.sliding_window or options.sliding_window,
             model=model.compute_shape(),
-        ), None
+        )
+        if args.host_cache is not None:
+            options = replace(options, host_tokens=host_tokens(model, args.host_cache, options))
+        return options, None
     split = _split_or_search(args.split, model, options, args.gpu_cache)
     sizes = size_pools(model, args.gpu_cache, split, options.page_size)
+    if args.host_cache is not None:
+        sizes = sizes.with_host(args.host_cache)
     return sizes.replay_options(options), sizes
 
 
 def host_tokens(model: ModelSpec, host_bytes: int, options: ReplayOptions) -> int:
-    """Full-KV tokens a host budget holds, floored to whole pages."""
-    if options.host_tokens is not None or options.hicache_ratio is not None:
-        raise ValueError("--host-cache replaces --host-tokens and --hicache-ratio: give one")
-    page_bytes = model.full_token_bytes * options.page_size
-    if host_bytes < page_bytes:
-        raise ValueError(
-            f"--host-cache: {host_bytes} bytes hold no page of {page_bytes} bytes "
-            f"({model.full_token_bytes} bytes per token x page size {options.page_size})"
-        )
-    return host_bytes // page_bytes * options.page_size
+    """Full-KV host tokens a host budget buys beside the device pools `options` give (the
+    SWA and Mamba host pools follow them and count in the budget: `size_host_pools`)."""
+    swa, mamba = aux_device_sizes(options)
+    device = {"full": options.full_tokens, "swa": swa, "mamba": mamba}
+    units = {p: device[p] for p in model.pools()}
+    return size_host_pools(model, host_bytes, units, options.page_size).units["full"]
 
 
 def _split_or_search(text: str, model: ModelSpec, base: ReplayOptions, gpu_bytes: int) -> Split:
@@ -160,7 +169,8 @@ def add_plan_parser(commands: argparse._SubParsersAction) -> None:  # type: igno
         "--host-cache",
         type=byte_size,
         metavar="SIZE",
-        help="host memory of an L2 tier of full-attention KV, the same at every point",
+        help="host memory of the L2 tier (its full-KV, SWA and Mamba host pools together), "
+        "the same at every point",
     )
     for flag, default, what in [
         ("--page-size", d.page_size, "tokens per page"),
@@ -203,8 +213,6 @@ def run_plan_command(args: argparse.Namespace) -> int:
     try:
         model = model_of(args)
         assert model is not None  # the group is required
-        if args.host_cache is not None:
-            base = replace(base, host_tokens=host_tokens(model, args.host_cache, base))
         splits = None if args.split == "auto" else [Split.parse(args.split, model.pools())]
         result = run_plan(
             base,
@@ -216,6 +224,7 @@ def run_plan_command(args: argparse.Namespace) -> int:
             args.refine_rounds,
             args.workers,
             progress=not args.no_progress,
+            host_bytes=args.host_cache,
         )
     except (ValueError, OSError) as exc:
         return fail(prog, str(exc))

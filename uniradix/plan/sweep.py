@@ -25,6 +25,7 @@ import time
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
+from functools import partial
 from typing import Any
 
 from tqdm import tqdm
@@ -79,12 +80,20 @@ class PlanResult:
 
 
 def replay_point(
-    base: ReplayOptions, model: ModelSpec, gpu_bytes: int, split: Split, page_size: int
+    base: ReplayOptions,
+    model: ModelSpec,
+    gpu_bytes: int,
+    split: Split,
+    page_size: int,
+    host_bytes: int | None = None,
 ) -> PlanPoint:
-    """Replays `base` with the pools of `gpu_bytes` split by `split` (one grid point)."""
+    """Replays `base` with the pools of `gpu_bytes` split by `split` (one grid point), and
+    with `host_bytes` the host pools that budget buys beside them."""
     t0 = time.perf_counter()
     try:
         sizes = size_pools(model, gpu_bytes, split, page_size)
+        if host_bytes is not None:
+            sizes = sizes.with_host(host_bytes)
         hit_rate = run_replay(sizes.replay_options(base)).summary["hit_rate"]
     except (ValueError, MemoryError, SchedulerStalled) as exc:  # too small, or too big
         return PlanPoint(gpu_bytes, split.as_dict(), None, {}, time.perf_counter() - t0, str(exc))
@@ -182,9 +191,11 @@ def run_plan(
     refine_rounds: int = REFINE_ROUNDS,
     workers: int | None = None,
     progress: bool = False,
+    host_bytes: int | None = None,
 ) -> PlanResult:
     """Replays `base` for every budget: with `splits`, exactly those; otherwise the search of
-    the module docstring. `workers` processes (default: one per core)."""
+    the module docstring. `workers` processes (default: one per core). `host_bytes`: an L2
+    host tier of that budget at every point (all its host pools together)."""
     if not budgets:
         raise ValueError("need at least one budget")
     if not 0 < grid_step <= 0.5 or refine_rounds < 0:
@@ -209,8 +220,9 @@ def run_plan(
                 if level == 0
                 else _refinements(done, budgets, pools, grid_step / 2**level)
             )
+            point = partial(replay_point, base, model, page_size=page_size, host_bytes=host_bytes)
             futures = {
-                (b, _key(s)): executor.submit(replay_point, base, model, b, s, page_size)
+                (b, _key(s)): executor.submit(point, b, s)
                 for b, s in todo
                 if (b, _key(s)) not in done
             }

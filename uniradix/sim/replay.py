@@ -116,6 +116,13 @@ def admissible(specs: list[RequestSpec], capacity: int, page_size: int) -> list[
     return out
 
 
+def aux_device_sizes(options: ReplayOptions) -> tuple[int, int]:
+    """The device SWA tokens and Mamba slots a replay gets (for a model that has them)."""
+    return options.swa_tokens or options.full_tokens // 2, options.mamba_slots or (
+        4 * options.max_running
+    )
+
+
 def build_replay_cache(
     options: ReplayOptions, config_name: str, max_context_len: int
 ) -> UnifiedRadixCache:
@@ -129,8 +136,8 @@ def build_replay_cache(
             max_running_requests=options.max_running,
             max_context_len=max_context_len,
             sliding_window=options.sliding_window if swa else None,
-            swa_tokens=(options.swa_tokens or options.full_tokens // 2) if swa else None,
-            mamba_slots=(options.mamba_slots or 4 * options.max_running) if mamba else None,
+            swa_tokens=aux_device_sizes(options)[0] if swa else None,
+            mamba_slots=aux_device_sizes(options)[1] if mamba else None,
             mamba_extra_buffer=mamba and options.page_size > 1,
             host_tokens=options.host_tokens,
             hicache_ratio=options.hicache_ratio,

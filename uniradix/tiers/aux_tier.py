@@ -7,6 +7,10 @@ host copy (a node whose full host copy goes loses its auxiliary host copies with
 - `backup_ops`: with a chain's full backup, the chain's device SWA KV and Mamba states
   without a host copy get host slots (evicting that component's host-only data first when
   short; still short: that component's part of the backup is skipped and counted);
+- `lacks_host_copy`: a node backed up before its window or state came back to the device
+  (an insert revived an SWA tombstone, or published a state on a backed-up fragment):
+  write-through backs that up too, in the batch of the insert's backup;
+- `drop_failed_copies`: the auxiliary host copies of a batch whose copy raised go;
 - `demote_aux`: a demoted node's device SWA KV and state go (host copies stay);
 - `drop_aux_host`: a node's auxiliary host copies go with its full host copy;
 - `evict_aux_host`: host eviction of one component, oldest host-only data first, leaving
@@ -30,6 +34,10 @@ if TYPE_CHECKING:
     from uniradix.tiers.views import HostTierView
 
 
+AuxCopy = tuple[TreeNode, Any, Slots]
+"""An auxiliary host copy a batch is filling: the node, its component, the host slots."""
+
+
 def aux_name(component: Any) -> str:
     name: str = component.name
     return name
@@ -45,9 +53,17 @@ def alloc_aux_host(tier: HostTierView, component: Any, num: int) -> Slots | None
     return None if slots is None else to_numpy(slots)
 
 
-def backup_ops(tier: HostTierView, chain: list[TreeNode]) -> list[CopyOp]:
+def lacks_host_copy(node: TreeNode, indices: tuple[int, ...]) -> bool:
+    """Whether `node` holds device auxiliary data (at component `indices`) with no host copy."""
+    data = node.data
+    return any(data[i].value is not None and data[i].host_value is None for i in indices)
+
+
+def backup_ops(
+    tier: HostTierView, chain: list[TreeNode], committed: list[AuxCopy] | None = None
+) -> list[CopyOp]:
     """Host copies (committed now, bytes moved by the returned ops) of the chain's device
-    auxiliary data that has none."""
+    auxiliary data that has none; each copy is also appended to `committed` when given."""
     ops = []
     for c in tier.aux:
         i = c.index
@@ -63,10 +79,20 @@ def backup_ops(tier: HostTierView, chain: list[TreeNode]) -> list[CopyOp]:
         start = 0
         for n, v in zip(nodes, values, strict=True):
             c.host.commit_backup(n, host[start : start + v.shape[0]])
+            if committed is not None:
+                committed.append((n, c, n.data[i].host_value))
             start += int(v.shape[0])
         ops.append(CopyOp(aux_name(c), Direction.D2H, src, host))
         tier.stats.aux_written[aux_name(c)] += int(src.shape[0])
     return ops
+
+
+def drop_failed_copies(tier: HostTierView, copies: list[AuxCopy]) -> None:
+    """A batch whose copy raised: the auxiliary host copies it was filling hold garbage,
+    so those still in place go (the device data stays, unbacked)."""
+    for node, c, slots in copies:
+        if tier.cache.tree.in_tree(node) and node.data[c.index].host_value is slots:
+            tier.host_pools.aux[aux_name(c)].free(c.host.drop(node), node_value=True)
 
 
 def demote_aux(
@@ -100,8 +126,9 @@ def evict_aux_host(tier: HostTierView, component: Any, num: int) -> int:
 
 
 def backup_internal(tier: HostTierView, node: TreeNode) -> None:
-    """Host copies of the internal `node`'s device auxiliary data, written and waited for
-    now (its full KV too when it has no host copy: an auxiliary host copy needs one)."""
+    """Host copies of `node`'s device auxiliary data (an internal node about to be
+    tombstoned, or a leaf about to be demoted), written and waited for now (its full KV
+    too when it has no host copy: an auxiliary host copy needs one)."""
     if not any(c.has_value(node) and node.data[c.index].host_value is None for c in tier.aux):
         return
     if node.data[0].host_value is None:

@@ -16,7 +16,8 @@ host pool too full for a write evicts host leaves first; if still short the writ
 skipped (write-through: the node stays device-only; write-back: its eviction is a real loss,
 counted in `stats.lost_tokens`).
 
-Load-back lives in `uniradix.tiers.load_back`.
+What a write backs up and its batch live in `uniradix.tiers.backups`; load-back in
+`uniradix.tiers.load_back`.
 """
 
 from __future__ import annotations
@@ -24,20 +25,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
-import numpy as np
-
 from uniradix.components.full_host import HostFullComponent
 from uniradix.event_sink import MEDIUM_CPU_PINNED
 from uniradix.key import RadixKey
 from uniradix.memory.allocator import to_numpy
 from uniradix.memory.host_kv import HostKVPool
 from uniradix.memory.host_pools import HostPools
-from uniradix.tiers import aux_tier
+from uniradix.tiers import aux_tier, backups
 from uniradix.tiers import load_back as loads
 from uniradix.tiers.host_checks import check_host_tier
 from uniradix.tiers.host_insert import insert_host
 from uniradix.tiers.null import NoHostTier
-from uniradix.tiers.transfer import CopyOp, Direction, TransferEngine
+from uniradix.tiers.transfer import TransferEngine
 from uniradix.tiers.views import CacheView
 from uniradix.tiers.write_policy import WritePolicy
 from uniradix.tree.node import TreeNode
@@ -114,6 +113,7 @@ class HostTier(NoHostTier):
         self.threshold = self.policy.backup_threshold(selective_hits)
         self.load_back_threshold = load_back_threshold
         self.aux = aux  # HostSWAComponent / HostMambaComponent, in cache order
+        self.aux_indices = tuple(c.index for c in aux)
         self.stats = HostTierStats()
         for c in aux:
             for counts in (self.stats.aux_written, self.stats.aux_loaded):
@@ -121,6 +121,8 @@ class HostTier(NoHostTier):
             self.stats.aux_write_skipped[c.name] = self.stats.aux_host_evicted[c.name] = 0
         self.writes: dict[int, tuple[TreeNode, IncLockRefResult]] = {}
         self.loads: dict[int, tuple[TreeNode, IncLockRefResult]] = {}
+        # write tickets -> the revived windows and states they back up (`backup_plan`)
+        self.revived_copies: dict[int, list[aux_tier.AuxCopy]] = {}
         self._acked: set[int] = set()
         self._failed: set[int] = set()  # acked tickets whose copies raised
         self.host_kv: HostKVPool | None = None  # the host KV bytes, when the model has layers
@@ -129,50 +131,16 @@ class HostTier(NoHostTier):
 
     # ------------------------------------------------------------------ writes
     def after_insert(self, node: TreeNode) -> None:
-        """Write-through: backs up the inserted node's chain once it is hot enough."""
+        """Write-through: backs up the inserted node's chain once it is hot enough, with
+        the windows and states that came back to the device above it (`tiers.backups`)."""
         if self.threshold is None or node.parent is None:
             return
-        anchor: TreeNode | None = node
-        while anchor is not None and anchor.parent is not None:
-            if anchor.hit_count >= self.threshold:
-                break
-            anchor = anchor.parent
-        if anchor is None or anchor.parent is None:
+        anchor = backups.hot_anchor(node, self.threshold)
+        if anchor is None:
             return
-        chain = self.unbacked_chain(anchor)
-        if chain:
-            self._write(chain, anchor, lock=True)
-
-    def unbacked_chain(self, node: TreeNode) -> list[TreeNode]:
-        """`node` and its ancestors without a host copy, root-first."""
-        chain = []
-        for n in self.cache.tree.path_to_root(node):
-            if n.data[0].host_value is None:
-                chain.append(n)
-        chain.reverse()
-        return chain
-
-    def _write(self, chain: list[TreeNode], anchor: TreeNode, lock: bool) -> int | None:
-        num = sum(n.num_tokens for n in chain)
-        host = self.alloc_host(num)
-        if host is None:
-            self.stats.write_skipped_tokens += num
-            return None
-        values = [n.data[0].value for n in chain]
-        src = np.concatenate(values) if len(values) > 1 else values[0]  # type: ignore[arg-type]
-        assert src is not None
-        start = 0
-        for n in chain:
-            self.full.commit_backup(n, host[start : start + n.num_tokens])
-            start += n.num_tokens
-        ops = [CopyOp("full", Direction.D2H, src, host), *aux_tier.backup_ops(self, chain)]
-        ticket = self.engine.submit(ops)
-        self.stats.written_tokens += num
-        for n in chain:
-            n.data[0].metadata = {"write": ticket}
-        if lock:
-            self.writes[ticket] = (anchor, self.cache.inc_lock_ref(anchor))
-        return ticket
+        chain, revived = backups.backup_plan(self, anchor)
+        if chain or revived:
+            backups.submit_backup(self, chain, anchor, lock=True, revived=revived)
 
     def alloc_host(self, num_tokens: int) -> Slots | None:
         """`num_tokens` host slots, evicting host leaves when short; None if still short."""
@@ -193,10 +161,12 @@ class HostTier(NoHostTier):
             anchor, receipt = self.writes.pop(ticket)
             self._acked.discard(ticket)
             chain = self._clear_marks(anchor, "write", ticket)
+            revived = self.revived_copies.pop(ticket, [])
             if ticket in self._failed:
                 self._failed.discard(ticket)
-                self._drop_failed_backup(chain)  # never reported stored: nothing to remove
-            else:
+                aux_tier.drop_failed_copies(self, revived)
+                backups.drop_failed_backup(self, chain)  # never reported stored: nothing to remove
+            elif chain:
                 self._report(chain[::-1], MEDIUM_CPU_PINNED, stored=True)
                 if self.storage is not None:
                     self.storage.backup(chain)
@@ -234,8 +204,11 @@ class HostTier(NoHostTier):
         under write-back, can get) a host copy and returns its units; otherwise drops its
         host-only descendants and returns 0, and the caller deletes it."""
         d = node.data[0]
-        if d.host_value is None and self.policy is WritePolicy.WRITE_BACK:
-            self.write_now(node)
+        if self.policy is WritePolicy.WRITE_BACK:
+            if d.host_value is None:
+                self.write_now(node)
+            else:  # a window or state that came back since the backup gets its copy too
+                aux_tier.backup_internal(self, node)
         if d.host_value is not None:
             aux_tier.demote_aux(self, node, actions, tracker)
             num = self.full.demote(node, actions)
@@ -248,7 +221,7 @@ class HostTier(NoHostTier):
 
     def write_now(self, node: TreeNode) -> None:
         """Write-back of `node` alone, waited for: its device slots are freed right after."""
-        ticket = self._write([node], node, lock=False)
+        ticket = backups.submit_backup(self, [node], node, lock=False)
         if ticket is None:
             return
         self.engine.wait(ticket)
@@ -257,7 +230,7 @@ class HostTier(NoHostTier):
         self._clear_marks(node, "write", ticket)
         if ticket in self._failed:
             self._failed.discard(ticket)
-            self._drop_failed_backup([node])
+            backups.drop_failed_backup(self, [node])
         else:
             self._report([node], MEDIUM_CPU_PINNED, stored=True)
             if self.storage is not None:  # the victim goes on to L3 too
@@ -269,24 +242,6 @@ class HostTier(NoHostTier):
         so the state is demoted, not lost."""
         if self.policy is WritePolicy.WRITE_BACK:
             aux_tier.backup_internal(self, node)
-
-    def _drop_failed_backup(self, chain: list[TreeNode]) -> None:
-        """A backup whose copy raised: its host copies hold garbage, so they go (the nodes
-        stay on the device, unbacked). Host data below the chain, written after it under
-        write-through, would lose its host parent: that case is refused loudly."""
-        self.stats.write_failed_tokens += sum(n.num_tokens for n in chain)
-        deepest = chain[-1] if chain else None
-        stack = [] if deepest is None else list(deepest.children.values())
-        while stack:
-            n = stack.pop()
-            if n.data[0].host_value is not None and self.threshold is not None:
-                raise RuntimeError(
-                    f"host tier: backup of {chain} failed after {n} below it was backed up"
-                )
-            stack.extend(n.children.values())
-        for node in chain:
-            aux_tier.drop_aux_host(self, node)
-            self.host_pools.full.free(self.full.drop_host_copy(node), node_value=True)
 
     def _drop_host_subtree(self, node: TreeNode) -> None:
         """Frees a host-only subtree bottom-up (its device parent is being deleted)."""
@@ -422,6 +377,7 @@ class HostTier(NoHostTier):
             self.storage.reset()
         self.writes.clear()
         self.loads.clear()
+        self.revived_copies.clear()
         self._acked.clear()
         self._failed.clear()
         self.host_pools.reset()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from uniradix.memory.host_kv import LAYOUTS, HostKVPool, HostMambaStates
-from uniradix.memory.host_pools import HostPools, host_capacity
+from uniradix.memory.host_pools import HostPools, aux_host_sizes, host_capacity
 from uniradix.memory.swa_allocator import SWASlotAllocator
 from uniradix.storage.backend import open_backend
 from uniradix.tiers.async_engine import CudaTransferEngine, ThreadTransferEngine
@@ -98,21 +98,23 @@ def attach_host_tier(cache: CacheWithHostTier, config: HostTierConfig) -> HostTi
         copiers["full"] = KVCopier(kv_pool, host_kv)
     # The auxiliary host pools keep the device pools' proportions: host full / device full.
     ratio = capacity / cache.pools.kv_allocator.capacity
-    swa_tokens = mamba_slots = None
     allocator = cache.pools.kv_allocator
-    if isinstance(allocator, SWASlotAllocator):
-        swa_tokens = max(ps, int(allocator.swa_capacity * ratio) // ps * ps)
+    mamba = cache.pools.mamba
+    swa_tokens, mamba_slots = aux_host_sizes(
+        ratio,
+        allocator.swa_capacity if isinstance(allocator, SWASlotAllocator) else None,
+        None if mamba is None else mamba.allocator.capacity,
+        ps,
+    )
+    if swa_tokens is not None:
         swa_pool = cache.pools.swa_kv_pool
         if swa_pool is not None and swa_pool.num_layers:
             host_swa = HostKVPool.like(swa_pool, swa_tokens + ps, ps, config.host_layout)
             copiers["swa"] = KVCopier(swa_pool, host_swa)
-    mamba = cache.pools.mamba
-    if mamba is not None:
-        mamba_slots = max(1, int(mamba.allocator.capacity * ratio))
-        if mamba.states.num_layers:
-            copiers["mamba"] = MambaCopier(
-                mamba.states, HostMambaStates.like(mamba.states, mamba_slots)
-            )
+    if mamba is not None and mamba_slots is not None and mamba.states.num_layers:
+        copiers["mamba"] = MambaCopier(
+            mamba.states, HostMambaStates.like(mamba.states, mamba_slots)
+        )
     engine: TransferEngine
     if config.host_engine == "sync":
         engine = SyncTransferEngine(copiers)
