@@ -103,7 +103,9 @@ class Sched:
         for pos in range(start, end):
             h = step(h, req.token_ids[pos])
             if pos + 1 == track:
-                self.write(self.flow.track_slot(req), h, req.token_ids[pos])
+                slot = self.flow.track_slot(req)
+                if slot is not None:  # None: the pool is short, the track is skipped
+                    self.write(slot, h, req.token_ids[pos])
                 self.flow.commit_track(req, track)
         self.write(req.mamba_pool_idx, h, req.token_ids[end - 1])
         req.kv_committed_len = end
@@ -214,27 +216,44 @@ def test_chunked_prefill_checkpoints_through_ping_pong() -> None:
     sched = Sched(make(page_size=4, mamba_cache_chunk_size=4))
     tokens = list(range(1, 17))
     req, _ = admitted(sched, tokens)
-    assert (req.mamba_pool_idx, req.mamba_ping_pong) == (1, [2, 3])
+    # Admission takes the working slot only; a tracking slot is taken when a track is written.
+    assert (req.mamba_pool_idx, req.mamba_ping_pong) == (1, [None, None])
+    assert sched.pool.allocator.available_size() == 15
     sched.chunk(req, 6)  # tracks 4 in entry 0 (slot 2), which the tree takes
     assert (req.mamba_ping_pong, req.cache_protected_len, sched.slot_at(tokens[:4])) == (
-        [4, 3],
+        [None, None],
         4,
         2,
     )
     sched.chunk(req, 12)  # tracks 12 in entry 1 (slot 3)
     assert (req.mamba_ping_pong, req.cache_protected_len, sched.slot_at(tokens[:12])) == (
-        [4, 5],
+        [None, None],
         12,
         3,
     )
+    assert sched.pool.held_slots(req) == [1]  # between chunks: the working slot only
     sched.chunk(req, 14)  # no grid position in (12, 14]: nothing new to publish
     assert (req.cache_protected_len, req.kv_committed_len) == (12, 14)
     sched.check()
     sched.forward(req, 16)  # decode crosses 16: tracked in entry 0 (slot 4)
-    sched.finish(req)  # slot 4 is donated, slots 1 and 5 freed
+    assert req.mamba_ping_pong == [4, None]
+    sched.finish(req)  # slot 4 is donated, slot 1 freed
     assert sched.slot_at(tokens) == 4
-    assert sched.pool.allocator.alloc(2).tolist() == [1, 5]  # type: ignore[union-attr]
-    sched.pool.allocator.free(torch.tensor([1, 5]))
+    assert sched.pool.allocator.available_size() == 13  # the tree holds 2, 3 and 4
+    sched.check()
+
+
+def test_decode_holds_one_tracking_slot_between_steps() -> None:
+    sched = Sched(make(page_size=4, mamba_cache_chunk_size=4))
+    req, _ = admitted(sched, list(range(1, 30)))
+    sched.forward(req, 2)  # no grid position crossed: no tracking slot
+    assert sched.pool.held_slots(req) == [1]
+    for end in (4, 8, 12, 13):
+        sched.forward(req, end)
+        assert len(sched.pool.held_slots(req)) == 2, end  # working + the last track
+        assert req.mamba_last_track_seqlen == min(end // 4 * 4, 12)
+    sched.finish(req)
+    assert sched.slot_at(list(range(1, 13))) is not None
     sched.check()
 
 
@@ -250,11 +269,11 @@ def test_unaligned_finish_publishes_only_the_tracked_prefix() -> None:
 
 
 def test_matched_request_never_admitted_releases_its_slots() -> None:
-    for page_size, held in ((1, 1), (4, 3)):
+    for page_size in (1, 4):  # the working slot only, with or without the extra buffer
         cache = make(page_size=page_size)
         req = Req(list(range(1, 9)))
         cache.match_prefix(MatchPrefixParams(cache.make_key(req.token_ids), req=req))
-        assert cache.pools.available()["mamba"] == 16 - held
+        assert cache.pools.available()["mamba"] == 15
         cache.release_req_slots(req)
         cache.release_req_slots(req)
         assert req.mamba_pool_idx is None and req.mamba_ping_pong is None

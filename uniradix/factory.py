@@ -35,8 +35,9 @@ class CacheConfig:
     `full_tokens`; a smaller pool is the point of SWA).
 
     With `mamba_slots` set, the model also has Mamba layers: `mamba_slots` state slots are
-    shared by running requests (1 each, 3 with `mamba_extra_buffer`, which page_size > 1
-    needs) and the tree's checkpoints.
+    shared by running requests (1 each; with `mamba_extra_buffer`, which page_size > 1
+    needs, up to 2 more while a tracked state waits to be published) and the tree's
+    checkpoints.
 
     `kv_dtype` and `mamba_dtype` are the element types of the KV and Mamba state tensors
     (an engine verifying against a float64 reference stores float64).

@@ -202,9 +202,9 @@ class Req:
     `match_prefix(MatchPrefixParams(key, req=req))` and cleared when the request finishes:
     `mamba_pool_idx` is the request's working state slot (the state after
     `token_ids[:kv_committed_len]`); in extra-buffer mode `mamba_ping_pong` holds the two
-    tracking slots, `mamba_next_track_idx` the entry the runner writes next, and
-    `mamba_last_track_seqlen` / `mamba_prev_track_seqlen` the positions whose states the last
-    and the previous tracked entries hold (None: nothing tracked since the last publish).
+    tracking entries (a slot, or None while the entry holds no state), `mamba_next_track_idx`
+    the entry the runner writes next, and `mamba_last_track_seqlen` the position whose state
+    the other entry holds (None: nothing tracked since the last publish).
 
     `checkpoint_seqlens` (set by the caller, e.g. `uniradix.sim.placement`) are page-aligned
     positions where the next request is likely to branch: the SWA component keeps the window
@@ -224,9 +224,8 @@ class Req:
     lock: IncLockRefResult | None = None
     swa_evicted_seqlen: int = 0
     mamba_pool_idx: int | None = None
-    mamba_ping_pong: list[int] | None = None
+    mamba_ping_pong: list[int | None] | None = None
     mamba_next_track_idx: int = 0
     mamba_last_track_seqlen: int | None = None
-    mamba_prev_track_seqlen: int | None = None
     session_id: str | None = None  # with the session cache, a finished turn covers its leaf
     checkpoint_seqlens: tuple[int, ...] = ()

@@ -51,40 +51,53 @@ def test_zero_layer_states_keep_only_accounting() -> None:
     assert (states.num_layers, states.size_bytes()) == (0, 0)
 
 
-def test_req_pool_gives_working_and_ping_pong_slots() -> None:
-    pool = MambaReqPool(MambaSlotAllocator(6), MambaStatePool(6), extra_buffer=True)
-    req = Req([1, 2, 3])
-    assert pool.alloc_req(req) and (req.mamba_pool_idx, req.mamba_ping_pong) == (1, [2, 3])
-    assert pool.alloc_req(req) and pool.allocator.available_size() == 3  # has them already
-    other = Req([4])
-    assert pool.alloc_req(other) and not pool.alloc_req(Req([5]))
-    pool.free_req(req, keep=3)
-    assert pool.held_slots(req) == [] and pool.allocator.available_size() == 2
-    pool.free_req(req)
-    assert pool.allocator.available_size() == 2
-
-
-def test_ping_pong_keeps_the_previous_checkpoint() -> None:
+def test_req_pool_gives_a_working_slot_and_empty_tracking_entries() -> None:
     pool = MambaReqPool(MambaSlotAllocator(3), MambaStatePool(3), extra_buffer=True)
+    req = Req([1, 2, 3])
+    assert pool.alloc_req(req) and (req.mamba_pool_idx, req.mamba_ping_pong) == (1, [None, None])
+    assert pool.alloc_req(req) and pool.allocator.available_size() == 2  # has it already
+    assert pool.alloc_req(Req([4])) and pool.alloc_req(Req([5])) and not pool.alloc_req(Req([6]))
+    pool.free_req(req, keep=1)
+    assert pool.held_slots(req) == [] and pool.allocator.available_size() == 0
+    pool.free_req(req)
+    assert pool.allocator.available_size() == 0
+
+
+def test_ping_pong_gives_back_the_superseded_track() -> None:
+    pool = MambaReqPool(MambaSlotAllocator(4), MambaStatePool(4), extra_buffer=True)
     req = Req(list(range(20)))
     pool.alloc_req(req)
-    assert pool.tracked_entry(req, 100) is None
-    assert pool.track_slot(req) == 2
+    assert pool.tracked_entry(req, 100) is None and pool.track_slot(req) is None
+    with pytest.raises(ValueError, match="no slot"):
+        pool.commit_track(req, 8)
+    slots = [pool.allocator.alloc_one() for _ in range(3)]
+    assert slots == [2, 3, 4]
+    pool.set_track_slot(req, 2)
+    with pytest.raises(ValueError, match="already"):
+        pool.set_track_slot(req, 3)
     pool.commit_track(req, 8)
-    assert pool.track_slot(req) == 3
-    pool.commit_track(req, 16)
+    assert pool.track_slot(req) is None and pool.tracked_entry(req, 8) == (0, 8)
+    pool.set_track_slot(req, 3)  # written while entry 0 still holds the state at 8
+    assert pool.held_slots(req) == [1, 2, 3]
+    pool.commit_track(req, 16)  # the state at 8 is superseded: slot 2 goes back
+    assert pool.held_slots(req) == [1, 3] and pool.allocator.available_size() == 1
     assert pool.tracked_entry(req, 16) == (1, 16)
-    assert pool.tracked_entry(req, 12) == (0, 8)  # the last one overshoots: fall back
-    assert pool.tracked_entry(req, 4) is None
+    assert pool.tracked_entry(req, 12) is None
     with pytest.raises(ValueError, match="positive"):
         pool.commit_track(req, 0)
+    assert pool.allocator.alloc_one() == 2  # the slot just given back
+    pool.set_track_slot(req, 2)
+    with pytest.raises(ValueError, match="not past"):
+        pool.commit_track(req, 16)
+    pool.free_req(req, keep=4)
+    assert pool.allocator.available_size() == 3  # slot 4 was never the request's
 
 
 def test_tracking_needs_the_extra_buffer() -> None:
     pool = MambaReqPool(MambaSlotAllocator(3), MambaStatePool(3))
     req = Req([1])
     pool.alloc_req(req)
-    assert pool.slots_per_req == 1
+    assert pool.missing_slots(req) == 0 and pool.missing_slots(Req([2])) == 1
     with pytest.raises(ValueError, match="ping-pong"):
         pool.track_slot(req)
 

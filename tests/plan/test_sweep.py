@@ -78,8 +78,10 @@ def test_best_split_beats_every_point_tried() -> None:
 
 
 def test_a_stalled_split_is_an_infeasible_point() -> None:
-    model = preset("jamba-v0.1")
-    stalled = Split.parse("full=0.8,mamba=0.2", model.pools())
+    # An SWA pool of 256 slots holds no prefill chunk: nothing is ever admitted. (A Mamba
+    # request needs one slot to start, so a short Mamba split slows a run but does not stall it.)
+    model = preset("gpt-oss-120b")
+    stalled = Split.parse("full=0.9,swa=0.1", model.pools())
     point = replay_point(replace(SMALL, max_requests=5), model, 10**8, stalled, 16)
     assert point.hit_rate is None and "no progress" in (point.error or "")
 
@@ -159,9 +161,9 @@ def test_replay_split_auto_searches(capsys: pytest.CaptureFixture[str]) -> None:
         (["replay", "--gpu-cache", "1GB"], "--gpu-cache needs --model"),
         (["replay", "--model", "jamba-v0.1", "--gpu-cache", "1MB"], "less than one"),
         (
-            # 2 Mamba slots: a request at page size 16 needs 3 (ping-pong buffers).
-            ["replay", "--model", "jamba-v0.1", "--gpu-cache", "100MB", "--page-size", "16"]
-            + ["--split", "full=0.8,mamba=0.2", "--max-requests", "5"],
+            # An SWA pool of 256 slots holds no prefill chunk.
+            ["replay", "--model", "gpt-oss-120b", "--gpu-cache", "100MB", "--page-size", "16"]
+            + ["--split", "full=0.9,swa=0.1", "--max-requests", "5"],
             "too small for the requests to make progress",
         ),
     ],

@@ -54,7 +54,7 @@ class DisabledRadixCache(UnifiedRadixCache):
         if req.req_pool_idx is None:
             raise ValueError("request has no req_pool_idx (never admitted, or already finished)")
         # Nothing is published, so tracked Mamba states are not checkpointed either.
-        req.mamba_last_track_seqlen = req.mamba_prev_track_seqlen = None
+        req.mamba_last_track_seqlen = None
 
     def cache_finished_req(self, req: Req, is_insert: bool = True) -> None:
         super().cache_finished_req(req, is_insert=False)

@@ -7,9 +7,10 @@ How a scheduler uses Mamba slots (full+Mamba and full+SWA+Mamba caches)
 -----------------------------------------------------------------------
 1. **Admission.** Match with the request: `r = cache.match_prefix(MatchPrefixParams(key,
    req=req))`. The cache gives the request its slots unless it has them: the working slot
-   `req.mamba_pool_idx` and, in extra-buffer mode, the two ping-pong slots
-   `req.mamba_ping_pong`. It then fills the working slot with a *copy* of the state cached at
-   `r.last_device_node` (zeros when nothing matched). The cached state itself is never
+   `req.mamba_pool_idx` and, in extra-buffer mode, two empty ping-pong tracking entries
+   `req.mamba_ping_pong` (a tracking slot is taken only when a track is written). It then
+   fills the working slot with a *copy* of the state cached at `r.last_device_node` (zeros
+   when nothing matched). The cached state itself is never
    written, so any number of requests may resume from it. When the pool is short the cache
    first evicts Mamba states (with the matched node locked); if it still cannot, it leaves
    `req.mamba_pool_idx` None: do not admit the request now. A request matched but never
@@ -23,12 +24,14 @@ How a scheduler uses Mamba slots (full+Mamba and full+SWA+Mamba caches)
    it holds the state after `token_ids[:kv_committed_len]`. In extra-buffer mode (required
    for page_size > 1), a pass over `token_ids[start:end]` also *tracks* the state at
    `s = checkpoint_seqlen(start, end)` when that is not None: the runner copies the state
-   after `token_ids[:s]` into `track_slot(req)` and calls `commit_track(req, s)`.
+   after `token_ids[:s]` into `track_slot(req)` (skipping the copy when it is None: no slot
+   to be had) and calls `commit_track(req, s)`, which gives back the superseded track's
+   slot. So between passes a request holds its working slot and at most one tracking slot.
 4. **After each prefill chunk**, `cache.cache_unfinished_req(req)` publishes a checkpoint:
    without extra buffer, the prefix `token_ids[:kv_committed_len]` with a copy of the working
    state in a fresh slot; with it, the prefix up to the last tracked position with the
-   tracked slot itself (a fresh slot replaces it in the ping-pong pair). Nothing new to
-   publish, or no slot to be had: the full KV is still published, without a state.
+   tracked slot itself (its entry is left empty; any other tracked slot is given back).
+   Nothing new to publish: the full KV is still published, without a state.
 5. **Finish.** `cache.cache_finished_req(req)` donates the working slot (extra buffer: the
    last tracked slot) to the tree as the state of the published prefix and frees the
    request's other slots; `is_insert=False` frees them all. A slot the tree already had a
@@ -98,17 +101,27 @@ class MambaRequests(NoMambaRequests):
         s = end // grid * grid
         return s if s > start else None
 
-    def track_slot(self, req: Req) -> int:
-        return self.pool.track_slot(req)
+    def track_slot(self, req: Req) -> int | None:
+        """The slot to write the next tracked state into, taken now (evicting a cached state
+        if the pool is short); None when no slot can be had: skip the track, the request
+        then publishes no state there."""
+        slot = self.pool.track_slot(req)
+        if slot is None:
+            slot = self._alloc_slot()
+            if slot is not None:
+                self.pool.set_track_slot(req, slot)
+        return slot
 
     def commit_track(self, req: Req, seqlen: int) -> None:
-        """`track_slot(req)` now holds the state after `token_ids[:seqlen]`."""
+        """`track_slot(req)` now holds the state after `token_ids[:seqlen]` (nothing happens
+        when it gave no slot)."""
         grid = self.component.checkpoint_grid
         if not isinstance(seqlen, int) or seqlen <= 0 or seqlen % grid:
             raise ValueError(
                 f"commit_track: seqlen={seqlen!r} is not a positive multiple of {grid}"
             )
-        self.pool.commit_track(req, seqlen)
+        if self.track_slot(req) is not None:
+            self.pool.commit_track(req, seqlen)
 
     # ------------------------------------------------------------------ cache steps
     def after_match(self, params: MatchPrefixParams, result: MatchResult) -> None:
@@ -121,7 +134,7 @@ class MambaRequests(NoMambaRequests):
         if not self.pool.alloc_req(req):
             return
         assert req.mamba_pool_idx is not None
-        req.mamba_last_track_seqlen = req.mamba_prev_track_seqlen = None
+        req.mamba_last_track_seqlen = None
         src = self.component.slot(anchor)
         if src is None:
             self.pool.states.clear(req.mamba_pool_idx)
@@ -155,13 +168,11 @@ class MambaRequests(NoMambaRequests):
             raise ValueError(f"tracked seqlen={seqlen} is not page aligned")
         ping_pong = pool.track_slots(req)
         slot = ping_pong[idx]
+        assert slot is not None  # a committed entry holds its slot until published
         if finished:
             pool.free_req(req, keep=slot)
         else:
-            fresh = self._alloc_slot()
-            if fresh is None:
-                return key[:protected], None
-            ping_pong[idx] = fresh
+            ping_pong[idx] = None  # the tree owns it now
         return key[:seqlen], self._value(slot)
 
     def after_caching(
@@ -170,7 +181,12 @@ class MambaRequests(NoMambaRequests):
         if mamba_value is not None and result.mamba_exist:
             self.pool.allocator.free(mamba_value)
         if not finished:
-            req.mamba_last_track_seqlen = req.mamba_prev_track_seqlen = None
+            # A publish forgets the tracked states: any still held is below the published
+            # prefix (or was not published) and would never be used, so its slot goes back.
+            req.mamba_last_track_seqlen = None
+            if req.mamba_ping_pong is not None:
+                for idx in range(len(req.mamba_ping_pong)):
+                    self.pool.drop_track(req, idx)
 
     def release(self, req: Req) -> None:
         self.pool.free_req(req)

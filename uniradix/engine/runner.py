@@ -95,4 +95,6 @@ class PoolRunner:
         if not isinstance(mamba, MambaRequests) or states is None:
             raise ValueError("track_seqlen set on a cache or model without Mamba")
         assert req.mamba_pool_idx is not None
-        states.copy(req.mamba_pool_idx, mamba.track_slot(req))
+        slot = mamba.track_slot(req)
+        if slot is not None:  # None: no slot to be had, the track is skipped
+            states.copy(req.mamba_pool_idx, slot)

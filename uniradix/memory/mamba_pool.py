@@ -8,8 +8,8 @@ indexes one such state in every Mamba layer at once::
     temporal_states: [num_layers, num_slots + 1, *temporal_shape]
     slot:             0 (padding) | 1 | 2 | ... | num_slots
 
-Slots are shared by running requests (their working state, plus two ping-pong tracking slots
-in extra-buffer mode) and the radix tree (checkpointed states). Zero layers is allowed: a
+Slots are shared by running requests (their working state, plus up to two ping-pong tracking
+slots in extra-buffer mode) and the radix tree (checkpointed states). Zero layers is allowed: a
 simulation then carries the slot accounting without the memory.
 
 This module is memory only: which slot holds which prefix's state is the tree's business
@@ -98,16 +98,22 @@ class MambaReqPool:
     Every running request owns a *working* slot (`req.mamba_pool_idx`): the state after
     `token_ids[:kv_committed_len]`, which its Mamba layers read and update in place.
 
-    Extra-buffer mode (needed for page_size > 1) adds two *ping-pong* tracking slots
+    Extra-buffer mode (needed for page_size > 1) adds two *ping-pong* tracking entries
     (`req.mamba_ping_pong`). A chunk rarely ends on a page boundary, yet the tree can only
     checkpoint a state at one, so during a forward pass the runner copies the state at the
     last checkpoint-grid position `s` it crosses into `track_slot(req)` and calls
-    `commit_track(req, s)`. The two entries alternate, so the previous checkpoint survives
-    while the next one is being written::
+    `commit_track(req, s)`. The entries alternate, so the last checkpoint survives while the
+    next one is being written. An entry holds a slot only while it holds a state that can
+    still be published: slots are taken when a track is written (`set_track_slot`), and given
+    back when a newer state supersedes them (`commit_track`; a request publishes the prefix up
+    to its committed length, never below its last tracked state) or when the tree takes or
+    forgets them (a publish). So a request holds its working slot, one tracking slot between
+    passes, and two only while a pass writes the next::
 
-        entry:     0            1
-        commit s1: [state@s1]   [ ... ]      last = 0, next = 1
-        commit s2: [state@s1]   [state@s2]   last = 1, next = 0, prev seqlen = s1
+        entry:          0            1
+        commit s1:      [state@s1]   None         last = 0, next = 1
+        write s2:       [state@s1]   [state@s2]
+        commit s2:      None         [state@s2]   last = 1, next = 0
     """
 
     def __init__(
@@ -122,33 +128,29 @@ class MambaReqPool:
         self.states = states
         self.extra_buffer = extra_buffer
 
-    @property
-    def slots_per_req(self) -> int:
-        return 1 + (PING_PONG_SIZE if self.extra_buffer else 0)
-
     def missing_slots(self, req: Req) -> int:
-        """Slots `alloc_req` still has to hand `req`."""
-        return self.slots_per_req if req.mamba_pool_idx is None else 0
+        """Slots `alloc_req` still has to hand `req` (its working slot)."""
+        return 1 if req.mamba_pool_idx is None else 0
 
     def held_slots(self, req: Req) -> list[int]:
         held = [] if req.mamba_pool_idx is None else [req.mamba_pool_idx]
-        return held + list(req.mamba_ping_pong or ())
+        return held + [s for s in req.mamba_ping_pong or () if s is not None]
 
     def alloc_req(self, req: Req) -> bool:
-        """Gives `req` its working slot (and ping-pong slots) unless it has them already.
-        The working state is *not* initialized (see `MambaStatePool.copy` / `clear`).
-        Returns False, allocating nothing, when the pool is short."""
+        """Gives `req` its working slot (and, in extra-buffer mode, two empty tracking entries)
+        unless it has them already. The working state is *not* initialized (see
+        `MambaStatePool.copy` / `clear`). Returns False, allocating nothing, when the pool is
+        short."""
         if req.mamba_pool_idx is not None:
             return True
-        slots = self.allocator.alloc(self.slots_per_req)
-        if slots is None:
+        slot = self.allocator.alloc_one()
+        if slot is None:
             return False
-        ids: list[int] = slots.tolist()  # one conversion, not one per element
-        req.mamba_pool_idx = ids[0]
+        req.mamba_pool_idx = slot
         if self.extra_buffer:
-            req.mamba_ping_pong = ids[1:]
+            req.mamba_ping_pong = [None] * PING_PONG_SIZE
             req.mamba_next_track_idx = 0
-        req.mamba_last_track_seqlen = req.mamba_prev_track_seqlen = None
+        req.mamba_last_track_seqlen = None
         return True
 
     def free_req(self, req: Req, keep: int | None = None) -> None:
@@ -160,35 +162,53 @@ class MambaReqPool:
         req.mamba_pool_idx = None
         req.mamba_ping_pong = None
         req.mamba_next_track_idx = 0
-        req.mamba_last_track_seqlen = req.mamba_prev_track_seqlen = None
+        req.mamba_last_track_seqlen = None
 
     # ------------------------------------------------------------------ ping-pong tracking
-    def track_slot(self, req: Req) -> int:
-        """The slot the runner writes the next tracked state into."""
+    def track_slot(self, req: Req) -> int | None:
+        """The slot the runner writes the next tracked state into; None until one is set."""
         return self.track_slots(req)[req.mamba_next_track_idx]
 
+    def set_track_slot(self, req: Req, slot: int) -> None:
+        """Hands the free entry the runner writes next the (allocated) `slot`."""
+        entries = self.track_slots(req)
+        if entries[req.mamba_next_track_idx] is not None:
+            raise ValueError(f"tracking entry {req.mamba_next_track_idx} already has a slot")
+        entries[req.mamba_next_track_idx] = slot
+
     def commit_track(self, req: Req, seqlen: int) -> None:
-        """`track_slot(req)` now holds the state after `token_ids[:seqlen]`."""
-        self.track_slots(req)
+        """`track_slot(req)` now holds the state after `token_ids[:seqlen]`; the older
+        entry's state is superseded and its slot given back."""
+        entries = self.track_slots(req)
         if not isinstance(seqlen, int) or seqlen <= 0:
             raise ValueError(f"commit_track: seqlen must be a positive int, got {seqlen!r}")
-        req.mamba_prev_track_seqlen = req.mamba_last_track_seqlen
+        last = req.mamba_last_track_seqlen
+        if last is not None and seqlen <= last:
+            raise ValueError(f"commit_track: seqlen={seqlen} is not past the last {last}")
+        if entries[req.mamba_next_track_idx] is None:
+            raise ValueError("commit_track: no slot to track into (set_track_slot first)")
         req.mamba_last_track_seqlen = seqlen
         req.mamba_next_track_idx = 1 - req.mamba_next_track_idx
+        self.drop_track(req, req.mamba_next_track_idx)
+
+    def drop_track(self, req: Req, idx: int) -> None:
+        """Gives back entry `idx`'s slot, if any (its state will never be published)."""
+        entries = self.track_slots(req)
+        slot = entries[idx]
+        if slot is not None:
+            self.allocator.free_slots([slot])
+            entries[idx] = None
 
     def tracked_entry(self, req: Req, max_seqlen: int) -> tuple[int, int] | None:
-        """(ping-pong entry, seqlen) of the newest tracked state at or below `max_seqlen`:
-        the last one, else the one before it (still intact in the other entry)."""
-        last_idx = 1 - req.mamba_next_track_idx
-        last, prev = req.mamba_last_track_seqlen, req.mamba_prev_track_seqlen
-        if last is not None and last <= max_seqlen:
-            return last_idx, last
-        if prev is not None and prev <= max_seqlen:
-            return req.mamba_next_track_idx, prev
-        return None
+        """(ping-pong entry, seqlen) of the last tracked state if it is at or below
+        `max_seqlen`, else None."""
+        last = req.mamba_last_track_seqlen
+        if last is None or last > max_seqlen:
+            return None
+        return 1 - req.mamba_next_track_idx, last
 
-    def track_slots(self, req: Req) -> list[int]:
-        """The request's two ping-pong slots (the list itself: donation swaps an entry)."""
+    def track_slots(self, req: Req) -> list[int | None]:
+        """The request's two tracking entries (the list itself: donation empties an entry)."""
         if req.mamba_ping_pong is None:
             raise ValueError(
                 "request has no ping-pong slots (extra-buffer mode off, or no Mamba slots: "
