@@ -35,7 +35,7 @@ from uniradix.memory.host_pools import HostPools
 from uniradix.tiers import aux_tier
 from uniradix.tiers import load_back as loads
 from uniradix.tiers.host_checks import check_host_tier
-from uniradix.tiers.host_insert import insert_host
+from uniradix.tiers.host_insert import HostAux, insert_host
 from uniradix.tiers.null import NoHostTier
 from uniradix.tiers.transfer import CopyOp, Direction, TransferEngine
 from uniradix.tiers.views import CacheView
@@ -346,12 +346,14 @@ class HostTier(NoHostTier):
         return node.num_tokens
 
     # ------------------------------------------------------------------ arrivals
-    def insert_host(self, key: RadixKey, host_slots: Slots, start: int) -> int:
+    def insert_host(
+        self, key: RadixKey, host_slots: Slots, start: int, aux: HostAux | None = None
+    ) -> int:
         """Inserts pages that arrived in `host_slots` (allocated with `alloc_host`, holding
         the KV of the key's tokens from `start`) as host copies: host-only nodes past the
         tree's match, host copies of matched device nodes that lack one; spare slots are
         freed. Returns the tokens that gained a host copy (`uniradix.tiers.host_insert`)."""
-        return insert_host(self, key, host_slots, start)
+        return insert_host(self, key, host_slots, start, aux)
 
     # ------------------------------------------------------------------ load-back
     def load_back(
