@@ -107,8 +107,8 @@ class AuxStorage:
         mamba_keys: list[PageKey] = []
         mamba_slots: list[int] = []
         for node in chain:
-            start = tree.prefix_len(node)
-            end = start + node.num_tokens
+            end = tree.prefix_len(node)  # to the node's end
+            start = end - node.num_tokens
             if start % ps or end % ps:
                 continue
             first, last = start // ps, end // ps
