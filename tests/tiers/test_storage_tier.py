@@ -114,8 +114,14 @@ class FlakyFileBackend(FileBackend):
         return super()._store_set(names, headers, payloads)
 
 
+# A full+SWA+Mamba cache: L3 stores windows and states beside the full pages.
+HYBRID: dict[str, object] = dict(
+    sliding_window=1024, swa_tokens=DEVICE // 2, mamba_slots=64, mamba_extra_buffer=True
+)
+
+
 def _run_scheduler(
-    backend: FileBackend, seed: int, policy: str = "wait_complete"
+    backend: FileBackend, seed: int, policy: str = "wait_complete", hybrid: bool = False
 ) -> tuple[int, HostTier]:
     cache = build_cache(
         CacheConfig(
@@ -125,6 +131,7 @@ def _run_scheduler(
             max_context_len=DEVICE,
             storage_backend=backend,
             prefetch_policy=policy,
+            **(HYBRID if hybrid else {}),  # type: ignore[arg-type]
         )
     )
     specs = admissible(generate_workload("long_doc_qa", seed, 16), DEVICE, PAGE)
@@ -141,21 +148,37 @@ def _run_scheduler(
     cache.evict(EvictParams(num_tokens=cache.evictable_size()))
     tier.evict_host(tier.full.host_tokens)
     cache.check_invariants({"full": 0})
-    assert cache.pools.kv_allocator.available_size() == cache.pools.kv_allocator.capacity
-    assert tier.host_pools.full.available_size() == tier.host_pools.full.capacity
+    for name in tier.host_pools.names():  # host aux pools too: every window and state back
+        pool = tier.host_pools.pool(name)
+        assert pool.available_size() == pool.capacity, name
+    assert cache.pools.available() == cache.pools.capacities()
+    assert tier.storage.reserved_tokens == 0 and not tier.storage.prefetches.runs
     tier.close()
     return fetched, tier
 
 
 @pytest.mark.parametrize(
-    ("seed", "policy"),
-    [(0, "wait_complete"), (1, "wait_complete"), (0, "best_effort"), (1, "timeout")],
+    ("seed", "policy", "hybrid"),
+    [
+        (0, "wait_complete", False),
+        (1, "wait_complete", False),
+        (0, "best_effort", False),
+        (1, "timeout", False),
+        (0, "wait_complete", True),
+        (1, "timeout", True),
+    ],
 )
-def test_injected_store_failures_leak_nothing(tmp_path: Path, seed: int, policy: str) -> None:
+def test_injected_store_failures_leak_nothing(
+    tmp_path: Path, seed: int, policy: str, hybrid: bool
+) -> None:
     healthy = FileBackend(tmp_path)
-    _run_scheduler(healthy, seed)  # fills the store
+    _, written = _run_scheduler(healthy, seed, hybrid=hybrid)  # fills the store
+    if hybrid:
+        assert written.storage is not None
+        stored = written.storage.stats.aux_stored_pages
+        assert stored.get("swa", 0) > 0 and stored.get("mamba", 0) > 0
     flaky = FlakyFileBackend(tmp_path, seed, fail=0.3)
-    fetched, _ = _run_scheduler(flaky, seed, policy)
+    fetched, _ = _run_scheduler(flaky, seed, policy, hybrid)
     stats = flaky.stats()
     assert stats.failed_ops > 0  # the faults did happen ...
     assert stats.pages_missed > 0

@@ -156,8 +156,8 @@ def insert_host(
             tree.update_leaf(parent)  # a host-only child leaves a device leaf evictable
             full.update_host_leaf(parent)
             full.update_host_leaf(leaf)
+            tokens += leaf.num_tokens  # before `_attach_aux` may split it
             gained.extend(_attach_aux(tier, leaf, aux))
-            tokens += leaf.num_tokens
     _free_aux(tier, aux)
     if not used.all():
         tier.host_pools.full.free(slots[~used], node_value=True)
