@@ -77,6 +77,23 @@ def test_second_cache_on_the_same_directory_hits_what_the_first_wrote(tmp_path: 
     assert stored[0] >= len(prompt) // PAGE * PAGE - PAGE and stored[1] == 0
 
 
+def test_a_hybrid_replay_stores_windows_and_states_and_a_second_run_hits_them(
+    tmp_path: Path,
+) -> None:
+    url = f"file://{tmp_path / 'l3'}"
+    first = run_replay(_options(config="hybrid", storage_url=url)).summary
+    tier = first["storage"]["tier"]
+    aux = tier["aux_stored_pages"]
+    assert aux["swa"] > 0 and aux["mamba"] > 0
+    # Every page written is a full page, a window page or a state the tier counted stored.
+    assert first["storage"]["pages_written"] == tier["stored_pages"] + aux["swa"] + aux["mamba"]
+    second = run_replay(_options(config="hybrid", storage_url=url)).summary
+    by_tier = second["hit_tokens_by_tier"]
+    assert by_tier["storage"] > 0 and second["storage"]["pages_read"] > 0
+    assert by_tier["device"] + by_tier["host"] + by_tier["storage"] == second["hit_tokens"]
+    assert second["hit_tokens"] > first["hit_tokens"]
+
+
 def test_replay_without_storage_reports_no_storage_block() -> None:
     summary = run_replay(_options(max_requests=4)).summary
     assert "storage" not in summary and "storage" not in summary["hit_tokens_by_tier"]
