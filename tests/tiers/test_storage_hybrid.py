@@ -21,7 +21,7 @@ from uniradix import (
 )
 from uniradix.storage.file_backend import FileBackend
 from uniradix.tiers.controller import HostTier
-from uniradix.tiers.host_insert import HostAux
+from uniradix.tiers.host_aux import HostAux
 from uniradix.tiers.storage_tier import StorageTier
 
 PAGE, WINDOW = 4, 4  # the window is 1 page

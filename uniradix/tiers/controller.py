@@ -34,8 +34,9 @@ from uniradix.memory.host_kv import HostKVPool
 from uniradix.memory.host_pools import HostPools
 from uniradix.tiers import aux_tier
 from uniradix.tiers import load_back as loads
+from uniradix.tiers.host_aux import HostAux
 from uniradix.tiers.host_checks import check_host_tier
-from uniradix.tiers.host_insert import HostAux, insert_host
+from uniradix.tiers.host_insert import insert_host
 from uniradix.tiers.null import NoHostTier
 from uniradix.tiers.transfer import CopyOp, Direction, TransferEngine
 from uniradix.tiers.views import CacheView

@@ -31,7 +31,6 @@ nothing (the caller keeps its slots).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -39,21 +38,13 @@ import numpy as np
 from uniradix.event_sink import MEDIUM_CPU_PINNED
 from uniradix.key import RadixKey
 from uniradix.memory.allocator import to_numpy
+from uniradix.tiers.host_aux import HostAux
 from uniradix.tiers.write_policy import WritePolicy
 from uniradix.tree.node import TreeNode
 from uniradix.types import Slots
 
 if TYPE_CHECKING:
     from uniradix.tiers.views import HostTierView
-
-
-@dataclass
-class HostAux:
-    """Auxiliary host copies for `insert_host`'s range end (each allocated from its host
-    pool; the tier owns them from the call on)."""
-
-    swa: Slots | None = None  # host SWA slots of the range's last tokens (whole pages)
-    mamba: Slots | None = None  # one host state slot: the state at the range's end
 
 
 def _aux_component(tier: HostTierView, name: str) -> Any:

@@ -35,7 +35,7 @@ from uniradix.storage.backend import StorageBackend
 from uniradix.storage.keys import KeySpace, PageKey
 from uniradix.storage.page_format import Payload
 from uniradix.tiers.aux_tier import alloc_aux_host
-from uniradix.tiers.host_insert import HostAux
+from uniradix.tiers.host_aux import HostAux
 from uniradix.tiers.views import HostTierView
 from uniradix.tree.node import TreeNode
 

@@ -34,7 +34,7 @@ from uniradix.types import IncLockRefResult, MatchPrefixParams, Slots
 if TYPE_CHECKING:
     from uniradix.memory.host_kv import HostKVPool
     from uniradix.storage.keys import KeySpace
-    from uniradix.tiers.host_insert import HostAux
+    from uniradix.tiers.host_aux import HostAux
     from uniradix.tiers.storage_aux import AuxPlan, AuxStorage
     from uniradix.tiers.views import HostTierView
 

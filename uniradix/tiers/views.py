@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from uniradix.key import RadixKey
     from uniradix.memory.host_pools import HostPools
     from uniradix.memory.pools import CachePools
-    from uniradix.tiers.host_insert import HostAux
+    from uniradix.tiers.host_aux import HostAux
     from uniradix.tiers.transfer import TransferEngine
     from uniradix.tiers.write_policy import WritePolicy
     from uniradix.tree.core import TreeCore
