@@ -64,6 +64,15 @@ class AuxHostHalf:
         d.host_value = host_slots
         self.units += int(host_slots.shape[0])
 
+    def adopt(self, node: TreeNode, host_slots: Slots) -> None:
+        """Host slots that arrived from outside the device (an L3 prefetch) become the host
+        copy of the host-only `node`."""
+        d = node.data[self.index]
+        assert d.value is None and d.host_value is None, f"{self.name} adopt by {node}"
+        d.host_value = host_slots
+        self.units += int(host_slots.shape[0])
+        self.update(node)
+
     def drop(self, node: TreeNode) -> Slots:
         """Takes `node`'s host copy (pinned or not); returns the host slots to free."""
         d = node.data[self.index]

@@ -241,6 +241,41 @@ class HostMambaStates:
     def size_bytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (self.conv_states, self.temporal_states))
 
+    # ------------------------------------------------------------------ state bytes (L3)
+    def state_nbytes(self) -> int:
+        """Bytes of one slot's state: conv then temporal, every layer."""
+        return sum(
+            t[:, 0].numel() * t.element_size() for t in (self.conv_states, self.temporal_states)
+        )
+
+    def state_bytes(self, slot: int) -> torch.Tensor:
+        """Host state `slot` as a contiguous uint8 tensor of `state_nbytes()` bytes."""
+        self._check_slot(slot)
+        parts = [t[:, slot].contiguous().view(torch.uint8).flatten() for t in self._tensors()]
+        return torch.cat(parts)
+
+    def set_state_bytes(self, slot: int, data: torch.Tensor) -> None:
+        """Inverse of `state_bytes`: writes `data` (uint8, `state_nbytes()`) into `slot`."""
+        self._check_slot(slot)
+        if data.dtype != torch.uint8 or tuple(data.shape) != (self.state_nbytes(),):
+            raise ValueError(
+                f"state data must be uint8 ({self.state_nbytes()},), got {data.dtype} "
+                f"{tuple(data.shape)}"
+            )
+        start = 0
+        for t in self._tensors():
+            row = t[:, slot]
+            n = row.numel() * t.element_size()
+            row.copy_(data[start : start + n].view(t.dtype).view(row.shape))
+            start += n
+
+    def _tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.conv_states, self.temporal_states
+
+    def _check_slot(self, slot: int) -> None:
+        if not 1 <= slot <= self.num_slots:
+            raise ValueError(f"host state slot {slot} out of range 1..{self.num_slots}")
+
 
 def _zeros(shape: tuple[int, ...], dtype: torch.dtype, pin_memory: bool) -> torch.Tensor:
     return torch.zeros(shape, dtype=dtype, pin_memory=pin_memory)

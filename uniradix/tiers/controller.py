@@ -33,6 +33,7 @@ from uniradix.memory.host_kv import HostKVPool
 from uniradix.memory.host_pools import HostPools
 from uniradix.tiers import aux_tier, backups
 from uniradix.tiers import load_back as loads
+from uniradix.tiers.host_aux import HostAux
 from uniradix.tiers.host_checks import check_host_tier
 from uniradix.tiers.host_insert import insert_host
 from uniradix.tiers.null import NoHostTier
@@ -301,12 +302,14 @@ class HostTier(NoHostTier):
         return node.num_tokens
 
     # ------------------------------------------------------------------ arrivals
-    def insert_host(self, key: RadixKey, host_slots: Slots, start: int) -> int:
+    def insert_host(
+        self, key: RadixKey, host_slots: Slots, start: int, aux: HostAux | None = None
+    ) -> int:
         """Inserts pages that arrived in `host_slots` (allocated with `alloc_host`, holding
         the KV of the key's tokens from `start`) as host copies: host-only nodes past the
         tree's match, host copies of matched device nodes that lack one; spare slots are
         freed. Returns the tokens that gained a host copy (`uniradix.tiers.host_insert`)."""
-        return insert_host(self, key, host_slots, start)
+        return insert_host(self, key, host_slots, start, aux)
 
     # ------------------------------------------------------------------ load-back
     def load_back(

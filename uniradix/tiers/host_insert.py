@@ -18,25 +18,65 @@ key (as the reference's `insert_host` does):
   device node without a host copy): then it is dropped (`stats.host_insert_dropped_tokens`);
 - every slot not given to a node is freed. The slots belong to the tier from the call on.
 
+With a hybrid cache the caller may pass `aux` (`HostAux`), the auxiliary host copies of
+the range's end: the host SWA slots of its last tokens (the window, whole pages) and the
+host Mamba state at its end. They go to the new host-only leaf, which is split where the
+window starts so that only the window's part holds SWA host slots (the part before it is an
+SWA host tombstone, as after host eviction); a Mamba state sits at the leaf's end. Aux slots
+no node takes (no new leaf, a dropped remainder, window tokens below the leaf) are freed.
+
 Returns the tokens that gained a host copy. Bad arguments raise `ValueError` and change
 nothing (the caller keeps its slots).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from uniradix.event_sink import MEDIUM_CPU_PINNED
 from uniradix.key import RadixKey
 from uniradix.memory.allocator import to_numpy
+from uniradix.tiers.host_aux import HostAux
 from uniradix.tiers.write_policy import WritePolicy
 from uniradix.tree.node import TreeNode
 from uniradix.types import Slots
 
 if TYPE_CHECKING:
     from uniradix.tiers.views import HostTierView
+
+
+def _aux_component(tier: HostTierView, name: str) -> Any:
+    for c in tier.aux:
+        if c.name == name:
+            return c
+    raise ValueError(f"insert_host: aux {name!r} given but the cache has no {name} host half")
+
+
+def _check_aux(tier: HostTierView, aux: HostAux, num_slots: int) -> None:
+    ps = tier.cache.page_size
+    for name, value in (("swa", aux.swa), ("mamba", aux.mamba)):
+        if value is None:
+            continue
+        _aux_component(tier, name)
+        try:
+            slots = to_numpy(value)
+        except TypeError as exc:
+            raise ValueError(f"insert_host: aux {name} must be 1-D integers ({exc})") from None
+        n = int(slots.shape[0])
+        if name == "mamba" and n != 1:
+            raise ValueError(f"insert_host: aux mamba must be one state slot, got {n}")
+        if name == "swa" and (n % ps or n > num_slots or n == 0):
+            raise ValueError(
+                f"insert_host: aux swa holds {n} slots: not whole pages of {ps} within the "
+                f"range's {num_slots} tokens"
+            )
+        pool = tier.host_pools.aux[name]
+        if np.unique(slots).size != n or not pool.is_allocated(slots).all():
+            raise ValueError(
+                f"insert_host: aux {name} slots repeat a slot or hold one not allocated"
+            )
 
 
 def _check(tier: HostTierView, key: RadixKey, host_slots: Slots, start: int) -> Slots:
@@ -60,8 +100,12 @@ def _check(tier: HostTierView, key: RadixKey, host_slots: Slots, start: int) -> 
     return slots
 
 
-def insert_host(tier: HostTierView, key: RadixKey, host_slots: Slots, start: int) -> int:
+def insert_host(
+    tier: HostTierView, key: RadixKey, host_slots: Slots, start: int, aux: HostAux | None = None
+) -> int:
     slots = _check(tier, key, host_slots, start)
+    aux = aux or HostAux()
+    _check_aux(tier, aux, int(slots.shape[0]))
     cache, full = tier.cache, tier.full
     tree, end = cache.tree, start + int(slots.shape[0])
     walk = tree.match(key, end, ())  # splits where the key ends or diverges inside a node
@@ -71,6 +115,7 @@ def insert_host(tier: HostTierView, key: RadixKey, host_slots: Slots, start: int
             f"start={start}: the pages would hang under nothing"
         )
     if not slots.shape[0]:
+        _free_aux(tier, aux)
         return 0
     strict = tier.policy is not WritePolicy.WRITE_BACK
     used = np.zeros(slots.shape[0], bool)
@@ -102,8 +147,9 @@ def insert_host(tier: HostTierView, key: RadixKey, host_slots: Slots, start: int
             tree.update_leaf(parent)  # a host-only child leaves a device leaf evictable
             full.update_host_leaf(parent)
             full.update_host_leaf(leaf)
-            gained.append(leaf)
-            tokens += leaf.num_tokens
+            tokens += leaf.num_tokens  # before `_attach_aux` may split it
+            gained.extend(_attach_aux(tier, leaf, aux))
+    _free_aux(tier, aux)
     if not used.all():
         tier.host_pools.full.free(slots[~used], node_value=True)
     tier.host_pools.note_usage()
@@ -112,6 +158,31 @@ def insert_host(tier: HostTierView, key: RadixKey, host_slots: Slots, start: int
         for node in gained:  # root-first: each parent is reported before its child
             sink.on_stored(node, MEDIUM_CPU_PINNED)
     return tokens
+
+
+def _attach_aux(tier: HostTierView, leaf: TreeNode, aux: HostAux) -> list[TreeNode]:
+    """Gives the new host-only `leaf` the aux copies of its end (taking them from `aux`);
+    returns the new nodes, root-first."""
+    nodes = [leaf]
+    if aux.swa is not None:
+        swa = to_numpy(aux.swa)
+        keep = min(int(swa.shape[0]), leaf.num_tokens)
+        if keep < leaf.num_tokens:  # only the window's part of the leaf holds SWA slots
+            nodes.insert(0, tier.cache.tree.split(leaf, leaf.num_tokens - keep))
+        _aux_component(tier, "swa").host.adopt(leaf, swa[len(swa) - keep :].copy())
+        aux.swa = swa[: len(swa) - keep] if keep < len(swa) else None
+    if aux.mamba is not None:  # after the split: the state is the tail's, at the range end
+        _aux_component(tier, "mamba").host.adopt(leaf, to_numpy(aux.mamba).copy())
+        aux.mamba = None
+    return nodes
+
+
+def _free_aux(tier: HostTierView, aux: HostAux) -> None:
+    """Frees the aux slots no node took."""
+    for name, value in (("swa", aux.swa), ("mamba", aux.mamba)):
+        if value is not None and value.shape[0]:
+            tier.host_pools.aux[name].free(to_numpy(value), node_value=True)
+    aux.swa = aux.mamba = None
 
 
 def _ignore(node: TreeNode, offset: int, num_tokens: int) -> None:

@@ -145,6 +145,9 @@ def attach_storage_tier(cache: CacheWithHostTier, config: HostTierConfig) -> Sto
     if backend is None:
         assert config.storage_url is not None
         backend = open_backend(config.storage_url)
+    # The auxiliary pools' host bytes live with their copiers (none on a simulation cache).
+    copiers = getattr(tier.engine, "copiers", {})
+    swa_copier, mamba_copier = copiers.get("swa"), copiers.get("mamba")
     return StorageTier(
         tier,
         backend,
@@ -152,4 +155,6 @@ def attach_storage_tier(cache: CacheWithHostTier, config: HostTierConfig) -> Sto
         config.prefetch_threshold,
         prefetch_policy=config.prefetch_policy,
         host_kv=tier.host_kv,
+        host_swa=swa_copier.host_pool if isinstance(swa_copier, KVCopier) else None,
+        host_states=mamba_copier.host_states if isinstance(mamba_copier, MambaCopier) else None,
     )

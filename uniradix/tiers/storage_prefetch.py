@@ -20,7 +20,7 @@ takes it meanwhile the pages cannot attach and are dropped (`dropped_tokens`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -34,6 +34,8 @@ from uniradix.types import IncLockRefResult, MatchPrefixParams, Slots
 if TYPE_CHECKING:
     from uniradix.memory.host_kv import HostKVPool
     from uniradix.storage.keys import KeySpace
+    from uniradix.tiers.host_aux import HostAux
+    from uniradix.tiers.storage_aux import AuxPlan, AuxStorage
     from uniradix.tiers.views import HostTierView
 
 
@@ -51,9 +53,17 @@ class StorageTierStats:
     reserve_failed: int = 0  # probes with stored pages but no host room
     cancelled: int = 0  # prefetches of aborted requests
     hit_tokens: int = 0  # fetched tokens a request then loaded back (set by the scheduler)
+    # Hybrid caches (`uniradix.tiers.storage_aux`):
+    aux_pages_dropped: int = 0  # SWA pages / Mamba states the writer's full queue refused
+    aux_stored_pages: dict[str, int] = field(default_factory=dict)  # by pool: "swa", "mamba"
+    unresumable_pages: int = 0  # probed full pages past the last resumable boundary
+    unresumable_tokens: int = 0  # fetched tokens dropped: the aux part missed or had no room
 
-    def as_dict(self) -> dict[str, int]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+    def as_dict(self) -> dict[str, object]:
+        return {
+            f.name: dict(v) if isinstance(v := getattr(self, f.name), dict) else v
+            for f in fields(self)
+        }
 
 
 class PrefetchSource(Protocol):
@@ -77,6 +87,8 @@ class PrefetchSource(Protocol):
     def host_kv(self) -> HostKVPool | None: ...
     @property
     def page_nbytes(self) -> int: ...
+    @property
+    def aux(self) -> AuxStorage | None: ...
     def flush(self) -> None: ...
 
 
@@ -90,6 +102,7 @@ class PrefetchRun:
     handle: PrefetchHandle
     anchor: TreeNode | None  # the device node locked while the pages are fetched
     lock: IncLockRefResult | None
+    aux: AuxPlan | None = None  # a hybrid cache's window pages and state, fetched after
 
     @property
     def num_tokens(self) -> int:
@@ -114,7 +127,8 @@ class StoragePrefetches:
             return None
         if storage.sync_writes:
             storage.flush()  # a replay probes a store that holds every backup so far
-        keys = storage.keyspace.keys_for(key, storage.cache_salt)[hit // ps : num_pages]
+        all_keys = storage.keyspace.keys_for(key, storage.cache_salt)
+        keys = all_keys[hit // ps : num_pages]
         stored = self.prefetcher.probe(keys)
         if stored == 0:
             return None
@@ -122,6 +136,15 @@ class StoragePrefetches:
         stats.probed_pages += stored
         budget = tier.host_pools.full.capacity // 2 - self.reserved_tokens
         stored = min(stored, budget // ps)  # half the host pool in flight at most
+        plan = None
+        if storage.aux is not None and stored > 0:
+            # Only up to where every component can resume (`uniradix.tiers.storage_aux`).
+            plan = storage.aux.plan(all_keys, hit // ps, hit // ps + stored)
+            resumable = 0 if plan is None else plan.boundary - hit // ps
+            stats.unresumable_pages += stored - resumable
+            stored = resumable
+            if stored == 0:
+                return None
         anchor = match.last_device_node
         lock = None if anchor is cache.tree.root else cache.inc_lock_ref(anchor)
         slots = tier.alloc_host(stored * ps) if stored else None
@@ -130,8 +153,12 @@ class StoragePrefetches:
             if lock is not None:
                 cache.dec_lock_ref(anchor, lock)
             return None
-        handle = self.prefetcher.start(keys[:stored], stored * ps, storage.page_nbytes)
-        run = PrefetchRun(key, hit, slots, handle, None if lock is None else anchor, lock)
+        fetch = keys[:stored] + ([] if plan is None else plan.keys)
+        # Pages of several pools differ in size: `finish` checks each one's length then.
+        handle = self.prefetcher.start(
+            fetch, stored * ps, storage.page_nbytes if plan is None else None
+        )
+        run = PrefetchRun(key, hit, slots, handle, None if lock is None else anchor, lock, plan)
         self.runs[id(run)] = run
         self.reserved_tokens += run.num_tokens
         return run
@@ -148,8 +175,11 @@ class StoragePrefetches:
         """Inserts what arrived; returns the tokens that gained a host copy."""
         pages = self.prefetcher.finish(run.handle)
         storage, ps = self.storage, self.storage.page_size
-        got = len(pages) * ps
         tier, cache = storage.tier, storage.tier.cache
+        aux = None
+        if run.aux is not None:
+            pages, aux = self._take_aux(run, pages)
+        got = len(pages) * ps
         inserted = 0
         if got:
             if storage.host_kv is not None and storage.page_nbytes:
@@ -158,13 +188,34 @@ class StoragePrefetches:
             # The path may have lost its host part while the request waited (see above).
             match = cache.match_prefix(MatchPrefixParams(run.key))
             if match.device_prefix_len + match.host_hit_length >= run.start:
-                inserted = tier.insert_host(run.key, run.slots[:got], run.start)
+                inserted = tier.insert_host(run.key, run.slots[:got], run.start, aux)
                 storage.stats.fetched_tokens += inserted
             else:
                 storage.stats.dropped_tokens += got
                 tier.host_pools.full.free(run.slots[:got], node_value=True)
+                if aux is not None:
+                    _free_host_aux(tier, aux)
         self._release(run, run.slots[got:])
         return inserted
+
+    def _take_aux(
+        self, run: PrefetchRun, pages: list[memoryview]
+    ) -> tuple[list[memoryview], HostAux | None]:
+        """A hybrid run is all or nothing: its full pages count only when every page,
+        window and state arrived whole and found host room (else they are dropped)."""
+        storage, plan = self.storage, run.aux
+        assert plan is not None and storage.aux is not None
+        num_full = run.num_tokens // storage.page_size
+        sizes = [storage.page_nbytes] * num_full + storage.aux.payload_sizes(plan)
+        aux = None
+        if len(pages) == len(sizes) and all(
+            p.nbytes == n for p, n in zip(pages, sizes, strict=True)
+        ):
+            aux = storage.aux.to_host(plan, pages[num_full:])
+        if aux is None:
+            storage.stats.unresumable_tokens += run.num_tokens
+            return [], None
+        return pages[:num_full], aux
 
     def cancel(self, run: PrefetchRun) -> None:
         """Drops the fetch and everything it reserved (an aborted request)."""
@@ -193,3 +244,9 @@ class StoragePrefetches:
             tier.cache.dec_lock_ref(run.anchor, run.lock)
         del self.runs[id(run)]
         self.reserved_tokens -= run.num_tokens
+
+
+def _free_host_aux(tier: HostTierView, aux: HostAux) -> None:
+    for name, slots in (("swa", aux.swa), ("mamba", aux.mamba)):
+        if slots is not None:
+            tier.host_pools.aux[name].free(slots, node_value=True)

@@ -1,4 +1,4 @@
-"""StorageTier: wires the L3 store (`uniradix.storage`) under the L2 host tier (full attention).
+"""StorageTier: wires the L3 store (`uniradix.storage`) under the L2 host tier.
 
 **Backup** (write-through to L3): when a host backup of a node chain is acked
 (`HostTier.writing_check`, or a write-back victim's backup at device eviction), the chain's
@@ -6,6 +6,10 @@ pages are handed to a `BackupWriter` under keys from their chained page digests
 (`KeySpace.keys_for` over the chain's whole path, so the chain is rooted in its `extra_key`
 namespace). Only the contiguous stored prefix a writer result reports counts as stored
 (`stats.stored_pages`); those pages are announced to the event sink on the `DISK` medium.
+
+**Hybrid caches** (`uniradix.tiers.storage_aux`): with a chain's full pages go the SWA
+window pages and the Mamba states its host copies hold, each pool under its own key space;
+a prefetch fetches only up to the deepest page boundary where every component can resume.
 
 **Payload.** A cache with model layers stores each page's bytes as the host pool lays them
 out (`HostKVPool.page_bytes`: K then V of every layer), copied at submit time, so a later
@@ -36,13 +40,14 @@ import numpy as np
 
 from uniradix.event_sink import MEDIUM_DISK
 from uniradix.key import RadixKey
-from uniradix.memory.host_kv import HostKVPool
+from uniradix.memory.host_kv import HostKVPool, HostMambaStates
 from uniradix.node_digests import NodeDigests
 from uniradix.page_hash import DIGEST_BYTES, namespace_seed
 from uniradix.storage.backend import StorageBackend
 from uniradix.storage.io import BackupWriter, Prefetcher, PrefetchPolicy, PrefetchTimeout
-from uniradix.storage.keys import KeySpace
+from uniradix.storage.keys import KeySpace, PageKey
 from uniradix.storage.page_format import Payload
+from uniradix.tiers.storage_aux import AuxStorage
 from uniradix.tiers.storage_prefetch import PrefetchRun, StoragePrefetches, StorageTierStats
 from uniradix.tiers.views import HostTierView
 from uniradix.tree.node import TreeNode
@@ -71,6 +76,8 @@ class StorageTier:
         prefetch_policy: str = PrefetchPolicy.BEST_EFFORT.value,
         prefetch_timeout: PrefetchTimeout | None = None,
         host_kv: HostKVPool | None = None,
+        host_swa: HostKVPool | None = None,
+        host_states: HostMambaStates | None = None,
     ) -> None:
         if (
             isinstance(prefetch_threshold, bool)
@@ -100,6 +107,9 @@ class StorageTier:
         self.cache_salt = cache_salt
         self.writer = BackupWriter(backend)
         self._backups: dict[int, list[TreeNode]] = {}  # ticket -> chain, root-first
+        self._aux_backups: dict[int, str] = {}  # ticket -> auxiliary pool name
+        aux = AuxStorage(tier, backend, model_fingerprint, host_swa, host_states)
+        self.aux = aux if aux.active else None
         # A full writer queue drops the chain (a server must not block); a replay sets this
         # to wait for the queue instead, so its figures show the store, not the queue bound.
         self.backpressure = False
@@ -119,24 +129,36 @@ class StorageTier:
         # The path's digests from the cache's shared table: hashed once per node, not per
         # backup (the event recorder reads the same ones when the namespace seeds agree).
         path = self.digests.path(chain[-1], namespace_seed(chain[-1].extra_key, self.cache_salt))
-        keys = self.keyspace.keys(
-            [path[a : a + DIGEST_BYTES] for a in range(0, len(path), DIGEST_BYTES)]
-        )
+        digests = [path[a : a + DIGEST_BYTES] for a in range(0, len(path), DIGEST_BYTES)]
+        keys = self.keyspace.keys(digests)
         num_pages = sum(n.num_tokens for n in chain) // ps
         pages = keys[len(keys) - num_pages :] if num_pages else []
         if not pages:
             return
         payloads = self._payloads(chain, len(pages))
-        ticket = self.writer.submit(pages, payloads)
-        if ticket is None and self.backpressure:
-            self.writer.flush()  # a replay has no clock to protect: wait rather than drop
-            ticket = self.writer.submit(pages, payloads)
+        ticket = self._submit(pages, payloads)
         if ticket is None:
             self.stats.backup_pages_dropped += len(pages)
         else:
             self.stats.backup_pages_submitted += len(pages)
             self._backups[ticket] = chain
+            # The auxiliary pools' pages follow their chain's (one FIFO writer): a resumable
+            # boundary never has its window or state stored before its full pages.
+            jobs = self.aux.backup_jobs(chain, digests) if self.aux is not None else []
+            for pool, aux_keys, aux_payloads in jobs:
+                aux_ticket = self._submit(aux_keys, aux_payloads)
+                if aux_ticket is None:
+                    self.stats.aux_pages_dropped += len(aux_keys)
+                else:
+                    self._aux_backups[aux_ticket] = pool
         self.poll()
+
+    def _submit(self, keys: list[PageKey], payloads: list[Payload]) -> int | None:
+        ticket = self.writer.submit(keys, payloads)
+        if ticket is None and self.backpressure:
+            self.writer.flush()  # a replay has no clock to protect: wait rather than drop
+            ticket = self.writer.submit(keys, payloads)
+        return ticket
 
     def _payloads(self, chain: list[TreeNode], num_pages: int) -> list[Payload]:
         if self.host_kv is None:
@@ -148,6 +170,12 @@ class StorageTier:
 
     def poll(self) -> None:
         for result in self.writer.poll():
+            pool = self._aux_backups.pop(result.ticket, None)
+            if pool is not None:
+                self.stats.aux_stored_pages[pool] = (
+                    self.stats.aux_stored_pages.get(pool, 0) + result.stored_pages
+                )
+                continue
             self.stats.stored_pages += result.stored_pages
             chain = self._backups.pop(result.ticket, [])
             self._report_stored(chain, result.stored_pages)
@@ -210,9 +238,11 @@ class StorageTier:
         self.prefetches.abandon_all()
         self.flush()
         self._backups.clear()
+        self._aux_backups.clear()
 
     def close(self) -> None:
         self.prefetches.cancel_all()
         self.prefetcher.close()
         self.writer.close()
         self._backups.clear()
+        self._aux_backups.clear()
