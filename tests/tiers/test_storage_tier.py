@@ -14,7 +14,7 @@ import pytest
 
 from uniradix import CacheConfig, EvictParams, build_cache
 from uniradix.sim.replay import NullRunner, ReplayOptions, admissible, run_replay
-from uniradix.sim.scheduler import Scheduler, SchedulerConfig, SchedulerStalled
+from uniradix.sim.scheduler import Scheduler, SchedulerConfig
 from uniradix.sim.workloads import generate_workload
 from uniradix.storage import CircuitBreaker
 from uniradix.storage.backend import StoredPage
@@ -137,11 +137,6 @@ HYBRID: dict[str, object] = dict(
 )
 
 
-_HYBRID_STALL = pytest.mark.xfail(
-    raises=SchedulerStalled, strict=False, reason="hybrid + L3 faults: intermittent stall"
-)
-
-
 def _run_scheduler(
     backend: FileBackend, seed: int, policy: str = "wait_complete", hybrid: bool = False
 ) -> tuple[int, HostTier]:
@@ -186,11 +181,8 @@ def _run_scheduler(
         (1, "wait_complete", False),
         (0, "best_effort", False),
         (1, "timeout", False),
-        # Open: on the hybrid config about 1 run in 3 stalls the scheduler in the faulty
-        # run (SchedulerStalled, "1 running, N ready, free=736, evictable=7168"), timing
-        # dependent (threads); no leak when it finishes. Not yet diagnosed.
-        pytest.param(0, "wait_complete", True, marks=_HYBRID_STALL),
-        pytest.param(1, "timeout", True, marks=_HYBRID_STALL),
+        (0, "wait_complete", True),
+        (1, "timeout", True),
     ],
 )
 def test_injected_store_failures_leak_nothing(

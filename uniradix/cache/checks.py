@@ -46,6 +46,9 @@ def check_cache_invariants(
             f"missing {sorted(n.id for n in leaves - tree.leaves.members)}, "
             f"extra {sorted(n.id for n in tree.leaves.members - leaves)}"
         )
+    lost = tree.leaves.unreachable()
+    if lost:
+        errors.append(f"evictable leaves eviction can never pick: {sorted(n.id for n in lost)}")
     for c in cache.components:
         c.check_invariants(errors)
     if not errors:

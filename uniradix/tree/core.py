@@ -111,7 +111,12 @@ class TreeCore:
             t += 1
             n.last_access_time = t
         self._time = t
-        if path:
+        if self.host_only_nodes:
+            # A device leaf may sit above host-only nodes on the path: every member's heap
+            # entry must carry its new time, or the lazy heap loses it (see leaves.py).
+            for n in path:
+                self.leaves.refresh(n)
+        elif path:
             self.leaves.refresh(path[-1])
 
     # ------------------------------------------------------------------ insert

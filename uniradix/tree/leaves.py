@@ -51,6 +51,13 @@ class EvictableLeaves:
                 return node
         return None
 
+    def unreachable(self) -> list[TreeNode]:
+        """Members `pop` would never return: no heap entry carries their current key (a key
+        changed without `refresh`). For the invariant checks: O(heap)."""
+        policy, members = self.policy, self.members
+        live = {node for key, _, node in self._heap if node in members and key == policy(node)}
+        return [n for n in members if n not in live]
+
     def clear(self) -> None:
         self.members.clear()
         self._heap.clear()
