@@ -39,12 +39,10 @@ Per-component steps, each a no-op for a cache without that component:
 from __future__ import annotations
 
 import heapq
-import math
 from dataclasses import dataclass
 
 from uniradix.cache.controller import UnifiedRadixCache
 from uniradix.key import RadixKey
-from uniradix.memory.swa_allocator import SWASlotAllocator
 from uniradix.sim.batch import (
     ForwardBatch,
     ForwardEntry,
@@ -57,7 +55,8 @@ from uniradix.sim.batch import (
 from uniradix.sim.placement import CheckpointPlan
 from uniradix.sim.prefetching import QueuePrefetch
 from uniradix.sim.request_spec import RequestSpec
-from uniradix.types import EvictParams, MatchPrefixParams, MatchResult, Req
+from uniradix.sim.row_slots import RowSlots
+from uniradix.types import MatchPrefixParams, MatchResult, Req
 
 
 @dataclass(frozen=True)
@@ -103,6 +102,7 @@ class Scheduler:
         self.config = config or SchedulerConfig()
         self.listener: SchedulerListener = listener or NullListener()
         self.page_size = cache.page_size
+        self.slots = RowSlots(cache, self.listener, self.config.decode_reserve_ratio)
         if self.config.chunk_size < self.page_size:
             raise ValueError(
                 f"chunk_size={self.config.chunk_size} is less than one page ({self.page_size})"
@@ -194,49 +194,6 @@ class Scheduler:
         if request.prefilled:
             self.cache.release_window_lock(request.req)
 
-    # ------------------------------------------------------------------ memory
-    def _page_ceil(self, num_tokens: int) -> int:
-        return -(-num_tokens // self.page_size) * self.page_size
-
-    def _alloc_row_slots(self, request: RunningRequest, end: int) -> bool:
-        """Allocates whole pages so row positions `[0, end)` have slots; False when short
-        even after evicting."""
-        req = request.req
-        need = self._page_ceil(end) - req.kv_allocated_len
-        if need <= 0:
-            return True
-        self._make_room(need)
-        slots = self.cache.pools.kv_allocator.alloc(need)
-        if slots is None:
-            return False
-        assert req.req_pool_idx is not None
-        self.cache.pools.req_to_token_pool.write(req.req_pool_idx, req.kv_allocated_len, slots)
-        req.kv_allocated_len += need
-        return True
-
-    def _make_room(self, num_tokens: int) -> None:
-        """Evicts so `num_tokens` slots are free in every KV pool (full, and SWA if any)."""
-        # The two KV pools' free slots read directly: `pools.available()` builds a dict of
-        # every pool, and this runs per request per step.
-        kv = self.cache.pools.kv_allocator
-        if isinstance(kv, SWASlotAllocator):
-            full_short = num_tokens - kv.full_available_size()
-            swa_short = num_tokens - kv.swa_available_size()
-        else:
-            full_short, swa_short = num_tokens - kv.available_size(), 0
-        if full_short > 0 or swa_short > 0:
-            params = EvictParams(num_tokens=max(0, full_short), swa_num_tokens=max(0, swa_short))
-            self.listener.on_evict(self.cache.evict(params))
-
-    def _reserved(self) -> int:
-        """Memory the running requests will still allocate (decode part scaled)."""
-        ratio = self.config.decode_reserve_ratio
-        total = 0
-        for r in self.running:
-            total += max(0, self._page_ceil(r.prompt_len) - r.req.kv_allocated_len)
-            total += math.ceil(ratio * (r.spec.output_len - r.num_output))
-        return total
-
     # ------------------------------------------------------------------ prefill
     def _prefill_step(self) -> bool:
         budget = self.config.chunk_size
@@ -274,7 +231,7 @@ class Scheduler:
             else start + budget // self.page_size * self.page_size
         )
         end = self.checkpoints.chunk_end(request, start, end)
-        if end <= start or not self._alloc_row_slots(request, end):
+        if end <= start or not self.slots.alloc(request, end):
             return None
         self.chunked = None if end == prompt_len else request
         track = self.checkpoints.track_seqlen(start, end)
@@ -320,10 +277,10 @@ class Scheduler:
             request.num_admissions = previous.num_admissions + 1
         # Full KV is what a request keeps whole; SWA slots are freed out of the window as the
         # request goes, so the SWA pool is checked chunk by chunk, not here.
-        room = pools.available()["full"] + cache.evictable_size() - self._reserved()
-        need = self._page_ceil(len(tokens)) - hit
-        need += math.ceil(self.config.decode_reserve_ratio * (spec.output_len - request.num_output))
-        entry = self._next_chunk(request, budget) if need <= room else None
+        spare = self.slots.spare(
+            self.running, len(tokens), hit, spec.output_len - request.num_output
+        )
+        entry = self._next_chunk(request, budget) if spare >= 0 else None
         if entry is None:
             cache.cache_finished_req(req, is_insert=False)
             heapq.heappush(self._ready, rid)
@@ -362,11 +319,9 @@ class Scheduler:
     ) -> MatchResult:
         """Loads the match's host hit back to the device when the whole request would fit
         (the loaded tokens are slots it would allocate anyway); otherwise `match`."""
-        cache = self.cache
-        room = cache.pools.available()["full"] + cache.evictable_size() - self._reserved()
-        need = self._page_ceil(prompt_len) - match.device_prefix_len - match.host_hit_length
-        need += math.ceil(self.config.decode_reserve_ratio * outputs_left)
-        return cache.host_tier.load_back(match, max(0, room - need), req)
+        hit = match.device_prefix_len + match.host_hit_length
+        spare = self.slots.spare(self.running, prompt_len, hit, outputs_left)
+        return self.cache.host_tier.load_back(match, max(0, spare), req)
 
     def _after_prefill(self, entry: ForwardEntry, token: int | None) -> None:
         request = entry.request
@@ -393,7 +348,7 @@ class Scheduler:
         if not decoding:
             return False
         retracted = False
-        while not self._decode_fits(decoding):
+        while not self.slots.decode_fits(decoding):
             victim = min(decoding, key=lambda r: (r.num_output, -r.prompt_len))
             decoding.remove(victim)
             self._retract(victim)
@@ -401,8 +356,8 @@ class Scheduler:
         entries = []
         for r in decoding:
             position = len(r.req.token_ids) - 1
-            ok = self._alloc_row_slots(r, position + 1)
-            assert ok, "decode allocation failed after _decode_fits"
+            ok = self.slots.alloc(r, position + 1)
+            assert ok, "decode allocation failed after decode_fits"
             track = self.checkpoints.track_seqlen(position, position + 1)
             entries.append(ForwardEntry(r, position, position + 1, True, track))
         if not entries:
@@ -415,14 +370,6 @@ class Scheduler:
             if e.request.num_output < e.request.spec.output_len:
                 self._free_out_of_window(e.request)
         return True
-
-    def _decode_fits(self, decoding: list[RunningRequest]) -> bool:
-        """Whether one more token for each of `decoding` fits, evicting if needed."""
-        need = self.page_size * sum(
-            1 for r in decoding if len(r.req.token_ids) - 1 >= r.req.kv_allocated_len
-        )
-        self._make_room(need)
-        return need <= self.cache.pools.kv_allocator.available_size()
 
     def _retract(self, request: RunningRequest) -> None:
         self.running.remove(request)
