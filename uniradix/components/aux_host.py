@@ -17,10 +17,13 @@ Like every component part it frees nothing: it returns host slots for the tier t
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 
+from uniradix.components.base import TreeComponent
+from uniradix.tree.core import TreeCore
 from uniradix.tree.node import TreeNode
-from uniradix.types import Slots
+from uniradix.types import CacheSettings, Slots
 
 
 class AuxHostHalf:
@@ -122,3 +125,24 @@ class AuxHostHalf:
                 f"{self.name}: host LRU lists {sorted(n.id for n in self.lru)}, host-only "
                 f"unpinned nodes are {sorted(n.id for n in listed)}"
             )
+
+
+class AuxHostComponent(TreeComponent):
+    """What the SWA and Mamba host components share, mixed in before their device component
+    (`class HostSWAComponent(AuxHostComponent, SWAComponent)`): the host half, and the full
+    component that measures the host boundary."""
+
+    host_name: str  # the host pool's name: "swa" or "mamba"
+
+    def __init__(self, index: int, tree: TreeCore, settings: CacheSettings) -> None:
+        super().__init__(index, tree, settings)
+        self.host = AuxHostHalf(index, self.host_name)
+        self._full: Any = None  # the HostFullComponent
+
+    def attach_peers(self, components: Sequence[TreeComponent]) -> None:
+        super().attach_peers(components)
+        self._full = components[0]
+
+    def reset(self) -> None:
+        super().reset()
+        self.host.reset()

@@ -9,16 +9,13 @@ that state into a fresh device slot for the node and into the request's own slot
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-from uniradix.components.aux_host import AuxHostHalf
-from uniradix.components.base import TreeComponent
+from uniradix.components.aux_host import AuxHostComponent
 from uniradix.components.mamba import MambaComponent
-from uniradix.tree.core import MatchWalk, TreeCore, Validator
+from uniradix.tree.core import MatchWalk, Validator
 from uniradix.tree.node import TreeNode
 from uniradix.types import (
-    CacheSettings,
     FreeKind,
     FreeSlots,
     InsertParams,
@@ -27,19 +24,8 @@ from uniradix.types import (
 )
 
 
-class HostMambaComponent(MambaComponent):
-    def __init__(self, index: int, tree: TreeCore, settings: CacheSettings) -> None:
-        super().__init__(index, tree, settings)
-        self.host = AuxHostHalf(index, "mamba")
-        self._full: Any = None  # the HostFullComponent, which measures the host boundary
-
-    def attach_peers(self, components: Sequence[TreeComponent]) -> None:
-        super().attach_peers(components)
-        self._full = components[0]
-
-    def reset(self) -> None:
-        super().reset()
-        self.host.reset()
+class HostMambaComponent(AuxHostComponent, MambaComponent):
+    host_name = "mamba"
 
     # ------------------------------------------------------------------ match
     def host_match_validator(self) -> Validator:

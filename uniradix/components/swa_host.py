@@ -10,18 +10,15 @@ full slots (old ones, or the ones the same load-back gives the full KV).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from uniradix.components.aux_host import AuxHostHalf
-from uniradix.components.base import TreeComponent
+from uniradix.components.aux_host import AuxHostComponent
 from uniradix.components.swa import SWAComponent
-from uniradix.tree.core import MatchWalk, TreeCore, Validator
+from uniradix.tree.core import MatchWalk, Validator
 from uniradix.tree.node import TreeNode
 from uniradix.types import (
-    CacheSettings,
     FreeKind,
     FreeSlots,
     InsertParams,
@@ -30,19 +27,8 @@ from uniradix.types import (
 )
 
 
-class HostSWAComponent(SWAComponent):
-    def __init__(self, index: int, tree: TreeCore, settings: CacheSettings) -> None:
-        super().__init__(index, tree, settings)
-        self.host = AuxHostHalf(index, "swa")
-        self._full: Any = None  # the HostFullComponent, which measures the host boundary
-
-    def attach_peers(self, components: Sequence[TreeComponent]) -> None:
-        super().attach_peers(components)
-        self._full = components[0]
-
-    def reset(self) -> None:
-        super().reset()
-        self.host.reset()
+class HostSWAComponent(AuxHostComponent, SWAComponent):
+    host_name = "swa"
 
     # ------------------------------------------------------------------ match
     def host_match_validator(self) -> Validator:
