@@ -86,6 +86,28 @@ def test_the_revived_window_rides_in_the_batch_of_the_new_nodes_backup():
     cache.check_invariants({"full": 0, "swa": 0})
 
 
+def test_a_revived_window_stays_on_the_device_while_its_backup_is_in_flight():
+    cache, tier, engine, top, _leaf = tombstoned_top("write_through")
+    ack_all(tier, engine)
+    r = cache.insert(InsertParams(RadixKey(list(range(1, 13))), alloc(cache, 12)))
+    assert engine.ops(2)[1] == (
+        "swa",
+        "d2h",
+        [1, 2, 3, 4, 13, 14, 15, 16],
+        [5, 6, 7, 8, 9, 10, 11, 12],
+    )
+    # The anchor's lock holds only the window near it: top, 8 tokens up with W=4, is
+    # locked by the batch itself, so eviction cannot free slots 1..4 before the copy read them.
+    cache.evict(EvictParams(swa_num_tokens=16))
+    assert values(top, AUX) == ([1, 2, 3, 4], [5, 6, 7, 8])
+    assert values(r.last_device_node, AUX)[0] == [13, 14, 15, 16]
+    cache.check_invariants({"full": 0, "swa": 0})
+    ack_all(tier, engine)
+    assert cache.evict(EvictParams(swa_num_tokens=16)).swa_num_tokens_evicted >= 4
+    assert values(top, AUX) == (None, [5, 6, 7, 8])  # now a device tombstone, not a loss
+    cache.check_invariants({"full": 0, "swa": 0})
+
+
 def test_write_through_selective_backs_up_a_revived_window_on_a_hot_node():
     cache, tier, engine, top, leaf = tombstoned_top("write_through_selective")
     for _ in range(2):  # two more requests with the same cursor: the chain becomes hot

@@ -8,7 +8,8 @@
   state on a backed-up fragment), so their next device tombstone would lose it;
 - `submit_backup`: one batch for both: host slots committed now, bytes moved by the engine;
   the chain is marked `{"write": ticket}`, the revived copies are remembered by ticket
-  (`tier.revived_copies`) so a failed batch can drop them;
+  (`tier.revived_copies`) so a failed batch can drop them, and every node whose window or
+  state the batch reads stays locked until the ack (`tier.writes`, `tier.aux_locks`);
 - `drop_failed_backup`: a batch whose copy raised loses its host copies.
 
 The controller (`uniradix.tiers.controller`) calls these and drains the acks.
@@ -104,6 +105,12 @@ def submit_backup(
             tier.revived_copies[ticket] = mine
     if lock:
         tier.writes[ticket] = (anchor, tier.cache.inc_lock_ref(anchor))
+        # The anchor's lock holds the chain's full KV but only the window and the state
+        # near the anchor: every other node whose window or state the batch reads is locked
+        # too, or device eviction could free slots (for a new request to overwrite) that an
+        # asynchronous copy has yet to read.
+        if others := [n for n in dict.fromkeys(c[0] for c in copies) if n is not anchor]:
+            tier.aux_locks[ticket] = [(n, tier.cache.inc_lock_ref(n)) for n in others]
     return ticket
 
 

@@ -124,6 +124,7 @@ class HostTier(NoHostTier):
         self.loads: dict[int, tuple[TreeNode, IncLockRefResult]] = {}
         # write tickets -> the revived windows and states they back up (`backup_plan`)
         self.revived_copies: dict[int, list[aux_tier.AuxCopy]] = {}
+        self.aux_locks: dict[int, list[tuple[TreeNode, IncLockRefResult]]] = {}  # by write
         self._acked: set[int] = set()
         self._failed: set[int] = set()  # acked tickets whose copies raised
         self.host_kv: HostKVPool | None = None  # the host KV bytes, when the model has layers
@@ -172,6 +173,8 @@ class HostTier(NoHostTier):
                 if self.storage is not None:
                     self.storage.backup(chain)
             self.cache.dec_lock_ref(anchor, receipt)
+            for node, lock in self.aux_locks.pop(ticket, ()):
+                self.cache.dec_lock_ref(node, lock)
 
     def _report(self, nodes: list[TreeNode], medium: str, stored: bool) -> None:
         """Tells the cache's event sink, if any, what just committed (in `nodes` order)."""
@@ -381,6 +384,7 @@ class HostTier(NoHostTier):
         self.writes.clear()
         self.loads.clear()
         self.revived_copies.clear()
+        self.aux_locks.clear()
         self._acked.clear()
         self._failed.clear()
         self.host_pools.reset()

@@ -63,6 +63,10 @@ def check_host_tier(tier: HostTierView, errors: list[str]) -> None:
         for ticket, (anchor, _) in pending.items():
             if not tree.in_tree(anchor) or anchor.data[0].lock_ref == 0:
                 errors.append(f"host_full: {kind} {ticket} anchor {anchor} not in tree or unlocked")
+    for ticket, locks in tier.aux_locks.items():
+        for node, _ in locks:
+            if ticket not in tier.writes or not tree.in_tree(node) or node.data[0].lock_ref == 0:
+                errors.append(f"host_full: write {ticket} holds {node}, not in flight or unlocked")
 
 
 def _check_aux_pool(tier: HostTierView, component: Any, errors: list[str]) -> None:

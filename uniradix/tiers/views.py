@@ -108,6 +108,8 @@ class HostTierView(Protocol):
     @property
     def loads(self) -> dict[int, tuple[TreeNode, IncLockRefResult]]: ...
     @property
+    def aux_locks(self) -> dict[int, list[tuple[TreeNode, IncLockRefResult]]]: ...
+    @property
     def aux(self) -> list[Any]: ...  # the SWA / Mamba host halves, in cache order
     # The ticket bookkeeping a failed load-back undoes (the tier's own sets, in place).
     @property
