@@ -32,6 +32,31 @@ def test_allocator_rejects_bad_frees(slots: list[int], message: str) -> None:
     assert allocator.available_size() == 3
 
 
+@pytest.mark.parametrize(
+    ("slots", "message"),
+    [([2], "not allocated"), ([0], "outside"), ([5], "outside"), ([1, 1], "duplicate")],
+)
+def test_free_slots_rejects_what_free_rejects(slots: list[int], message: str) -> None:
+    allocator = MambaSlotAllocator(4)
+    allocator.alloc_one()
+    with pytest.raises(ValueError, match=message):
+        allocator.free_slots(slots)
+    assert allocator.available_size() == 3
+
+
+@pytest.mark.parametrize("freed", [[3], [2, 4], [4, 2], [1, 3, 4]])
+def test_free_slots_and_alloc_one_keep_the_stack_order_of_free_and_alloc(freed: list[int]) -> None:
+    """The per-slot fast paths leave the free stack exactly as the array paths do."""
+    fast, arrays = MambaSlotAllocator(6), MambaSlotAllocator(6)
+    assert [fast.alloc_one() for _ in range(5)] == arrays.alloc(5).tolist()  # type: ignore[union-attr]
+    fast.free_slots(freed)
+    arrays.free(torch.tensor(freed))
+    assert [fast.alloc_one() for _ in range(len(freed) + 1)] == (
+        arrays.alloc(len(freed) + 1).tolist()  # type: ignore[union-attr]
+    )
+    assert fast.alloc_one() is None
+
+
 def test_state_copy_and_clear_touch_every_layer() -> None:
     states = MambaStatePool(3, num_layers=2, conv_shape=(2, 3), temporal_shape=(4,))
     assert tuple(states.conv_states.shape) == (2, 4, 2, 3)

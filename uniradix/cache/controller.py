@@ -119,6 +119,7 @@ class UnifiedRadixCache:
         self._receipts = LockReceipts()
         self.device = pools.kv_allocator.device
         self._on_cpu = self.device.type == "cpu"
+        self._num_pages = pools.kv_allocator.capacity // settings.page_size  # full-KV pages
         self._empty: Slots = np.empty(0, dtype=np.int64)
         self.tree.root.data[0].value = self._empty
         self.mamba_requests = (
@@ -190,7 +191,7 @@ class UnifiedRadixCache:
         """Caches `params.key` -> `params.value`; frees the value's duplicate slots."""
         key = params.key
         num_units = self._aligned_len(key)
-        value = checked_value(params, self.page_size)[:num_units]
+        value = checked_value(params, self.page_size, self._num_pages)[:num_units]
         if not 0 <= params.prev_prefix_len <= len(params.key):
             raise ValueError(
                 f"prev_prefix_len={params.prev_prefix_len} outside [0, {len(params.key)}]"
@@ -217,7 +218,9 @@ class UnifiedRadixCache:
             if start < adopted_from:
                 tree_slots = self._span_slots(node, num)
                 actions.extend(
-                    duplicate_frees(tree_slots, offset, start, adopted_from, value, swa_cursor)
+                    duplicate_frees(
+                        tree_slots, offset, start, adopted_from, value, swa_cursor, self.page_size
+                    )
                 )
 
         target, prefix_len, is_new = self.tree.insert(

@@ -68,14 +68,13 @@ class LockReceipts:
         if stored is None:
             raise ValueError(f"release_window_lock: request holds no outstanding lock: {req.lock}")
         skipped = stored.skipped_lock_components
-        released = tuple(
-            c.component_type
-            for c in components
-            if c.component_type not in skipped
-            and c.release_window_lock(
-                req, stored.node, stored.component_lock_uuids[c.component_type]
-            )
-        )
+        released: tuple[ComponentKey, ...] = ()
+        for c in components:  # a loop, not a generator: runs per request per step
+            kind = c.component_type
+            if kind not in skipped and c.release_window_lock(
+                req, stored.node, stored.component_lock_uuids[kind]
+            ):
+                released += (kind,)
         if released:
             updated = dataclasses.replace(stored, skipped_lock_components=skipped + released)
             self._outstanding[stored.receipt_id] = req.lock = updated

@@ -23,8 +23,8 @@ if TYPE_CHECKING:
 
 
 def cache_unfinished_req(cache: ControllerView, req: Req) -> None:
-    row, key = _req_row_and_key(cache, req)
-    result = _insert_req(cache, req, row, key, finished=False)
+    row = _checked_row(req)
+    result = _insert_req(cache, req, row, _key(cache, req), finished=False)
     new = cache.path_indices(result.last_device_node)
     protected = req.cache_protected_len
     cache.pools.req_to_token_pool.write(row, protected, new[protected:])
@@ -36,13 +36,13 @@ def cache_unfinished_req(cache: ControllerView, req: Req) -> None:
 
 
 def cache_finished_req(cache: ControllerView, req: Req, is_insert: bool) -> None:
-    row, key = _req_row_and_key(cache, req)
+    row = _checked_row(req)
     owned_from = req.cache_protected_len
     if is_insert:
-        result = _insert_req(cache, req, row, key, finished=True)
+        result = _insert_req(cache, req, row, _key(cache, req), finished=True)
         owned_from = cache.tree.prefix_len(result.last_device_node)
         cache.sessions.register(req.session_id, result.last_device_node)
-    tail = cache.pools.req_to_token_pool.read(row, owned_from, req.kv_allocated_len)
+    tail = cache.pools.req_to_token_pool.host_read(row, owned_from, req.kv_allocated_len)
     if tail.shape[0]:
         cache.pools.kv_allocator.free(tail)
     if req.lock is not None:
@@ -71,7 +71,7 @@ def free_out_of_window_slots(cache: ControllerView, req: Req) -> int:
     return freed
 
 
-def _req_row_and_key(cache: ControllerView, req: Req) -> tuple[int, RadixKey]:
+def _checked_row(req: Req) -> int:
     if req.req_pool_idx is None:
         raise ValueError("request has no req_pool_idx (never admitted, or already finished)")
     if not 0 <= req.cache_protected_len <= req.kv_committed_len <= req.kv_allocated_len:
@@ -82,8 +82,14 @@ def _req_row_and_key(cache: ControllerView, req: Req) -> tuple[int, RadixKey]:
         )
     if req.kv_committed_len > len(req.token_ids):
         raise ValueError(f"kv_committed_len={req.kv_committed_len} > {len(req.token_ids)} tokens")
+    return req.req_pool_idx
+
+
+def _key(cache: ControllerView, req: Req) -> RadixKey:
+    """The page-aligned key of the request's computed tokens (built only to insert: a
+    request dropped without caching needs none)."""
     key = cache.make_key(req.token_ids[: req.kv_committed_len], req.extra_key)
-    return req.req_pool_idx, key.page_aligned(cache.page_size)
+    return key.page_aligned(cache.page_size)
 
 
 def _insert_req(

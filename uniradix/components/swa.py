@@ -316,7 +316,8 @@ class SWAComponent(TreeComponent):
         """First position whose SWA KV `req` may still read: the next token's window, and the
         last window of the page-aligned key `req` will be cached under, stay live; so does
         the window ending at each of `req.checkpoint_seqlens` within one window back."""
-        end = self._page_floor(req.kv_committed_len)
+        committed = req.kv_committed_len  # inline page floor: runs twice per request per step
+        end = committed - committed % self.settings.page_size
         start = end - self.window_tail
         for c in req.checkpoint_seqlens:
             # The window ending at a checkpoint stays while it is at most one window back.

@@ -50,6 +50,7 @@ class TokenSlotAllocator:
         self._top = self.num_pages
         self._in_use = np.zeros(self.num_pages + 1, dtype=bool)
         self._page_offsets = np.arange(page_size, dtype=np.int64)
+        self._on_cpu = self.device.type == "cpu"
 
     def available_size(self) -> int:
         """Free slots."""
@@ -60,6 +61,15 @@ class TokenSlotAllocator:
 
     def alloc(self, num_tokens: int) -> torch.Tensor | None:
         """`num_tokens` fresh slots (a multiple of the page size), or None when short."""
+        slots = self.alloc_host(num_tokens)
+        if slots is None:
+            return None
+        host = torch.from_numpy(slots)
+        return host if self._on_cpu else host.to(self.device)
+
+    def alloc_host(self, num_tokens: int) -> Slots | None:
+        """`alloc` as host int64 slots, for a pool pairing allocations on the host (no
+        tensor is made)."""
         if num_tokens < 0 or num_tokens % self.page_size:
             raise ValueError(
                 f"alloc({num_tokens}): need a non-negative multiple of page_size={self.page_size}"
@@ -70,7 +80,9 @@ class TokenSlotAllocator:
         pages = self._stack[self._top - k : self._top][::-1].copy()
         self._top -= k
         self._in_use[pages] = True
-        return self._slots_of(pages)
+        if self.page_size == 1:
+            return pages
+        return (pages[:, None] * self.page_size + self._page_offsets).reshape(-1)
 
     def alloc_pages(self, num_pages: int) -> torch.Tensor | None:
         return self.alloc(num_pages * self.page_size)
@@ -140,10 +152,3 @@ class TokenSlotAllocator:
         self._stack[:] = np.arange(self.num_pages, 0, -1, dtype=np.int64)
         self._top = self.num_pages
         self._in_use[:] = False
-
-    def _slots_of(self, pages: Slots) -> torch.Tensor:
-        if self.page_size == 1:
-            slots = pages
-        else:
-            slots = (pages[:, None] * self.page_size + self._page_offsets).reshape(-1)
-        return torch.from_numpy(slots).to(self.device)

@@ -40,12 +40,35 @@ class MambaSlotAllocator(TokenSlotAllocator):
             raise ValueError(f"num_slots must be >= 1, got {num_slots}")
         super().__init__(num_slots, 1, device)
 
+    # A state slot is one page, taken and given back one or two at a time per request
+    # (several times per admission): plain Python on the free stack, no arrays made, with
+    # the same order and the same checks as `alloc` / `free`.
     def alloc_one(self) -> int | None:
-        slots = self.alloc(1)
-        return None if slots is None else int(slots[0])
+        if not self._top:
+            return None
+        self._top -= 1
+        slot = int(self._stack[self._top])
+        self._in_use[slot] = True
+        return slot
 
     def free_slots(self, slots: Sequence[int]) -> None:
-        self.free(np.array(list(slots), dtype=np.int64))
+        if len(slots) > 2:
+            self.free(np.array(list(slots), dtype=np.int64))
+            return
+        ordered = sorted(int(s) for s in slots)
+        if len(ordered) == 2 and ordered[0] == ordered[1]:
+            raise ValueError(f"free: duplicate slots in one call: {ordered[:1]}")
+        for slot in ordered:
+            if not 1 <= slot <= self.num_pages:
+                raise ValueError(f"free: pages outside [1, {self.num_pages}]: {ordered}")
+            if not self._in_use[slot]:
+                raise ValueError(
+                    f"free: pages {[slot]} are not allocated (freed twice, or never allocated)"
+                )
+        for slot in reversed(ordered):  # the stack order `free_pages` leaves
+            self._in_use[slot] = False
+            self._stack[self._top] = slot
+            self._top += 1
 
 
 class MambaStatePool:

@@ -53,7 +53,12 @@ class ReqToTokenPool:
             raise ValueError(
                 f"write: positions [{start}, {end}) exceed max_context_len={self.max_context_len}"
             )
-        self.req_to_token[row, start:end] = slots
+        if self._host_table is not None and isinstance(slots, torch.Tensor) and slots.is_cpu:
+            # Through the numpy view: a torch slice assignment costs ~10x more per call, and
+            # the scheduler writes once per request per allocation.
+            self._host_table[row, start:end] = slots.numpy()
+        else:
+            self.req_to_token[row, start:end] = slots
 
     def read(self, row: int, start: int, end: int) -> torch.Tensor:
         return self.req_to_token[row, start:end]

@@ -69,10 +69,11 @@ class SWASlotAllocator:
             )
         if num_tokens > self.available_size():
             return None
-        full, swa = self.full.alloc(num_tokens), self.swa.alloc(num_tokens)
+        full, swa = self.full.alloc_host(num_tokens), self.swa.alloc_host(num_tokens)
         assert full is not None and swa is not None
-        self.full_to_swa[to_numpy(full)] = to_numpy(swa)
-        return full
+        self.full_to_swa[full] = swa
+        slots = torch.from_numpy(full)
+        return slots if self.device.type == "cpu" else slots.to(self.device)
 
     def alloc_swa_for(self, full: Slots) -> Slots | None:
         """Gives allocated full slots without SWA peers (whole pages) fresh SWA peers and

@@ -21,7 +21,8 @@ class ReplayMetrics:
 
     def __init__(self, cache: UnifiedRadixCache, num_requests: int, progress: bool) -> None:
         self.cache = cache
-        self.pools = list(cache.pools.capacities())
+        self._capacity = cache.pools.capacities()  # fixed: read once, not per step
+        self.pools = list(self._capacity)
         self.prompt_tokens = 0
         self.hit_tokens = 0
         self.host_hit_tokens = 0  # part of hit_tokens loaded back from the host tier
@@ -87,7 +88,7 @@ class ReplayMetrics:
         self._bar.update(1)
 
     def on_step(self, scheduler: SchedulerView) -> None:
-        capacity, free = self.cache.pools.capacities(), self.cache.pools.available()
+        capacity, free = self._capacity, self.cache.pools.available()
         for pool in self.pools:
             used = capacity[pool] - free[pool]
             self.timeline[pool].append(used)

@@ -10,6 +10,7 @@ request is admitted.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Protocol
 
 import numpy as np
@@ -103,7 +104,7 @@ class RequestSpec:
             raise ValueError(f"request {rid}: output_len must be >= 1, got {output_len}")
         return cls(rid, prompt, np.zeros(output_len, dtype=np.int64))
 
-    @property
+    @cached_property  # read per running request per step (the decode reserve)
     def output_len(self) -> int:
         return int(self.output_ids.shape[0])
 

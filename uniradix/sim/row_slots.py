@@ -59,10 +59,10 @@ class RowSlots:
 
     def reserved(self, running: Sequence[RunningRequest]) -> int:
         """Memory the running requests will still allocate (decode part scaled)."""
-        total = 0
-        for r in running:
-            total += max(0, self.page_ceil(r.prompt_len) - r.req.kv_allocated_len)
-            total += math.ceil(self.decode_reserve_ratio * (r.spec.output_len - r.num_output))
+        total, ps, ratio = 0, self.page_size, self.decode_reserve_ratio
+        for r in running:  # per admission tried, over every running request: kept inline
+            total += max(0, -(-r.prompt_len // ps) * ps - r.req.kv_allocated_len)
+            total += math.ceil(ratio * (r.spec.output_len - r.num_output))
         return total
 
     def spare(
@@ -71,8 +71,9 @@ class RowSlots:
         """Full-KV slots left (negative: short) once a request of `prompt_len` tokens with
         `hit` cached and `outputs_left` to decode is counted beside `running`: free and
         evictable, less what every one of them will still allocate (decode part scaled)."""
-        cache = self.cache
-        room = cache.pools.available()["full"] + cache.evictable_size() - self.reserved(running)
+        kv = self.cache.pools.kv_allocator
+        free = kv.full_available_size() if isinstance(kv, SWASlotAllocator) else kv.available_size()
+        room = free + self.cache.evictable_size() - self.reserved(running)
         need = self.page_ceil(prompt_len) - hit
         return room - need - math.ceil(self.decode_reserve_ratio * outputs_left)
 

@@ -266,10 +266,8 @@ class Scheduler:
             )
         req.lock = cache.inc_lock_ref(match.last_device_node)
         req.last_node = match.last_device_node
-        pools.req_to_token_pool.write(row, 0, match.device_indices)
         hit = match.device_prefix_len
         req.cache_protected_len = req.kv_committed_len = req.kv_allocated_len = hit
-        req.checkpoint_seqlens = self.checkpoints.seqlens(len(tokens), match)
         request = RunningRequest(spec, req, len(tokens), mamba_branch=match.mamba_branching_seqlen)
         request.host_hit_tokens = hit - device_hit
         if previous is not None:
@@ -280,7 +278,13 @@ class Scheduler:
         spare = self.slots.spare(
             self.running, len(tokens), hit, spec.output_len - request.num_output
         )
-        entry = self._next_chunk(request, budget) if spare >= 0 else None
+        entry = None
+        if spare >= 0:
+            # The row and the checkpoints only once memory allows: on a saturated server most
+            # admissions tried stop at `spare`, and a request dropped uncached reads neither.
+            pools.req_to_token_pool.write(row, 0, match.device_indices)
+            req.checkpoint_seqlens = self.checkpoints.seqlens(len(tokens), match)
+            entry = self._next_chunk(request, budget)
         if entry is None:
             cache.cache_finished_req(req, is_insert=False)
             heapq.heappush(self._ready, rid)
