@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 import zmq
 
-from benchmarks.ops import play
-from benchmarks.streams import StreamSpec, requests
+from benchmarks.ops import OPS, serve_batch, summarize
+from benchmarks.streams import Request, StreamSpec, requests
 from benchmarks.uniradix_side import FullAdapter, build_full
 from uniradix.events import (
     BlockStored,
@@ -58,20 +58,38 @@ TRACE = str(ROOT.parent / "shared/reference/mooncake_synthetic_trace.jsonl")
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-class EventsAdapter(FullAdapter):
-    """FullAdapter whose cache publishes KV events; flushes once per request (a step)."""
+class StepAdapter(FullAdapter):
+    """FullAdapter ending each request (a scheduler step) after its insert: the event stream,
+    if any, is flushed (timed apart), then, with `cool_kb`, a buffer of that size is written
+    so that the next step's calls find the CPU caches as cold as after a server's other work
+    between steps (the same in every mode, events or not)."""
 
-    def __init__(self, adapter: FullAdapter, use_zmq: bool, sender: str = "thread") -> None:
+    def __init__(
+        self, adapter: FullAdapter, stream: KVEventStream | None = None, cool_kb: int = 0
+    ) -> None:
         super().__init__(adapter.cache)
-        config = KVEventsConfig(endpoint="tcp://127.0.0.1:*", sender=sender)
-        publisher = ZmqEventPublisher(config) if use_zmq else NullEventPublisher()
-        self.stream = KVEventStream(self.cache, [publisher])
+        self.stream = stream
         self.flush_ns: list[int] = []
+        self._cool = np.zeros(cool_kb * 1024 // 8, dtype=np.int64) if cool_kb else None
 
     def after_insert(self, result: InsertResult, state: Any) -> None:
-        t0 = time.perf_counter_ns()
-        self.stream.flush()
-        self.flush_ns.append(time.perf_counter_ns() - t0)
+        if self.stream is not None:
+            t0 = time.perf_counter_ns()
+            self.stream.flush()
+            self.flush_ns.append(time.perf_counter_ns() - t0)
+        if self._cool is not None:
+            self._cool += 1
+
+    def sender_ns(self) -> int:
+        """Encoding and sending done by publisher threads (inline senders do it within the
+        flush, already timed there)."""
+        if self.stream is None:
+            return 0
+        return sum(
+            p.busy_ns
+            for p in self.stream.publishers
+            if isinstance(p, ZmqEventPublisher) and p.config.sender == "thread"
+        )
 
 
 class IdleSink:
@@ -93,6 +111,11 @@ class IdleSink:
 _ZERO = bytes(32)  # a stand-in NONE_HASH
 TIMED_OPS = ("match", "insert", "evict")
 MODES = ("none", "hook", "null", "zmq", "zmq_inline")
+SEGMENT = 25  # requests a variant plays before the next one's turn (ops)
+OPS_STREAMS = {
+    "chat": (StreamSpec("chat"), 1 << 16),
+    "mooncake": (StreamSpec("mooncake", scale=0.1, trace_path=TRACE), 1 << 20),
+}
 
 
 def _git_show(rev: str, path: str) -> str:
@@ -111,65 +134,113 @@ def _before_recorder(rev: str) -> type[Any]:
     return recorder
 
 
-def _adapter(mode: str, page_size: int, pool: int, before: type[Any] | None) -> FullAdapter:
+def _adapter(
+    mode: str, page_size: int, pool: int, before: type[Any] | None, cool_kb: int
+) -> StepAdapter:
     adapter = build_full(page_size, pool)
+    if mode == "none":
+        return StepAdapter(adapter, None, cool_kb)
     if mode == "hook":
         adapter.cache.set_event_sink(IdleSink())
-    elif mode != "none":
-        sender = "inline" if mode == "zmq_inline" else "thread"
-        adapter = EventsAdapter(adapter, use_zmq=mode.startswith("zmq"), sender=sender)
-        if mode.endswith("before") and before is not None:
-            stream = adapter.stream
-            stream.recorder = before(adapter.cache)
-            adapter.cache.set_event_sink(stream.recorder)
-    return adapter
+        return StepAdapter(adapter, None, cool_kb)
+    sender = "inline" if mode == "zmq_inline" else "thread"
+    config = KVEventsConfig(endpoint="tcp://127.0.0.1:*", sender=sender)
+    publisher = ZmqEventPublisher(config) if mode.startswith("zmq") else NullEventPublisher()
+    stream = KVEventStream(adapter.cache, [publisher])
+    if mode.endswith("before") and before is not None:
+        stream.recorder = before(adapter.cache)
+        adapter.cache.set_event_sink(stream.recorder)
+    return StepAdapter(adapter, stream, cool_kb)
 
 
-def bench_ops(rounds: int, page_sizes: list[int], before_rev: str | None) -> dict[str, Any]:
-    """Per-op medians of match / insert / evict and the flush per request, for every mode
-    in one process, modes interleaved round by round (the machine's drift hits all alike).
+def bench_ops(
+    rounds: int,
+    page_sizes: list[int],
+    before_rev: str | None,
+    cool_kbs: list[int],
+    stream_names: list[str],
+) -> dict[str, Any]:
+    """Per-op medians of match / insert / evict and the step's event work per request, for
+    every mode in one process, modes interleaved round by round (the machine's drift hits
+    all alike), each mode with the CPU caches left as the step left them (`cool_kb` 0) and
+    with `cool_kb` written between steps (`StepAdapter`).
     Modes: `none` no sink; `hook` a sink that ignores its reports (the call sites' cost);
     `null` the recorder flushed to a `NullEventPublisher`; `zmq` publishing over loopback
     ZMQ (sender thread), `zmq_inline` the same sent by the caller; `null_before` and
     `zmq_before` the same as `null` and `zmq` with the recorder of git revision
-    `before_rev`."""
-    streams = {
-        "chat": (StreamSpec("chat"), 1 << 16),
-        "mooncake": (StreamSpec("mooncake", scale=0.1, trace_path=TRACE), 1 << 20),
-    }
+    `before_rev`.
+
+    Where the event work is counted: the calls' medians hold what the hooks do inside the
+    calls, and whatever a sender thread's encoding takes from them (the GIL); the flush
+    (hashing, coalescing, queueing; encoding and sending too when inline) is timed per
+    request in the caller, and a sender thread's encoding and sending per request from its
+    own clock (`sender_us_per_request`); `calls_with_step_vs_none` adds both to the calls."""
+    streams = {name: OPS_STREAMS[name] for name in stream_names}
     before = _before_recorder(before_rev) if before_rev else None
     modes = (*MODES, "null_before", "zmq_before") if before else MODES
-    out: dict[str, Any] = {"before_rev": before_rev, "rounds": rounds}
+    variants = [(mode, kb) for kb in cool_kbs for mode in modes]
+    out: dict[str, Any] = {"before_rev": before_rev, "rounds": rounds, "cool_kb": cool_kbs}
     for page_size in page_sizes:
         for name, (spec, pool) in streams.items():
-            runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
+            runs: dict[tuple[str, int], list[dict[str, Any]]] = {v: [] for v in variants}
+            reqs = list(requests(spec))
             for _ in range(rounds):
-                for mode in modes:
-                    adapter = _adapter(mode, page_size, pool, before)
-                    result = play(adapter, requests(spec))
-                    ops = result["ops"]
-                    run: dict[str, Any] = {
-                        "median_us": {op: ops[op]["median_us"] for op in TIMED_OPS if op in ops},
-                        "count": {op: ops[op]["count"] for op in TIMED_OPS if op in ops},
-                        "requests": result["requests"],
-                        "hit_rate": result["hit_rate"],
-                    }
-                    if isinstance(adapter, EventsAdapter):
-                        run["flush_us_per_request"] = (
-                            sum(adapter.flush_ns) / 1e3 / len(adapter.flush_ns)
-                        )
-                        run["events"] = adapter.stream.events_published
-                        adapter.stream.close()
-                    runs[mode].append(run)
-            out[f"{name}_page{page_size}"] = summary = _ops_summary(runs)
-            print(name, page_size, json.dumps(summary["ratio_vs_none"]))
-            print("   flush us/request", json.dumps(summary["flush_us_per_request"]))
+                played = _interleaved(variants, page_size, pool, before, reqs)
+                for variant, run in played.items():
+                    runs[variant].append(run)
+            for kb in cool_kbs:
+                key = f"{name}_page{page_size}" + (f"_cool{kb}kb" if kb else "")
+                out[key] = summary = _ops_summary({m: runs[m, kb] for m in modes})
+                print(key, json.dumps(summary["ratio_vs_none"]))
+                print("   step us/request", json.dumps(summary["step_us_per_request"]))
+    return out
+
+
+def _interleaved(
+    variants: list[tuple[str, int]],
+    page_size: int,
+    pool: int,
+    before: type[Any] | None,
+    reqs: list[Request],
+) -> dict[tuple[str, int], dict[str, Any]]:
+    """Every variant (mode, cool_kb) plays `reqs` on its own cache, `SEGMENT` requests at a
+    time in turn (the order rotating by segment), so that the machine's drift reaches all
+    alike within a fraction of a second. A switch leaves the next variant's first request
+    of a segment with another's CPU caches (and, after a sender thread's step, its last
+    encoding): one request in `SEGMENT`, below the medians."""
+    adapters = {v: _adapter(v[0], page_size, pool, before, v[1]) for v in variants}
+    times = {v: {op: [] for op in OPS} for v in variants}
+    totals = {v: {"prompt": 0, "hit": 0, "failed": 0, "num": 0, "wall_ns": 0} for v in variants}
+    order = list(variants)
+    for start in range(0, len(reqs), SEGMENT):
+        for v in order:
+            for req in reqs[start : start + SEGMENT]:
+                serve_batch(adapters[v], [req], times[v], totals[v])
+        order.append(order.pop(0))
+    out = {}
+    for v, adapter in adapters.items():
+        adapter.check()
+        ops, num = summarize(times[v]), totals[v]["num"]
+        run: dict[str, Any] = {
+            "median_us": {op: ops[op]["median_us"] for op in TIMED_OPS if op in ops},
+            "count": {op: ops[op]["count"] for op in TIMED_OPS if op in ops},
+            "requests": num,
+            "hit_rate": totals[v]["hit"] / totals[v]["prompt"],
+        }
+        if adapter.stream is not None:
+            adapter.stream.close()  # the sender thread has sent everything: its clock is final
+            run["flush_us_per_request"] = sum(adapter.flush_ns) / 1e3 / num
+            run["sender_us_per_request"] = adapter.sender_ns() / 1e3 / num
+            run["events"] = adapter.stream.events_published
+        out[v] = run
     return out
 
 
 def _ops_summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    """Per mode: each op's median over the rounds' medians, its ratio to `none`; the flush
-    per request (median over rounds) and the calls' total with the flush, as a ratio."""
+    """Per mode: each op's median over the rounds' medians and its ratio to `none`, with the
+    range of the per-round ratios (each round's mode against that round's `none`); the
+    flush and the sender thread's work per request (medians over rounds) and the calls'
+    total with them, as a ratio."""
     median_us = {
         mode: {op: statistics.median(r["median_us"][op] for r in rs) for op in rs[0]["median_us"]}
         for mode, rs in runs.items()
@@ -179,26 +250,42 @@ def _ops_summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         mode: {op: round(v / base[op], 3) for op, v in ops.items()}
         for mode, ops in median_us.items()
     }
-    flush = {
-        mode: round(statistics.median(r["flush_us_per_request"] for r in rs), 1)
-        for mode, rs in runs.items()
-        if "flush_us_per_request" in rs[0]
-    }
+    none_runs = runs["none"]
+    ratio_range = {}
+    for mode, rs in runs.items():
+        per_round = {
+            op: [
+                r["median_us"][op] / b["median_us"][op] for r, b in zip(rs, none_runs, strict=True)
+            ]
+            for op in rs[0]["median_us"]
+        }
+        ratio_range[mode] = {
+            op: [round(min(v), 3), round(max(v), 3)] for op, v in per_round.items()
+        }
+    flush, sender = {}, {}
+    for mode, rs in runs.items():
+        if "flush_us_per_request" in rs[0]:
+            flush[mode] = round(statistics.median(r["flush_us_per_request"] for r in rs), 1)
+            sender[mode] = round(statistics.median(r["sender_us_per_request"] for r in rs), 1)
+    step = {mode: round(flush[mode] + sender[mode], 1) for mode in flush}
     # The timed calls per request, robust to this machine's spikes: each op's median
     # (over rounds of per-run medians) times its calls per request.
     calls_us = {
         mode: sum(median_us[mode][op] * n / rs[0]["requests"] for op, n in rs[0]["count"].items())
         for mode, rs in runs.items()
     }
-    with_flush = {
-        mode: round((calls_us[mode] + flush.get(mode, 0.0)) / calls_us["none"], 3) for mode in runs
+    with_step = {
+        mode: round((calls_us[mode] + step.get(mode, 0.0)) / calls_us["none"], 3) for mode in runs
     }
     return {
         "median_us": median_us,
         "ratio_vs_none": ratio,
+        "ratio_range_over_rounds": ratio_range,
         "flush_us_per_request": flush,
+        "sender_us_per_request": sender,
+        "step_us_per_request": step,
         "calls_us_per_request": {m: round(v, 1) for m, v in calls_us.items()},
-        "calls_with_flush_vs_none": with_flush,
+        "calls_with_step_vs_none": with_step,
         "runs": runs,
     }
 
@@ -329,13 +416,23 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--page-sizes", type=int, nargs="+", default=[1, 16])
     parser.add_argument("--before", help="git revision whose recorder runs as `zmq_before`")
+    parser.add_argument(
+        "--cool-kb",
+        type=int,
+        nargs="+",
+        default=[0, 4096],
+        help="KiB written between steps (ops; 0: none), each value a variant of every mode",
+    )
+    parser.add_argument(
+        "--streams", nargs="+", choices=sorted(OPS_STREAMS), default=["chat", "mooncake"]
+    )
     parser.add_argument("--batches", type=int, default=20000)
     parser.add_argument("--events-per-batch", type=int, default=8)
     parser.add_argument("--max-requests", type=int)
     parser.add_argument("--tokens", type=int, default=131072, help="prefix length (hashing)")
     args = parser.parse_args()
     if args.part == "ops":
-        result = bench_ops(args.rounds, args.page_sizes, args.before)
+        result = bench_ops(args.rounds, args.page_sizes, args.before, args.cool_kb, args.streams)
     elif args.part == "hashing":
         result = bench_hashing(args.tokens, args.before)
     elif args.part == "publisher":
