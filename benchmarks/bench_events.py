@@ -9,12 +9,14 @@ routing buys on the Mooncake trace.
 `ops` plays the same request stream (`benchmarks/streams.py`, the call sequence of
 `benchmarks/ops.py`) on caches without a sink (`none`), with a sink that ignores its reports
 (`hook`), with the recorder flushing to a null publisher (`null`), publishing to a real ZMQ
-socket (`zmq` from the sender thread, `zmq_inline` from the caller) and, with `--before
-REV`, the recorder of an older revision (`null_before`, `zmq_before`), modes interleaved
-round by round in one process, at each `--page-sizes`. The timed cache calls (match /
-insert / evict medians) show the cost next to the events; the flush (hashing, coalescing,
-queueing; with the thread sender, encoding and sending run on the publisher's thread) is
-timed apart, per request, since it runs once per scheduler step.
+socket (`zmq` from the sender thread, `zmq_per_batch` from a thread woken per batch,
+`zmq_inline` from the caller) and, with `--before REV`, the recorder of an older revision
+(`null_before`, `zmq_before`), at each `--page-sizes`, each mode also with the CPU caches
+cooled between steps (`--cool-kb`). All variants play in one process, 25 requests at a time
+in turn. The timed cache calls (match / insert / evict medians) show the cost inside and
+next to the events' work; that work itself is counted per request (one request is one
+scheduler step): the flush in the caller (hashing, coalescing, queueing; encoding and
+sending too when inline) and a sender thread's encoding and sending (its CPU clock).
 Results go to `benchmarks/results/events_<part>.json`.
 """
 
@@ -62,7 +64,8 @@ class StepAdapter(FullAdapter):
     """FullAdapter ending each request (a scheduler step) after its insert: the event stream,
     if any, is flushed (timed apart), then, with `cool_kb`, a buffer of that size is written
     so that the next step's calls find the CPU caches as cold as after a server's other work
-    between steps (the same in every mode, events or not)."""
+    between steps (the same in every mode, events or not; 64 MiB is twice this machine's
+    L3)."""
 
     def __init__(
         self, adapter: FullAdapter, stream: KVEventStream | None = None, cool_kb: int = 0
@@ -70,6 +73,8 @@ class StepAdapter(FullAdapter):
         super().__init__(adapter.cache)
         self.stream = stream
         self.flush_ns: list[int] = []
+        # numpy releases the GIL while it writes, so a sender thread may run meanwhile, as it
+        # would while a server waits on the GPU; its CPU time is counted all the same.
         self._cool = np.zeros(cool_kb * 1024 // 8, dtype=np.int64) if cool_kb else None
 
     def after_insert(self, result: InsertResult, state: Any) -> None:
@@ -110,7 +115,7 @@ class IdleSink:
 
 _ZERO = bytes(32)  # a stand-in NONE_HASH
 TIMED_OPS = ("match", "insert", "evict")
-MODES = ("none", "hook", "null", "zmq", "zmq_inline")
+MODES = ("none", "hook", "null", "zmq", "zmq_per_batch", "zmq_inline")
 SEGMENT = 25  # requests a variant plays before the next one's turn (ops)
 OPS_STREAMS = {
     "chat": (StreamSpec("chat"), 1 << 16),
@@ -144,7 +149,8 @@ def _adapter(
         adapter.cache.set_event_sink(IdleSink())
         return StepAdapter(adapter, None, cool_kb)
     sender = "inline" if mode == "zmq_inline" else "thread"
-    config = KVEventsConfig(endpoint="tcp://127.0.0.1:*", sender=sender)
+    wait_ms = 0.0 if mode == "zmq_per_batch" else KVEventsConfig.sender_wait_ms
+    config = KVEventsConfig(endpoint="tcp://127.0.0.1:*", sender=sender, sender_wait_ms=wait_ms)
     publisher = ZmqEventPublisher(config) if mode.startswith("zmq") else NullEventPublisher()
     stream = KVEventStream(adapter.cache, [publisher])
     if mode.endswith("before") and before is not None:
@@ -166,7 +172,8 @@ def bench_ops(
     with `cool_kb` written between steps (`StepAdapter`).
     Modes: `none` no sink; `hook` a sink that ignores its reports (the call sites' cost);
     `null` the recorder flushed to a `NullEventPublisher`; `zmq` publishing over loopback
-    ZMQ (sender thread), `zmq_inline` the same sent by the caller; `null_before` and
+    ZMQ (sender thread), `zmq_per_batch` the same with a thread sending each batch as it
+    comes (`sender_wait_ms=0`), `zmq_inline` sent by the caller; `null_before` and
     `zmq_before` the same as `null` and `zmq` with the recorder of git revision
     `before_rev`.
 
