@@ -8,7 +8,8 @@ routing buys on the Mooncake trace.
 
 `ops` plays the same request stream (`benchmarks/streams.py`, the call sequence of
 `benchmarks/ops.py`) on caches without a sink (`none`), with a sink that ignores its reports
-(`hook`), with the recorder flushing to a null publisher (`null`), publishing to a real ZMQ
+(`hook`), hashing each new leaf's pages without events (`hash_only`, a control), with the
+recorder flushing to a null publisher (`null`), publishing to a real ZMQ
 socket (`zmq` from the sender thread, `zmq_per_batch` from a thread woken per batch,
 `zmq_inline` from the caller) and, with `--before REV`, the recorder of an older revision
 (`null_before`, `zmq_before`), at each `--page-sizes`, each mode also with the CPU caches
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 import zmq
 
 from benchmarks.ops import OPS, serve_batch, summarize
@@ -65,22 +67,40 @@ class StepAdapter(FullAdapter):
     if any, is flushed (timed apart), then, with `cool_kb`, a buffer of that size is written
     so that the next step's calls find the CPU caches as cold as after a server's other work
     between steps (the same in every mode, events or not; 64 MiB is twice this machine's
-    L3)."""
+    L3). With `hash_only` (no events) it hashes the new leaf's pages instead of flushing:
+    the flush's main work without the events, a control for what work of that size between
+    steps does to the next calls."""
 
     def __init__(
-        self, adapter: FullAdapter, stream: KVEventStream | None = None, cool_kb: int = 0
+        self,
+        adapter: FullAdapter,
+        stream: KVEventStream | None = None,
+        cool_kb: int = 0,
+        hash_only: bool = False,
     ) -> None:
         super().__init__(adapter.cache)
         self.stream = stream
         self.flush_ns: list[int] = []
+        self._hash_only = hash_only
+        self._inserting = 0  # units of the key being inserted
         # numpy releases the GIL while it writes, so a sender thread may run meanwhile, as it
         # would while a server waits on the GPU; its CPU time is counted all the same.
         self._cool = np.zeros(cool_kb * 1024 // 8, dtype=np.int64) if cool_kb else None
 
+    def insert_params(
+        self, tokens: list[int], value: torch.Tensor, prev_len: int, state: torch.Tensor | None
+    ) -> InsertParams:
+        self._inserting = len(tokens)
+        return super().insert_params(tokens, value, prev_len, state)
+
     def after_insert(self, result: InsertResult, state: Any) -> None:
+        t0 = time.perf_counter_ns()
         if self.stream is not None:
-            t0 = time.perf_counter_ns()
             self.stream.flush()
+            self.flush_ns.append(time.perf_counter_ns() - t0)
+        elif self._hash_only:
+            if result.prefix_len < self._inserting:  # a new leaf
+                chain_digests(result.last_device_node.key, self.page_size)
             self.flush_ns.append(time.perf_counter_ns() - t0)
         if self._cool is not None:
             self._cool += 1
@@ -115,7 +135,7 @@ class IdleSink:
 
 _ZERO = bytes(32)  # a stand-in NONE_HASH
 TIMED_OPS = ("match", "insert", "evict")
-MODES = ("none", "hook", "null", "zmq", "zmq_per_batch", "zmq_inline")
+MODES = ("none", "hook", "hash_only", "null", "zmq", "zmq_per_batch", "zmq_inline")
 SEGMENT = 25  # requests a variant plays before the next one's turn (ops)
 OPS_STREAMS = {
     "chat": (StreamSpec("chat"), 1 << 16),
@@ -148,6 +168,8 @@ def _adapter(
     if mode == "hook":
         adapter.cache.set_event_sink(IdleSink())
         return StepAdapter(adapter, None, cool_kb)
+    if mode == "hash_only":
+        return StepAdapter(adapter, None, cool_kb, hash_only=True)
     sender = "inline" if mode == "zmq_inline" else "thread"
     wait_ms = 0.0 if mode == "zmq_per_batch" else KVEventsConfig.sender_wait_ms
     config = KVEventsConfig(endpoint="tcp://127.0.0.1:*", sender=sender, sender_wait_ms=wait_ms)
@@ -171,6 +193,8 @@ def bench_ops(
     all alike), each mode with the CPU caches left as the step left them (`cool_kb` 0) and
     with `cool_kb` written between steps (`StepAdapter`).
     Modes: `none` no sink; `hook` a sink that ignores its reports (the call sites' cost);
+    `hash_only` no sink, the new leaf's pages hashed between steps (a control: the flush's
+    main work without events);
     `null` the recorder flushed to a `NullEventPublisher`; `zmq` publishing over loopback
     ZMQ (sender thread), `zmq_per_batch` the same with a thread sending each batch as it
     comes (`sender_wait_ms=0`), `zmq_inline` sent by the caller; `null_before` and
@@ -236,9 +260,10 @@ def _interleaved(
         }
         if adapter.stream is not None:
             adapter.stream.close()  # the sender thread has sent everything: its clock is final
+            run["events"] = adapter.stream.events_published
+        if adapter.flush_ns:
             run["flush_us_per_request"] = sum(adapter.flush_ns) / 1e3 / num
             run["sender_us_per_request"] = adapter.sender_ns() / 1e3 / num
-            run["events"] = adapter.stream.events_published
         out[v] = run
     return out
 
