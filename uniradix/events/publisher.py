@@ -8,12 +8,13 @@ do) it puts the batch on a bounded queue that a background thread encodes and se
 queue drops the batch, counts it, and returns False (the caller then resyncs:
 `uniradix.events.stream`). Woken by a batch, the thread first waits `sender_wait_ms` (5 by
 default) and then sends everything queued, each batch with its own seq and publish time:
-a busy scheduler then hands it the GIL once per interval instead of once per step. With `sender="inline"` it encodes and sends in the caller's
-thread (a PUB send only hands the bytes to ZeroMQ's own I/O thread, which needs no GIL); a
-replay socket is then served by a thread that sleeps in ZeroMQ's poll. The thread sender
-keeps encoding off a scheduler that waits on the GPU with the GIL released; the inline one
-suits a CPU-bound caller, where handing each batch to another Python thread costs more GIL
-switches than the encoding it saves (`benchmarks/bench_events.py ops`).
+a busy scheduler then hands it the GIL once per interval instead of once per step. With
+`sender="inline"` it encodes and sends in the caller's thread (a PUB send only hands the
+bytes to ZeroMQ's own I/O thread, which needs no GIL); a replay socket is then served by a
+thread that sleeps in ZeroMQ's poll. The thread sender keeps encoding off a scheduler that
+waits on the GPU with the GIL released; the inline one suits a CPU-bound caller
+(`benchmarks/events_ops.py`). Both count the CPU time they spend encoding and sending
+(`busy_ns`).
 `NullEventPublisher` counts only.
 """
 
