@@ -6,15 +6,7 @@ routing buys on the Mooncake trace.
     .venv/bin/python -m benchmarks.bench_events publisher  # events/s over loopback ZMQ
     .venv/bin/python -m benchmarks.bench_events routing    # 4 instances x 3 routers vs 1
 
-`ops` plays the same request stream (`benchmarks/streams.py`, the call sequence of
-`benchmarks/ops.py`) on caches without a sink (`none`), with a sink that ignores its reports
-(`hook`), with the recorder flushing to a null publisher (`null`), publishing to a real ZMQ
-socket (`zmq` from the sender thread, `zmq_inline` from the caller) and, with `--before
-REV`, the recorder of an older revision (`null_before`, `zmq_before`), modes interleaved
-round by round in one process, at each `--page-sizes`. The timed cache calls (match /
-insert / evict medians) show the cost next to the events; the flush (hashing, coalescing,
-queueing; with the thread sender, encoding and sending run on the publisher's thread) is
-timed apart, per request, since it runs once per scheduler step.
+`ops` (what the events cost the cache's calls) is described in `benchmarks/events_ops.py`.
 Results go to `benchmarks/results/events_<part>.json`.
 """
 
@@ -22,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import subprocess
 import threading
 import time
 import types
@@ -33,14 +23,11 @@ from typing import Any
 import numpy as np
 import zmq
 
-from benchmarks.ops import play
-from benchmarks.streams import StreamSpec, requests
-from benchmarks.uniradix_side import FullAdapter, build_full
+from benchmarks.events_ops import OPS_STREAMS, TRACE, bench_ops, git_show
+from benchmarks.uniradix_side import build_full
 from uniradix.events import (
     BlockStored,
     KVEventsConfig,
-    KVEventStream,
-    NullEventPublisher,
     ZmqEventPublisher,
 )
 from uniradix.events.hashing import block_hashing
@@ -51,156 +38,12 @@ from uniradix.page_hash import chain_digests, page_digests
 from uniradix.sim.cluster import run_cluster
 from uniradix.sim.replay import ReplayOptions
 from uniradix.storage.keys import KeySpace
-from uniradix.types import InsertParams, InsertResult
+from uniradix.types import InsertParams
 
-ROOT = Path(__file__).resolve().parents[1]
-TRACE = str(ROOT.parent / "shared/reference/mooncake_synthetic_trace.jsonl")
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-class EventsAdapter(FullAdapter):
-    """FullAdapter whose cache publishes KV events; flushes once per request (a step)."""
-
-    def __init__(self, adapter: FullAdapter, use_zmq: bool, sender: str = "thread") -> None:
-        super().__init__(adapter.cache)
-        config = KVEventsConfig(endpoint="tcp://127.0.0.1:*", sender=sender)
-        publisher = ZmqEventPublisher(config) if use_zmq else NullEventPublisher()
-        self.stream = KVEventStream(self.cache, [publisher])
-        self.flush_ns: list[int] = []
-
-    def after_insert(self, result: InsertResult, state: Any) -> None:
-        t0 = time.perf_counter_ns()
-        self.stream.flush()
-        self.flush_ns.append(time.perf_counter_ns() - t0)
-
-
-class IdleSink:
-    """A sink that ignores every report: the hook sites' own cost, nothing downstream."""
-
-    def on_stored(self, node: Any, medium: str) -> None:
-        return
-
-    def on_removed(self, node: Any, medium: str) -> None:
-        return
-
-    def on_cleared(self) -> None:
-        return
-
-    def redistribute_on_split(self, parent: Any, child: Any, split_len: int) -> None:
-        return
-
-
 _ZERO = bytes(32)  # a stand-in NONE_HASH
-TIMED_OPS = ("match", "insert", "evict")
-MODES = ("none", "hook", "null", "zmq", "zmq_inline")
-
-
-def _git_show(rev: str, path: str) -> str:
-    return subprocess.run(
-        ["git", "show", f"{rev}:{path}"], cwd=ROOT, check=True, capture_output=True, text=True
-    ).stdout
-
-
-def _before_recorder(rev: str) -> type[Any]:
-    """`EventRecorder` as it was at git revision `rev`, loaded beside the current one, so
-    before and after run side by side in one process."""
-    source = _git_show(rev, "uniradix/events/recorder.py")
-    module = types.ModuleType("recorder_before")
-    exec(compile(source, f"{rev}:recorder.py", "exec"), module.__dict__)
-    recorder: type[Any] = module.EventRecorder
-    return recorder
-
-
-def _adapter(mode: str, page_size: int, pool: int, before: type[Any] | None) -> FullAdapter:
-    adapter = build_full(page_size, pool)
-    if mode == "hook":
-        adapter.cache.set_event_sink(IdleSink())
-    elif mode != "none":
-        sender = "inline" if mode == "zmq_inline" else "thread"
-        adapter = EventsAdapter(adapter, use_zmq=mode.startswith("zmq"), sender=sender)
-        if mode.endswith("before") and before is not None:
-            stream = adapter.stream
-            stream.recorder = before(adapter.cache)
-            adapter.cache.set_event_sink(stream.recorder)
-    return adapter
-
-
-def bench_ops(rounds: int, page_sizes: list[int], before_rev: str | None) -> dict[str, Any]:
-    """Per-op medians of match / insert / evict and the flush per request, for every mode
-    in one process, modes interleaved round by round (the machine's drift hits all alike).
-    Modes: `none` no sink; `hook` a sink that ignores its reports (the call sites' cost);
-    `null` the recorder flushed to a `NullEventPublisher`; `zmq` publishing over loopback
-    ZMQ (sender thread), `zmq_inline` the same sent by the caller; `null_before` and
-    `zmq_before` the same as `null` and `zmq` with the recorder of git revision
-    `before_rev`."""
-    streams = {
-        "chat": (StreamSpec("chat"), 1 << 16),
-        "mooncake": (StreamSpec("mooncake", scale=0.1, trace_path=TRACE), 1 << 20),
-    }
-    before = _before_recorder(before_rev) if before_rev else None
-    modes = (*MODES, "null_before", "zmq_before") if before else MODES
-    out: dict[str, Any] = {"before_rev": before_rev, "rounds": rounds}
-    for page_size in page_sizes:
-        for name, (spec, pool) in streams.items():
-            runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
-            for _ in range(rounds):
-                for mode in modes:
-                    adapter = _adapter(mode, page_size, pool, before)
-                    result = play(adapter, requests(spec))
-                    ops = result["ops"]
-                    run: dict[str, Any] = {
-                        "median_us": {op: ops[op]["median_us"] for op in TIMED_OPS if op in ops},
-                        "count": {op: ops[op]["count"] for op in TIMED_OPS if op in ops},
-                        "requests": result["requests"],
-                        "hit_rate": result["hit_rate"],
-                    }
-                    if isinstance(adapter, EventsAdapter):
-                        run["flush_us_per_request"] = (
-                            sum(adapter.flush_ns) / 1e3 / len(adapter.flush_ns)
-                        )
-                        run["events"] = adapter.stream.events_published
-                        adapter.stream.close()
-                    runs[mode].append(run)
-            out[f"{name}_page{page_size}"] = summary = _ops_summary(runs)
-            print(name, page_size, json.dumps(summary["ratio_vs_none"]))
-            print("   flush us/request", json.dumps(summary["flush_us_per_request"]))
-    return out
-
-
-def _ops_summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    """Per mode: each op's median over the rounds' medians, its ratio to `none`; the flush
-    per request (median over rounds) and the calls' total with the flush, as a ratio."""
-    median_us = {
-        mode: {op: statistics.median(r["median_us"][op] for r in rs) for op in rs[0]["median_us"]}
-        for mode, rs in runs.items()
-    }
-    base = median_us["none"]
-    ratio = {
-        mode: {op: round(v / base[op], 3) for op, v in ops.items()}
-        for mode, ops in median_us.items()
-    }
-    flush = {
-        mode: round(statistics.median(r["flush_us_per_request"] for r in rs), 1)
-        for mode, rs in runs.items()
-        if "flush_us_per_request" in rs[0]
-    }
-    # The timed calls per request, robust to this machine's spikes: each op's median
-    # (over rounds of per-run medians) times its calls per request.
-    calls_us = {
-        mode: sum(median_us[mode][op] * n / rs[0]["requests"] for op, n in rs[0]["count"].items())
-        for mode, rs in runs.items()
-    }
-    with_flush = {
-        mode: round((calls_us[mode] + flush.get(mode, 0.0)) / calls_us["none"], 3) for mode in runs
-    }
-    return {
-        "median_us": median_us,
-        "ratio_vs_none": ratio,
-        "flush_us_per_request": flush,
-        "calls_us_per_request": {m: round(v, 1) for m, v in calls_us.items()},
-        "calls_with_flush_vs_none": with_flush,
-        "runs": runs,
-    }
 
 
 def _best_s(fn: Any, rounds: int = 9) -> float:
@@ -223,7 +66,7 @@ def bench_hashing(num_tokens: int, before_rev: str | None) -> dict[str, Any]:
     if before_rev:
         before = types.ModuleType("page_hash_before")
         exec(
-            compile(_git_show(before_rev, "uniradix/page_hash.py"), "before", "exec"),
+            compile(git_show(before_rev, "uniradix/page_hash.py"), "before", "exec"),
             before.__dict__,
         )
     vllm = block_hashing("vllm_sha256_cbor", hash_seed="0").hasher
@@ -329,13 +172,23 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--page-sizes", type=int, nargs="+", default=[1, 16])
     parser.add_argument("--before", help="git revision whose recorder runs as `zmq_before`")
+    parser.add_argument(
+        "--cool-kb",
+        type=int,
+        nargs="+",
+        default=[0, 4096],
+        help="KiB written between steps (ops; 0: none), each value a variant of every mode",
+    )
+    parser.add_argument(
+        "--streams", nargs="+", choices=sorted(OPS_STREAMS), default=["chat", "mooncake"]
+    )
     parser.add_argument("--batches", type=int, default=20000)
     parser.add_argument("--events-per-batch", type=int, default=8)
     parser.add_argument("--max-requests", type=int)
     parser.add_argument("--tokens", type=int, default=131072, help="prefix length (hashing)")
     args = parser.parse_args()
     if args.part == "ops":
-        result = bench_ops(args.rounds, args.page_sizes, args.before)
+        result = bench_ops(args.rounds, args.page_sizes, args.before, args.cool_kb, args.streams)
     elif args.part == "hashing":
         result = bench_hashing(args.tokens, args.before)
     elif args.part == "publisher":

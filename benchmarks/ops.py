@@ -77,10 +77,10 @@ def play(adapter: CacheAdapter, stream: Iterable[Request], batch: int = 1) -> di
         digest.update(req)
         pending.append(req)
         if len(pending) == batch:
-            _serve_batch(adapter, pending, times, totals)
+            serve_batch(adapter, pending, times, totals)
             pending = []
     if pending:
-        _serve_batch(adapter, pending, times, totals)
+        serve_batch(adapter, pending, times, totals)
     adapter.check()
     prompt_tokens = totals["prompt"]
     return {
@@ -94,12 +94,14 @@ def play(adapter: CacheAdapter, stream: Iterable[Request], batch: int = 1) -> di
     }
 
 
-def _serve_batch(
+def serve_batch(
     adapter: CacheAdapter,
     batch: list[Request],
     times: dict[str, list[int]],
     totals: dict[str, int],
 ) -> None:
+    """Serves one batch (see `play`), appending each call's time to `times[op]` and adding
+    to `totals` (`num`, `prompt`, `hit`, `failed`, `wall_ns`)."""
     cache, ps = adapter.cache, adapter.page_size
     clock = time.perf_counter_ns
     admitted = []

@@ -4,6 +4,8 @@ clear + resync that follows a drop."""
 from __future__ import annotations
 
 import threading
+import time
+from typing import Any
 
 import msgspec
 import pytest
@@ -146,6 +148,46 @@ def test_full_queue_drops_counts_and_resyncs(monkeypatch: pytest.MonkeyPatch) ->
     assert isinstance(last[0], AllBlocksCleared)
     assert sorted(e.token_ids for e in last[1:]) == [[1, 2], [3, 4], [5, 6]]  # type: ignore[union-attr]
     assert stream.resyncs == 2
+
+
+def test_sender_thread_sends_the_batches_gathered_while_it_waited(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Woken by a batch, the sender thread waits `sender_wait_ms` once, then sends every batch
+    queued by then, in order, each with its own seq and payload."""
+    waiting, go = threading.Event(), threading.Event()
+    waits: list[float] = []
+
+    class HeldWait:  # the publisher module's `time`, with a wait that ends when the test says
+        def __getattr__(self, name: str) -> Any:
+            return getattr(time, name)
+
+        def sleep(self, seconds: float) -> None:
+            waits.append(seconds)
+            waiting.set()
+            assert go.wait(5)
+
+    monkeypatch.setattr(publisher_module, "time", HeldWait())
+    publisher = loopback_publisher(sender_wait_ms=20)
+    batches: list[list[KVEvent]] = [
+        [BlockStored([i], None, [i] * 4, 4, None, "GPU", None)] for i in range(3)
+    ]
+    try:
+        publisher.publish(batches[0])
+        assert waiting.wait(5)
+        publisher.publish(batches[1])
+        publisher.publish(batches[2])
+        go.set()
+        got = published(publisher)
+    finally:
+        go.set()
+        publisher.close()
+    assert waits == [0.02]
+    assert [seq for _, seq, _ in got] == [0, 1, 2]
+    assert [decode_batch(payload).events for _, _, payload in got] == batches
+    assert publisher.busy_ns > 0
+    with pytest.raises(ValueError, match="sender_wait_ms"):
+        KVEventsConfig(sender_wait_ms=-1)
 
 
 def test_wide_pages_hash_their_tagged_int64_bytes() -> None:

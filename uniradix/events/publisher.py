@@ -6,12 +6,15 @@ ring of the last `buffer_steps` batches.
 `publish()` never blocks the scheduler. With `sender="thread"` (default, as vLLM and SGLang
 do) it puts the batch on a bounded queue that a background thread encodes and sends; a full
 queue drops the batch, counts it, and returns False (the caller then resyncs:
-`uniradix.events.stream`). With `sender="inline"` it encodes and sends in the caller's
-thread (a PUB send only hands the bytes to ZeroMQ's own I/O thread, which needs no GIL); a
-replay socket is then served by a thread that sleeps in ZeroMQ's poll. The thread sender
-keeps encoding off a scheduler that waits on the GPU with the GIL released; the inline one
-suits a CPU-bound caller, where handing each batch to another Python thread costs more GIL
-switches than the encoding it saves (`benchmarks/bench_events.py ops`).
+`uniradix.events.stream`). Woken by a batch, the thread first waits `sender_wait_ms` (5 by
+default) and then sends everything queued, each batch with its own seq and publish time:
+a busy scheduler then hands it the GIL once per interval instead of once per step. With
+`sender="inline"` it encodes and sends in the caller's thread (a PUB send only hands the
+bytes to ZeroMQ's own I/O thread, which needs no GIL); a replay socket is then served by a
+thread that sleeps in ZeroMQ's poll. The thread sender keeps encoding off a scheduler that
+waits on the GPU with the GIL released; the inline one suits a CPU-bound caller
+(`benchmarks/events_ops.py`). Both count the CPU time they spend encoding and sending
+(`busy_ns`).
 `NullEventPublisher` counts only.
 """
 
@@ -33,6 +36,7 @@ from uniradix.events.wire import check_wire, encode_batch
 
 END_SEQ = (-1).to_bytes(8, "big", signed=True)
 SENDERS = ("thread", "inline")
+MAX_SENDER_WAIT_MS = 1000.0  # a router would see the cache's changes this late
 REPLAY_POLL_MS = 100  # how often an inline publisher's replay thread checks for close()
 
 
@@ -43,7 +47,9 @@ class KVEventsConfig:
     or is `ipc://` / `inproc://`, else connects. Ports are offset by `dp_rank`.
     `hash_algo` / `hash_seed` pick the block hash (`uniradix.events.hashing`: SGLang's chain
     by default, or vLLM's `sha256_cbor` with its `PYTHONHASHSEED`); a `KVEventStream` and a
-    `KVEventIndex` built from this config use them."""
+    `KVEventIndex` built from this config use them. `sender_wait_ms`: how long the sender
+    thread lets batches gather before sending them (0: as each comes); events reach
+    routers up to that much later."""
 
     publisher: str = "zmq"
     endpoint: str = "tcp://*:5557"
@@ -60,12 +66,17 @@ class KVEventsConfig:
     hash_algo: str = "sglang_sha256"
     hash_seed: str | None = None
     sender: str = "thread"
+    sender_wait_ms: float = 5.0
 
     def __post_init__(self) -> None:
         if self.sender not in SENDERS:
             raise ValueError(f"sender must be one of {SENDERS}, got {self.sender!r}")
         if self.publisher not in ("zmq", "null"):
             raise ValueError(f"publisher must be 'zmq' or 'null', got {self.publisher!r}")
+        if not 0 <= self.sender_wait_ms <= MAX_SENDER_WAIT_MS:
+            raise ValueError(
+                f"sender_wait_ms must be in [0, {MAX_SENDER_WAIT_MS}], got {self.sender_wait_ms}"
+            )
         check_wire(self.wire)
         block_hashing(self.hash_algo, None, self.hash_seed)  # raises for a bad choice
         for name in ("buffer_steps", "hwm", "max_queue_size"):
@@ -132,6 +143,7 @@ class ZmqEventPublisher:
         self.dropped = 0
         self.accepted = 0  # batches queued (published once the sender thread caught up)
         self.events_published = 0
+        self.busy_ns = 0  # CPU time encoding and sending, on whichever thread does it
         self._topic = config.topic_bytes()
         self._ctx = zmq.Context()
         self._pub = self._ctx.socket(zmq.PUB)
@@ -152,6 +164,7 @@ class ZmqEventPublisher:
         )
         self._seq = 0
         self._inline = config.sender == "inline"
+        self._wait_s = config.sender_wait_ms / 1000
         self._closing = False
         target = self._run if not self._inline else self._serve_replays
         self._thread = threading.Thread(target=target, name="kv-events", daemon=True)
@@ -171,8 +184,7 @@ class ZmqEventPublisher:
         dropped (a full queue)."""
         if self._inline:
             self.accepted += 1
-            self._send(encode_batch(events, time.time(), self.config.dp_rank, self.config.wire))
-            self.events_published += len(events)
+            self._encode_and_send(time.time(), events)
             return True
         try:
             self._queue.put_nowait((time.time(), events))
@@ -195,22 +207,40 @@ class ZmqEventPublisher:
 
     # ------------------------------------------------------------------ sender thread
     def _run(self) -> None:
-        rank, wire = self.config.dp_rank, self.config.wire
         # Without a replay socket the thread sleeps until a batch comes: a periodic wake-up
         # would take the GIL from the scheduler 100 times a second for nothing.
         timeout = None if self._replay is None else 0.01
         while True:
             try:
                 item = self._queue.get(timeout=timeout)
-                if item is None:
-                    return
-                ts, events = item
-                self._send(encode_batch(events, ts, rank, wire))
-                self.events_published += len(events)
             except queue.Empty:
                 pass  # idle: serve replay requests
+            else:
+                if not self._send_queued(item):
+                    return
             while self._replay is not None and self._replay.poll(0):
                 self._serve_replay(self._replay)
+
+    def _send_queued(self, item: tuple[float, list[KVEvent]] | None) -> bool:
+        """Sends `item` and, after `sender_wait_ms`, every batch queued by then, in order;
+        False once the stop mark came. Waiting lets a busy scheduler's steps gather so that
+        the thread takes the GIL once for several of them: each hand-off stalls the
+        scheduler's thread longer than encoding a batch takes."""
+        if item is not None and self._wait_s:
+            time.sleep(self._wait_s)
+        while item is not None:
+            self._encode_and_send(*item)
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return True
+        return False
+
+    def _encode_and_send(self, ts: float, events: list[KVEvent]) -> None:
+        start = time.thread_time_ns()  # CPU time: a wait for the GIL is not the sender's
+        self._send(encode_batch(events, ts, self.config.dp_rank, self.config.wire))
+        self.events_published += len(events)
+        self.busy_ns += time.thread_time_ns() - start
 
     def _send(self, payload: bytes) -> None:
         self._pub.send_multipart((self._topic, self._seq.to_bytes(8, "big"), payload))

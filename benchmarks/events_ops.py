@@ -1,0 +1,297 @@
+"""What KV events cost the cache's calls: `python -m benchmarks.bench_events ops`.
+
+`ops` plays the same request stream (`benchmarks/streams.py`, the call sequence of
+`benchmarks/ops.py`) on caches without a sink (`none`), with a sink that ignores its reports
+(`hook`), hashing each new leaf's pages without events (`hash_only`, a control), with the
+recorder flushing to a null publisher (`null`), publishing to a real ZMQ
+socket (`zmq` from the sender thread, `zmq_per_batch` from a thread woken per batch,
+`zmq_inline` from the caller) and, with `--before REV`, the recorder of an older revision
+(`null_before`, `zmq_before`), at each `--page-sizes`, each mode also with the CPU caches
+cooled between steps (`--cool-kb`). All variants play in one process, 25 requests at a time
+in turn. The timed cache calls (match / insert / evict medians) show the cost inside and
+next to the events' work; that work itself is counted per request (one request is one
+scheduler step): the flush in the caller (hashing, coalescing, queueing; encoding and
+sending too when inline) and a sender thread's encoding and sending (its CPU clock).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import time
+import types
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from benchmarks.ops import OPS, serve_batch, summarize
+from benchmarks.streams import Request, StreamSpec, requests
+from benchmarks.uniradix_side import FullAdapter, build_full
+from uniradix.events import KVEventsConfig, KVEventStream, NullEventPublisher, ZmqEventPublisher
+from uniradix.page_hash import chain_digests
+from uniradix.types import InsertParams, InsertResult
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACE = str(ROOT.parent / "shared/reference/mooncake_synthetic_trace.jsonl")
+
+
+class StepAdapter(FullAdapter):
+    """FullAdapter ending each request (a scheduler step) after its insert: the event stream,
+    if any, is flushed (timed apart), then, with `cool_kb`, a buffer of that size is written
+    so that the next step's calls find the CPU caches as cold as after a server's other work
+    between steps (the same in every mode, events or not; 64 MiB is twice this machine's
+    L3). With `hash_only` (no events) it hashes the new leaf's pages instead of flushing:
+    the flush's main work without the events, a control for what work of that size between
+    steps does to the next calls."""
+
+    def __init__(
+        self,
+        adapter: FullAdapter,
+        stream: KVEventStream | None = None,
+        cool_kb: int = 0,
+        hash_only: bool = False,
+    ) -> None:
+        super().__init__(adapter.cache)
+        self.stream = stream
+        self.flush_ns: list[int] = []
+        self._hash_only = hash_only
+        self._inserting = 0  # units of the key being inserted
+        # numpy releases the GIL while it writes, so a sender thread may run meanwhile, as it
+        # would while a server waits on the GPU; its CPU time is counted all the same.
+        self._cool = np.zeros(cool_kb * 1024 // 8, dtype=np.int64) if cool_kb else None
+
+    def insert_params(
+        self, tokens: list[int], value: torch.Tensor, prev_len: int, state: torch.Tensor | None
+    ) -> InsertParams:
+        self._inserting = len(tokens)
+        return super().insert_params(tokens, value, prev_len, state)
+
+    def after_insert(self, result: InsertResult, state: Any) -> None:
+        t0 = time.perf_counter_ns()
+        if self.stream is not None:
+            self.stream.flush()
+            self.flush_ns.append(time.perf_counter_ns() - t0)
+        elif self._hash_only:
+            if result.prefix_len < self._inserting:  # a new leaf
+                chain_digests(result.last_device_node.key, self.page_size)
+            self.flush_ns.append(time.perf_counter_ns() - t0)
+        if self._cool is not None:
+            self._cool += 1
+
+    def sender_ns(self) -> int:
+        """Encoding and sending done by publisher threads (inline senders do it within the
+        flush, already timed there)."""
+        if self.stream is None:
+            return 0
+        return sum(
+            p.busy_ns
+            for p in self.stream.publishers
+            if isinstance(p, ZmqEventPublisher) and p.config.sender == "thread"
+        )
+
+
+class IdleSink:
+    """A sink that ignores every report: the hook sites' own cost, nothing downstream."""
+
+    def on_stored(self, node: Any, medium: str) -> None:
+        return
+
+    def on_removed(self, node: Any, medium: str) -> None:
+        return
+
+    def on_cleared(self) -> None:
+        return
+
+    def redistribute_on_split(self, parent: Any, child: Any, split_len: int) -> None:
+        return
+
+
+TIMED_OPS = ("match", "insert", "evict")
+MODES = ("none", "hook", "hash_only", "null", "zmq", "zmq_per_batch", "zmq_inline")
+SEGMENT = 25  # requests a variant plays before the next one's turn (ops)
+OPS_STREAMS = {
+    "chat": (StreamSpec("chat"), 1 << 16),
+    "mooncake": (StreamSpec("mooncake", scale=0.1, trace_path=TRACE), 1 << 20),
+}
+
+
+def git_show(rev: str, path: str) -> str:
+    return subprocess.run(
+        ["git", "show", f"{rev}:{path}"], cwd=ROOT, check=True, capture_output=True, text=True
+    ).stdout
+
+
+def _before_recorder(rev: str) -> type[Any]:
+    """`EventRecorder` as it was at git revision `rev`, loaded beside the current one, so
+    before and after run side by side in one process."""
+    source = git_show(rev, "uniradix/events/recorder.py")
+    module = types.ModuleType("recorder_before")
+    exec(compile(source, f"{rev}:recorder.py", "exec"), module.__dict__)
+    recorder: type[Any] = module.EventRecorder
+    return recorder
+
+
+def _adapter(
+    mode: str, page_size: int, pool: int, before: type[Any] | None, cool_kb: int
+) -> StepAdapter:
+    adapter = build_full(page_size, pool)
+    if mode == "none":
+        return StepAdapter(adapter, None, cool_kb)
+    if mode == "hook":
+        adapter.cache.set_event_sink(IdleSink())
+        return StepAdapter(adapter, None, cool_kb)
+    if mode == "hash_only":
+        return StepAdapter(adapter, None, cool_kb, hash_only=True)
+    sender = "inline" if mode == "zmq_inline" else "thread"
+    wait_ms = 0.0 if mode == "zmq_per_batch" else KVEventsConfig.sender_wait_ms
+    config = KVEventsConfig(endpoint="tcp://127.0.0.1:*", sender=sender, sender_wait_ms=wait_ms)
+    publisher = ZmqEventPublisher(config) if mode.startswith("zmq") else NullEventPublisher()
+    stream = KVEventStream(adapter.cache, [publisher])
+    if mode.endswith("before") and before is not None:
+        stream.recorder = before(adapter.cache)
+        adapter.cache.set_event_sink(stream.recorder)
+    return StepAdapter(adapter, stream, cool_kb)
+
+
+def bench_ops(
+    rounds: int,
+    page_sizes: list[int],
+    before_rev: str | None,
+    cool_kbs: list[int],
+    stream_names: list[str],
+) -> dict[str, Any]:
+    """Per-op medians of match / insert / evict and the step's event work per request, for
+    every mode in one process, modes interleaved round by round (the machine's drift hits
+    all alike), each mode with the CPU caches left as the step left them (`cool_kb` 0) and
+    with `cool_kb` written between steps (`StepAdapter`).
+    Modes: `none` no sink; `hook` a sink that ignores its reports (the call sites' cost);
+    `hash_only` no sink, the new leaf's pages hashed between steps (a control: the flush's
+    main work without events);
+    `null` the recorder flushed to a `NullEventPublisher`; `zmq` publishing over loopback
+    ZMQ (sender thread), `zmq_per_batch` the same with a thread sending each batch as it
+    comes (`sender_wait_ms=0`), `zmq_inline` sent by the caller; `null_before` and
+    `zmq_before` the same as `null` and `zmq` with the recorder of git revision
+    `before_rev`.
+
+    Where the event work is counted: the calls' medians hold what the hooks do inside the
+    calls, and whatever a sender thread's encoding takes from them (the GIL); the flush
+    (hashing, coalescing, queueing; encoding and sending too when inline) is timed per
+    request in the caller, and a sender thread's encoding and sending per request from its
+    own clock (`sender_us_per_request`); `calls_with_step_vs_none` adds both to the calls."""
+    streams = {name: OPS_STREAMS[name] for name in stream_names}
+    before = _before_recorder(before_rev) if before_rev else None
+    modes = (*MODES, "null_before", "zmq_before") if before else MODES
+    variants = [(mode, kb) for kb in cool_kbs for mode in modes]
+    out: dict[str, Any] = {"before_rev": before_rev, "rounds": rounds, "cool_kb": cool_kbs}
+    for page_size in page_sizes:
+        for name, (spec, pool) in streams.items():
+            runs: dict[tuple[str, int], list[dict[str, Any]]] = {v: [] for v in variants}
+            reqs = list(requests(spec))
+            for _ in range(rounds):
+                played = _interleaved(variants, page_size, pool, before, reqs)
+                for variant, run in played.items():
+                    runs[variant].append(run)
+            for kb in cool_kbs:
+                key = f"{name}_page{page_size}" + (f"_cool{kb}kb" if kb else "")
+                out[key] = summary = _ops_summary({m: runs[m, kb] for m in modes})
+                print(key, json.dumps(summary["ratio_vs_none"]))
+                print("   step us/request", json.dumps(summary["step_us_per_request"]))
+    return out
+
+
+def _interleaved(
+    variants: list[tuple[str, int]],
+    page_size: int,
+    pool: int,
+    before: type[Any] | None,
+    reqs: list[Request],
+) -> dict[tuple[str, int], dict[str, Any]]:
+    """Every variant (mode, cool_kb) plays `reqs` on its own cache, `SEGMENT` requests at a
+    time in turn (the order rotating by segment), so that the machine's drift reaches all
+    alike within a fraction of a second. A switch leaves the next variant's first request
+    of a segment with another's CPU caches (and, after a sender thread's step, its last
+    encoding): one request in `SEGMENT`, below the medians."""
+    adapters = {v: _adapter(v[0], page_size, pool, before, v[1]) for v in variants}
+    times = {v: {op: [] for op in OPS} for v in variants}
+    totals = {v: {"prompt": 0, "hit": 0, "failed": 0, "num": 0, "wall_ns": 0} for v in variants}
+    order = list(variants)
+    for start in range(0, len(reqs), SEGMENT):
+        for v in order:
+            for req in reqs[start : start + SEGMENT]:
+                serve_batch(adapters[v], [req], times[v], totals[v])
+        order.append(order.pop(0))
+    out = {}
+    for v, adapter in adapters.items():
+        adapter.check()
+        ops, num = summarize(times[v]), totals[v]["num"]
+        run: dict[str, Any] = {
+            "median_us": {op: ops[op]["median_us"] for op in TIMED_OPS if op in ops},
+            "count": {op: ops[op]["count"] for op in TIMED_OPS if op in ops},
+            "requests": num,
+            "hit_rate": totals[v]["hit"] / totals[v]["prompt"],
+        }
+        if adapter.stream is not None:
+            adapter.stream.close()  # the sender thread has sent everything: its clock is final
+            run["events"] = adapter.stream.events_published
+        if adapter.flush_ns:
+            run["flush_us_per_request"] = sum(adapter.flush_ns) / 1e3 / num
+            run["sender_us_per_request"] = adapter.sender_ns() / 1e3 / num
+        out[v] = run
+    return out
+
+
+def _ops_summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Per mode: each op's median over the rounds' medians and its ratio to `none`, with the
+    range of the per-round ratios (each round's mode against that round's `none`); the
+    flush and the sender thread's work per request (medians over rounds) and the calls'
+    total with them, as a ratio."""
+    median_us = {
+        mode: {op: statistics.median(r["median_us"][op] for r in rs) for op in rs[0]["median_us"]}
+        for mode, rs in runs.items()
+    }
+    base = median_us["none"]
+    ratio = {
+        mode: {op: round(v / base[op], 3) for op, v in ops.items()}
+        for mode, ops in median_us.items()
+    }
+    none_runs = runs["none"]
+    ratio_range = {}
+    for mode, rs in runs.items():
+        per_round = {
+            op: [
+                r["median_us"][op] / b["median_us"][op] for r, b in zip(rs, none_runs, strict=True)
+            ]
+            for op in rs[0]["median_us"]
+        }
+        ratio_range[mode] = {
+            op: [round(min(v), 3), round(max(v), 3)] for op, v in per_round.items()
+        }
+    flush, sender = {}, {}
+    for mode, rs in runs.items():
+        if "flush_us_per_request" in rs[0]:
+            flush[mode] = round(statistics.median(r["flush_us_per_request"] for r in rs), 1)
+            sender[mode] = round(statistics.median(r["sender_us_per_request"] for r in rs), 1)
+    step = {mode: round(flush[mode] + sender[mode], 1) for mode in flush}
+    # The timed calls per request, robust to this machine's spikes: each op's median
+    # (over rounds of per-run medians) times its calls per request.
+    calls_us = {
+        mode: sum(median_us[mode][op] * n / rs[0]["requests"] for op, n in rs[0]["count"].items())
+        for mode, rs in runs.items()
+    }
+    with_step = {
+        mode: round((calls_us[mode] + step.get(mode, 0.0)) / calls_us["none"], 3) for mode in runs
+    }
+    return {
+        "median_us": median_us,
+        "ratio_vs_none": ratio,
+        "ratio_range_over_rounds": ratio_range,
+        "flush_us_per_request": flush,
+        "sender_us_per_request": sender,
+        "step_us_per_request": step,
+        "calls_us_per_request": {m: round(v, 1) for m, v in calls_us.items()},
+        "calls_with_step_vs_none": with_step,
+        "runs": runs,
+    }
