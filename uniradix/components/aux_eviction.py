@@ -51,7 +51,7 @@ class EvictingComponent(Protocol):
     lru: LRUList
 
 
-AUX_EVICTION_POLICIES = ("lru", "branch_aware", "flop_aware")
+AUX_EVICTION_POLICIES = ("lru", "branch_aware", "flop_aware", "reuse_aware")
 WINDOW = 64
 QUADRATIC_TOKENS = 12 * 4096
 MAX_CHAIN = 64  # nodes followed down a single-child chain looking for a deeper state
