@@ -57,7 +57,7 @@ class FreeSlots:
 # no change for full-only and full+SWA caches (their SWA order is `lru`); on a Mamba cache it
 # ties `lru` on every built-in workload and wins on the Mooncake trace
 # (benchmarks/results/hybrid_hits.md).
-DEFAULT_AUX_EVICTION_POLICY = "flop_aware"
+DEFAULT_AUX_EVICTION_POLICY = "reuse_aware"
 
 
 @dataclass(frozen=True, slots=True)
