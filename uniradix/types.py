@@ -57,7 +57,7 @@ class FreeSlots:
 # no change for full-only and full+SWA caches (their SWA order is `lru`); on a Mamba cache it
 # ties `lru` on every built-in workload and wins on the Mooncake trace
 # (benchmarks/results/hybrid_hits.md).
-DEFAULT_AUX_EVICTION_POLICY = "reuse_aware"
+DEFAULT_AUX_EVICTION_POLICY = "flop_aware"
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +68,7 @@ class CacheSettings:
     `lcm(mamba_cache_chunk_size, page_size)` (the SSM kernel materializes states per chunk);
     `mamba_max_states_per_path` caps the states kept along one root-to-node path (None: no
     cap). `aux_eviction_policy` orders the eviction of SWA windows and Mamba states ("lru",
-    "branch_aware" or "flop_aware", see `uniradix.components.aux_eviction`).
+    "branch_aware", "flop_aware" or "reuse_aware", see `uniradix.components.aux_eviction`).
     """
 
     page_size: int = 1
