@@ -27,8 +27,9 @@ count: `H = L + (1 + REUSE_WEIGHT * e) * marginal ** COST_EXPONENT`, where the *
 evidence* `e` counts the matches that resumed from the state itself or from a live state above
 it on its path. A request continuing a conversation resumes from its previous turn's state,
 so the states it stores carry that evidence, while a one-off request's states carry none. On
-the Mooncake trace a request whose prefix was matched before has its own prefix matched again
-by a later request 62% of the time, a fresh one 23%; the marginal cost alone rates the other
+the Mooncake trace a request sharing its first block with an earlier one has its whole-block
+prompt shared by a later request 62% of the time, one sharing nothing 23%; the marginal cost
+alone rates the other
 way (a fresh request's states save its whole prompt, a continuation's only the new turn), so
 `flop_aware` kept one-off prompts' states and lost conversations' tails. The exponent above 1
 keeps costly states longer against cheap recent ones (measured, see `REUSE_WEIGHT`).
@@ -54,9 +55,9 @@ from uniradix.components.aux_eviction import (
 from uniradix.tree.node import TreeNode
 
 # `reuse_aware`'s weights, measured on the Mooncake trace's first 2,000 requests at 512 slots
-# (full+Mamba / full-only; README "Hybrid hit rates"): reuse weight 3 with cost exponent 1,
-# 1.25, 1.5, 1.75, 2: 0.861, 0.879, 0.899, 0.874, 0.866; exponent 1.5 with weight 0, 1, 2, 3:
-# 0.869, 0.891, 0.892, 0.899.
+# (full+Mamba / full-only; benchmarks/results/hybrid_hits_reuse_aware.md): reuse weight 3 with
+# cost exponent 1, 1.25, 1.5, 1.75, 2: 0.861, 0.879, 0.899, 0.874, 0.866; exponent 1.5 with
+# weight 0, 1, 2, 3: 0.869, 0.891, 0.892, 0.899.
 REUSE_WEIGHT = 3.0
 COST_EXPONENT = 1.5
 
