@@ -3,7 +3,8 @@ Mooncake trace and every built-in workload (issue 14's sizes), and the auxiliary
 which each hybrid config reaches 0.95x full-only.
 
     .venv/bin/python -m benchmarks.hybrid_hits --label before [--sources trace multi_turn ...]
-        [--policy lru] [--placement] [--pool-search] [--out benchmarks/results]
+        [--policy lru] [--placement] [--pool-search] [--mamba-slots 512]
+        [--out benchmarks/results]
 
 Sizes: page 16; full KV = a quarter of the working set (the tokens an unbounded cache would
 store: prompt tokens minus ideal hits), but at least twice the longest request so no request
@@ -61,12 +62,14 @@ def run(options: ReplayOptions) -> dict[str, Any]:
     return s
 
 
-def sized(base: ReplayOptions, config: str, window: int | None, scale: int) -> ReplayOptions:
+def sized(
+    base: ReplayOptions, config: str, window: int | None, scale: int, slots: int = MAMBA_SLOTS
+) -> ReplayOptions:
     # An SWA pool must hold a prefill chunk and two windows, else the scheduler stalls.
     floor = base.chunk_size + 2 * (window or WINDOWS[0])
     swa = min(base.full_tokens, max(base.full_tokens // 4, floor))
     swa *= scale if config in ("swa", "hybrid") else 1
-    slots = MAMBA_SLOTS * (scale if config in ("mamba", "hybrid") else 1)
+    slots *= scale if config in ("mamba", "hybrid") else 1
     return replace(
         base,
         config=config,
@@ -84,6 +87,7 @@ def main() -> int:
     parser.add_argument("--policy", default=None, help="aux eviction policy (None: default)")
     parser.add_argument("--placement", action=argparse.BooleanOptionalAction, default=None)
     parser.add_argument("--pool-search", action="store_true")
+    parser.add_argument("--mamba-slots", type=int, default=MAMBA_SLOTS, help="at scale 1")
     parser.add_argument("--no-trace-search", action="store_true", help="no pool search on it")
     parser.add_argument("--out", default="benchmarks/results")
     parser.add_argument("--compare", nargs="+", help="write hybrid_hits.md from these JSONs")
@@ -114,7 +118,7 @@ def main() -> int:
             scale, found = 1, None
             first: dict[str, Any] | None = None
             while True:
-                s = run(sized(base, config, window, scale))
+                s = run(sized(base, config, window, scale, args.mamba_slots))
                 ratio = s["hit_rate"] / full["hit_rate"] if full["hit_rate"] else 1.0
                 first = first or {**s, "ratio": ratio}
                 if ratio >= TARGET:
@@ -123,7 +127,7 @@ def main() -> int:
                 if found or not search or scale >= MAX_SCALE:
                     break
                 scale *= 2
-            opts = sized(base, config, window, found or scale)
+            opts = sized(base, config, window, found or scale, args.mamba_slots)
             row = {
                 "source": source,
                 "config": config,
@@ -131,7 +135,7 @@ def main() -> int:
                 "working_set_tokens": working,
                 "full_tokens": full_tokens,
                 "swa_tokens": sized(base, config, window, 1).swa_tokens if window else None,
-                "mamba_slots": MAMBA_SLOTS,
+                "mamba_slots": args.mamba_slots,
                 "full_hit_rate": full["hit_rate"],
                 "hit_rate": first["hit_rate"],
                 "ratio": first["ratio"],

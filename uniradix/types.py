@@ -68,7 +68,7 @@ class CacheSettings:
     `lcm(mamba_cache_chunk_size, page_size)` (the SSM kernel materializes states per chunk);
     `mamba_max_states_per_path` caps the states kept along one root-to-node path (None: no
     cap). `aux_eviction_policy` orders the eviction of SWA windows and Mamba states ("lru",
-    "branch_aware" or "flop_aware", see `uniradix.components.aux_eviction`).
+    "branch_aware", "flop_aware" or "reuse_aware", see `uniradix.components.aux_eviction`).
     """
 
     page_size: int = 1

@@ -5,9 +5,11 @@ import pytest
 
 from tests.components.test_aux_eviction import holders, mamba_cache, put
 from uniradix import EvictParams, MatchPrefixParams, RadixKey
+from uniradix.cache.controller import UnifiedRadixCache
 from uniradix.components.aux_eviction import prefix_cost
 from uniradix.components.flop_aware import FlopAwareEviction
 from uniradix.components.mamba import MambaComponent
+from uniradix.tree.node import TreeNode
 from uniradix.types import ComponentType
 
 
@@ -77,3 +79,81 @@ def test_a_match_renews_the_credit_of_the_state_it_resumes_from() -> None:
     credits.inflation = 100.0
     cache.match_prefix(MatchPrefixParams(RadixKey(list(range(1, 12)))))
     assert credits.credit(node) == 100.0 + prefix_cost(10)
+
+
+def credit_order_of(cache: UnifiedRadixCache) -> FlopAwareEviction:
+    mamba = cache.component(ComponentType.MAMBA)
+    assert isinstance(mamba, MambaComponent) and mamba._credits is not None
+    return mamba._credits
+
+
+def node_at(cache: UnifiedRadixCache, length: int) -> TreeNode:
+    return next(n for n in cache.tree.nodes() if cache.tree.prefix_len(n) == length)
+
+
+def conversation_and_one_off(policy: str) -> UnifiedRadixCache:
+    """A conversation whose second turn resumed from its first (states at 8 and 12) and a
+    one-off prompt of 6 tokens stored last (state at 6)."""
+    cache = mamba_cache(policy)
+    put(cache, list(range(1, 9)))
+    cache.match_prefix(MatchPrefixParams(RadixKey([*range(1, 9), 20])))  # resumes at 8
+    put(cache, [*range(1, 9), 20, 21, 22, 23])
+    put(cache, list(range(50, 56)))
+    assert holders(cache) == [6, 8, 12]
+    return cache
+
+
+@pytest.mark.parametrize(
+    ("policy", "left"),
+    [
+        # Marginal compute only: the second turn's state saves 4 tokens over the first turn's,
+        # the one-off state 6: the conversation's tail goes.
+        ("flop_aware", [6, 8]),
+        # The tail's path was resumed from once: (1 + 3 * 1) * 4 ** 1.5 = 32 against the
+        # one-off's 6 ** 1.5 = 14.7: the one-off goes, though it is the newest.
+        ("reuse_aware", [8, 12]),
+    ],
+)
+def test_a_resumed_conversation_keeps_its_tail_over_a_one_off_prompt(
+    policy: str, left: list[int]
+) -> None:
+    cache = conversation_and_one_off(policy)
+    assert cache.evict(EvictParams(mamba_num=1)).mamba_num_evicted == 1
+    assert holders(cache) == left
+    cache.check_invariants()
+
+
+def test_reuse_evidence_counts_resumes_of_the_state_and_of_the_states_above_it() -> None:
+    cache = conversation_and_one_off("reuse_aware")
+    credits = credit_order_of(cache)
+    first, tail, one_off = node_at(cache, 8), node_at(cache, 12), node_at(cache, 6)
+    assert [credits.reuse_evidence(n) for n in (first, tail, one_off)] == [1, 1, 0]
+    cache.match_prefix(MatchPrefixParams(RadixKey([*range(1, 9), 20, 21, 22, 23, 30])))
+    assert [credits.reuse_evidence(n) for n in (first, tail, one_off)] == [1, 2, 0]
+    assert credits.credit(tail) == pytest.approx(
+        credits.inflation + (1 + 3 * 2) * (prefix_cost(12) - prefix_cost(8)) ** 1.5
+    )
+
+
+def test_an_evicted_state_loses_its_resume_count() -> None:
+    """With the tail locked, eviction takes the one-off and the first turn's state: the count
+    of the first goes with it, so the tail's evidence falls to 0 and no count is left over."""
+    cache = conversation_and_one_off("reuse_aware")
+    credits = credit_order_of(cache)
+    tail = node_at(cache, 12)
+    receipt = cache.inc_lock_ref(tail)
+    assert cache.evict(EvictParams(mamba_num=2)).mamba_num_evicted == 2
+    assert holders(cache) == [12]
+    assert credits.reuse_evidence(tail) == 0
+    assert list(credits._resumes) == []
+    cache.dec_lock_ref(tail, receipt)
+    cache.check_invariants()
+
+
+def test_bad_weights_are_rejected() -> None:
+    cache = mamba_cache("reuse_aware")
+    mamba = cache.component(ComponentType.MAMBA)
+    with pytest.raises(ValueError, match="reuse_weight=-1"):
+        FlopAwareEviction(mamba, reuse_weight=-1)
+    with pytest.raises(ValueError, match="cost_exponent=0"):
+        FlopAwareEviction(mamba, cost_exponent=0)

@@ -152,16 +152,16 @@ def test_float32_pools_follow_the_model_dtype() -> None:
     assert check.max_abs_logit_diff < 1e-4
 
 
-@pytest.mark.parametrize("policy", ["branch_aware", "flop_aware"])
+@pytest.mark.parametrize("policy", ["branch_aware", "flop_aware", "reuse_aware"])
 @pytest.mark.parametrize("placement", [False, True])
 @pytest.mark.parametrize("page_size", [1, 4])
 @pytest.mark.parametrize("config", ["swa", "mamba", "hybrid"])
 def test_branch_aware_eviction_and_checkpoint_placement_generate_the_same(
     config: str, page_size: int, placement: bool, policy: str, device: str
 ) -> None:
-    """The branch-aware and flop-aware eviction orders of SWA windows and Mamba states, with
-    and without checkpoint placement (a grid of 8 here, so chunks are cut at grid points): identical
-    tokens, and the hard paths (evictions, tombstones) still run."""
+    """The branch-aware, flop-aware and reuse-aware eviction orders of SWA windows and Mamba
+    states, with and without checkpoint placement (a grid of 8 here, so chunks are cut at grid
+    points): identical tokens, and the hard paths (evictions, tombstones) still run."""
     model = model_for(config, device)
     prompts = shared_prompts()
     cfg = engine_config(

@@ -15,7 +15,7 @@ from uniradix.sim.scheduler import Scheduler, SchedulerConfig
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     config=st.sampled_from(["swa", "mamba", "hybrid"]),
-    policy=st.sampled_from(["lru", "branch_aware", "flop_aware"]),
+    policy=st.sampled_from(["lru", "branch_aware", "flop_aware", "reuse_aware"]),
     grid=st.sampled_from([None, 2, 4, 8]),
     prompts=st.lists(st.lists(st.integers(0, 2), min_size=1, max_size=40), min_size=1, max_size=8),
     outputs=st.lists(st.integers(1, 12), min_size=8, max_size=8),

@@ -1,11 +1,13 @@
-"""Eviction order of the auxiliary states (SWA windows, Mamba states): `lru`, `branch_aware` or
-`flop_aware`.
+"""Eviction order of the auxiliary states (SWA windows, Mamba states): `lru`, `branch_aware`,
+`flop_aware` or `reuse_aware`.
 
 `lru` evicts each component's least recent unlocked node first.
 
 `flop_aware` (the default) orders Mamba states by GreedyDual over the compute a state saves
-beyond the nearest state above it (`uniradix.components.flop_aware`); SWA windows stay in
-`lru` order.
+beyond the nearest state above it (`uniradix.components.flop_aware`); `reuse_aware` weighs
+that compute by the matches that resumed on the state's path (same module; not the default:
+on the trace's full+SWA+Mamba W=4096 it gives 0.649 of full-only against 0.650). Both keep
+SWA windows in `lru` order.
 
 `branch_aware` (after Marconi, MLSys 2025) looks at the `WINDOW` least recent unlocked nodes of
 the component's LRU list and evicts, in this order of classes:
@@ -51,7 +53,7 @@ class EvictingComponent(Protocol):
     lru: LRUList
 
 
-AUX_EVICTION_POLICIES = ("lru", "branch_aware", "flop_aware")
+AUX_EVICTION_POLICIES = ("lru", "branch_aware", "flop_aware", "reuse_aware")
 WINDOW = 64
 QUADRATIC_TOKENS = 12 * 4096
 MAX_CHAIN = 64  # nodes followed down a single-child chain looking for a deeper state

@@ -1,4 +1,5 @@
-"""The `flop_aware` eviction order of Mamba states: GreedyDual over the compute a state saves.
+"""The `flop_aware` and `reuse_aware` eviction orders of Mamba states: GreedyDual over the
+compute a state saves (weighted, for `reuse_aware`, by the evidence that its path is reused).
 
 A Mamba state at prefix length `p` lets a request resume at `p`. If it is evicted, a request
 that would have resumed there falls back to the nearest state above it on the path, at `q`,
@@ -20,6 +21,19 @@ Before the credit order, states that cannot end any match are evicted first (cla
 `uniradix.components.aux_eviction`: on full+SWA+Mamba, a state whose SWA window is
 tombstoned), among the `WINDOW` least recent.
 
+`reuse_aware` is the same order with a state's worth weighted by how likely a match is to
+come back to its path, as GreedyDual-Size-Frequency (Cherkasova 1998) weighs cost by use
+count: `H = L + (1 + REUSE_WEIGHT * e) * marginal ** COST_EXPONENT`, where the *reuse
+evidence* `e` counts the matches that resumed from the state itself or from a live state above
+it on its path. A request continuing a conversation resumes from its previous turn's state,
+so the states it stores carry that evidence, while a one-off request's states carry none. On
+the Mooncake trace a request sharing its first block with an earlier one has its whole-block
+prompt shared by a later request 62% of the time, one sharing nothing 23%; the marginal cost
+alone rates the other
+way (a fresh request's states save its whole prompt, a continuation's only the new turn), so
+`flop_aware` kept one-off prompts' states and lost conversations' tails. The exponent above 1
+keeps costly states longer against cheap recent ones (measured, see `REUSE_WEIGHT`).
+
 Worked example: states at 512 (credit L+c(512)), 8192 (L+c(8192)-c(512)) and 8200 (L+c(8200)-
 c(8192), eight tokens' worth): the state at 8200 goes first although it is the most recent;
 requests that would have resumed at 8200 resume at 8192 and recompute eight tokens.
@@ -29,6 +43,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections.abc import Iterator
 
 from uniradix.components.aux_eviction import (
@@ -39,33 +54,76 @@ from uniradix.components.aux_eviction import (
 )
 from uniradix.tree.node import TreeNode
 
+# `reuse_aware`'s weights, measured on the Mooncake trace's first 2,000 requests at 512 slots
+# (full+Mamba / full-only; benchmarks/results/hybrid_hits_reuse_aware.md): reuse weight 3 with
+# cost exponent 1, 1.25, 1.5, 1.75, 2: 0.861, 0.879, 0.899, 0.874, 0.866; exponent 1.5 with
+# weight 0, 1, 2, 3: 0.869, 0.891, 0.892, 0.899.
+REUSE_WEIGHT = 3.0
+COST_EXPONENT = 1.5
+
 
 class FlopAwareEviction(BranchAwareEviction):
-    """`flop_aware` order of a Mamba component; the component calls `touch` whenever a state
-    is stored or used and `forget` when it is evicted.
+    """`flop_aware` order of a Mamba component (`reuse_aware` with a reuse weight and cost
+    exponent); the component calls `touch` whenever a state is stored or used and `forget`
+    when it is evicted.
 
     Credits sit in a heap with lazy deletion (an entry counts only while it is the node's
     current credit), so a victim costs O(log n), not a pass over every state; the heap is
     rebuilt when stale entries outnumber the live ones."""
 
-    def __init__(self, component: EvictingComponent) -> None:
+    def __init__(
+        self, component: EvictingComponent, reuse_weight: float = 0.0, cost_exponent: float = 1.0
+    ) -> None:
         super().__init__(component, None, covered=False)
+        if reuse_weight < 0 or cost_exponent <= 0:
+            raise ValueError(
+                f"reuse_weight={reuse_weight} must be >= 0 and cost_exponent={cost_exponent} > 0"
+            )
+        self.reuse_weight = reuse_weight
+        self.cost_exponent = cost_exponent
         self.inflation = 0.0  # GreedyDual's L
         self._credit: dict[TreeNode, float] = {}
+        self._resumes: dict[TreeNode, int] = {}  # matches that resumed from a live state
         self._heap: list[tuple[float, int, TreeNode]] = []
         self._pushes = itertools.count()  # ties in credit go by age
 
     def marginal_cost(self, node: TreeNode) -> float:
         """Compute saved by resuming at `node` rather than at the nearest state above it."""
-        i, tree = self.index, self.tree
-        above = node.parent
-        while above is not None and above.parent is not None and above.data[i].value is None:
-            above = above.parent
-        upper = 0 if above is None or above.parent is None else tree.prefix_len(above)
-        return prefix_cost(tree.prefix_len(node)) - prefix_cost(upper)
+        return self._walk_up(node)[0]
 
-    def touch(self, node: TreeNode) -> None:
-        credit = self.inflation + self.marginal_cost(node)
+    def reuse_evidence(self, node: TreeNode) -> int:
+        """Matches that resumed from `node`'s state or from a live state above it on its path:
+        a prefix that was resumed from before is likely to be continued again."""
+        return self._resumes.get(node, 0) + self._walk_up(node)[1]
+
+    def _walk_up(self, node: TreeNode) -> tuple[float, int]:
+        """(marginal cost of `node`'s state, resumes of the live states above it), one walk."""
+        i, tree = self.index, self.tree
+        upper: int | None = None
+        resumes = 0
+        above = node.parent
+        while above is not None and above.parent is not None:
+            if above.data[i].value is not None:
+                if upper is None:
+                    upper = tree.prefix_len(above)
+                    if not self.reuse_weight:
+                        break
+                resumes += self._resumes.get(above, 0)
+            above = above.parent
+        return prefix_cost(tree.prefix_len(node)) - prefix_cost(upper or 0), resumes
+
+    def value(self, node: TreeNode) -> float:
+        """What keeping `node`'s state is worth: `(1 + reuse_weight * reuse evidence) *
+        marginal cost ** cost_exponent` (plain marginal cost for `flop_aware`)."""
+        marginal, above = self._walk_up(node)
+        evidence = self._resumes.get(node, 0) + above
+        return (1.0 + self.reuse_weight * evidence) * math.pow(marginal, self.cost_exponent)
+
+    def touch(self, node: TreeNode, resumed: bool = False) -> None:
+        """Sets `node`'s credit; `resumed`: a match resumes from it (one more use)."""
+        if resumed and self.reuse_weight:
+            self._resumes[node] = self._resumes.get(node, 0) + 1
+        credit = self.inflation + self.value(node)
         self._credit[node] = credit
         heapq.heappush(self._heap, (credit, next(self._pushes), node))
         if len(self._heap) > 2 * len(self._credit) + WINDOW:
@@ -74,15 +132,30 @@ class FlopAwareEviction(BranchAwareEviction):
 
     def forget(self, node: TreeNode) -> None:
         self._credit.pop(node, None)
+        self._resumes.pop(node, None)
 
     def reset(self) -> None:
         self.inflation = 0.0
         self._credit.clear()
+        self._resumes.clear()
         self._heap.clear()
+
+    def check_invariants(self, errors: list[str]) -> None:
+        """Credits and use counts are kept for live states only (dropped at eviction), and
+        every live state has a credit."""
+        i = self.index
+        holders = {n for n in self.component.lru}
+        for name, table in (("credit", self._credit), ("resume count", self._resumes)):
+            stale = [n.id for n in table if n not in holders or n.data[i].value is None]
+            if stale:
+                errors.append(f"mamba order: {name} kept for nodes {stale} holding no state")
+        missing = [n.id for n in holders if n not in self._credit]
+        if missing:
+            errors.append(f"mamba order: states on nodes {missing} have no credit")
 
     def credit(self, node: TreeNode) -> float:
         credit = self._credit.get(node)
-        return self.inflation + self.marginal_cost(node) if credit is None else credit
+        return self.inflation + self.value(node) if credit is None else credit
 
     def candidates(self) -> Iterator[TreeNode]:
         while True:
@@ -127,3 +200,12 @@ class FlopAwareEviction(BranchAwareEviction):
         for entry in locked:
             heapq.heappush(heap, entry)
         return victim
+
+
+def credit_order(component: EvictingComponent, policy: str) -> FlopAwareEviction | None:
+    """The credit order of a Mamba component under `policy` (None: not a credit policy)."""
+    if policy == "flop_aware":
+        return FlopAwareEviction(component)
+    if policy == "reuse_aware":
+        return FlopAwareEviction(component, REUSE_WEIGHT, COST_EXPONENT)
+    return None

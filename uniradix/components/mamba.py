@@ -27,7 +27,7 @@ import numpy as np
 
 from uniradix.components.aux_eviction import BranchAwareEviction, check_aux_eviction_policy
 from uniradix.components.base import TreeComponent, mark_evicted
-from uniradix.components.flop_aware import FlopAwareEviction
+from uniradix.components.flop_aware import credit_order
 from uniradix.tree.core import MatchWalk, TreeCore, Validator
 from uniradix.tree.lru import LRUList
 from uniradix.tree.node import TreeNode
@@ -58,7 +58,7 @@ class MambaComponent(TreeComponent):
         self.max_states_per_path = cap
         self.lru = LRUList(index, tree.num_components)
         policy = check_aux_eviction_policy(settings.aux_eviction_policy)
-        self._credits = FlopAwareEviction(self) if policy == "flop_aware" else None
+        self._credits = credit_order(self, policy)
         self._order: BranchAwareEviction | None = (
             BranchAwareEviction(self, None, covered=True)
             if policy == "branch_aware"
@@ -95,7 +95,7 @@ class MambaComponent(TreeComponent):
         if accepted:
             self.lru.move_to_mru(accepted[-1])
             if self._credits is not None:
-                self._credits.touch(accepted[-1])
+                self._credits.touch(accepted[-1], resumed=True)
         device_len = sum(n.num_tokens for n in accepted)
         grid = self.checkpoint_grid
         aligned = walk.matched_len // grid * grid
@@ -208,6 +208,8 @@ class MambaComponent(TreeComponent):
                     errors.append(f"mamba: {node} value {d.value!r} is not one int64 slot")
             if d.lock_ref > node.data[0].lock_ref:
                 errors.append(f"mamba: {node} lock_ref={d.lock_ref} exceeds its full lock_ref")
+        if self._credits is not None:
+            self._credits.check_invariants(errors)
         root = self.tree.root.data[i]
         if root.value is not None or root.lock_ref:
             errors.append("mamba: the root holds a state or a lock")

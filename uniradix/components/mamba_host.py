@@ -59,6 +59,8 @@ class HostMambaComponent(AuxHostComponent, MambaComponent):
         d.value = slot
         self._credit(node, 1)
         self.lru.insert_mru(node)
+        if self._credits is not None:
+            self._credits.touch(node)  # back on the device: credited as if stored now
         self.host.update(node)
 
     def unload(self, node: TreeNode, actions: list[FreeSlots]) -> None:
@@ -69,6 +71,8 @@ class HostMambaComponent(AuxHostComponent, MambaComponent):
         self._debit(node, 1)
         d.value = None
         self.lru.remove(node)
+        if self._credits is not None:
+            self._credits.forget(node)
         self.host.update(node)
 
     # ------------------------------------------------------------------ hooks
