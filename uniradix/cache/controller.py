@@ -310,6 +310,12 @@ class UnifiedRadixCache:
         Returns the slots freed (always 0 on a cache without windowed components)."""
         return request_caching.free_out_of_window_slots(self, req)
 
+    @property
+    def has_window_steps(self) -> bool:
+        """Whether `free_out_of_window_slots` and `release_window_lock` can ever act here (a
+        windowed component such as SWA); without one a scheduler may skip the per-step calls."""
+        return bool(self._window_freers or self._window_lockers)
+
     def release_window_lock(self, req: Req) -> None:
         """Releases the window part (SWA) of `req.lock` early, once the request's decode has
         left the cached prefix's window; the full lock stays, and the later unlock skips what
