@@ -191,7 +191,7 @@ class UnifiedRadixCache:
         """Caches `params.key` -> `params.value`; frees the value's duplicate slots."""
         key = params.key
         num_units = self._aligned_len(key)
-        value = checked_value(params, self.page_size, self._num_pages)[:num_units]
+        value = checked_value(params, self.page_size)[:num_units]
         if not 0 <= params.prev_prefix_len <= len(params.key):
             raise ValueError(
                 f"prev_prefix_len={params.prev_prefix_len} outside [0, {len(params.key)}]"
@@ -219,7 +219,14 @@ class UnifiedRadixCache:
                 tree_slots = self._span_slots(node, num)
                 actions.extend(
                     duplicate_frees(
-                        tree_slots, offset, start, adopted_from, value, swa_cursor, self.page_size
+                        tree_slots,
+                        offset,
+                        start,
+                        adopted_from,
+                        value,
+                        swa_cursor,
+                        self.page_size,
+                        self._num_pages,
                     )
                 )
 
