@@ -91,7 +91,11 @@ def duplicate_frees(
         # The common case: none are the tree's own and none lost their SWA peers.
         if not dup.shape[0]:
             return []
-        whole = (offset + start) % page_size == 0 and _distinct_pages(dup, page_size, num_pages)
+        whole = (
+            page_size > 1
+            and (offset + start) % page_size == 0
+            and _distinct_pages(dup, page_size, num_pages)
+        )
         return [FreeSlots(FreeKind.KV, dup, node_value=whole)]
     frees = []
     for kind, part, mask in (
@@ -109,7 +113,7 @@ def _distinct_pages(slots: Slots, page_size: int, num_pages: int) -> bool:
     distinct pages of the pool. Then their free may skip the allocator's per-slot sort and
     dedup (`node_value`): one sort of the pages here, 1/page_size of the work. Otherwise
     the allocator checks them as any caller's slots (and raises or dedups as it always did)."""
-    if page_size == 1 or slots.shape[0] % page_size:
+    if slots.shape[0] % page_size:
         return False
     # Stable (timsort): near linear on the runs of pages an allocation hands out.
     pages = np.sort(slots[::page_size] // page_size, kind="stable")
