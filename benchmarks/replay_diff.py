@@ -6,10 +6,13 @@ Each file is the output of `uniradix replay ... --json`. Prints `identical` per 
 differing field, and exits 1 if any pair differs. Timing fields (`wall_s`, `ideal_s`,
 `requests_per_s`) are left out: a speed-up must change nothing else.
 `benchmarks/results/replay_before/` keeps the Mooncake replays (page 16, every config)
-from before the replay speed-up (issue 15), as written by
+of main at 082430f, before the second replay speed-up of issue 15 (regenerated there: the
+Mamba pool's peak changed with issue 14, the rest is as in the first one), as written by
 
-    uniradix replay --trace ../shared/reference/mooncake_synthetic_trace.jsonl \\
+    uniradix replay --trace /work/shared/reference/mooncake_synthetic_trace.jsonl \\
         --page-size 16 --config CONFIG --json --no-progress
+
+`benchmarks/replay_cpu.py` runs two source trees interleaved and compares them the same way.
 """
 
 from __future__ import annotations

@@ -51,24 +51,6 @@ def test_misaligned_value_pages(cache):
     unchanged(cache, before)
 
 
-def test_value_repeating_a_page(cache):
-    before = snapshot(cache)
-    slots = alloc(cache, 2)
-    repeated = torch.cat([slots, slots])
-    with pytest.raises(ValueError, match=r"pages \[\d+\] more than once"):
-        cache.insert(InsertParams(RadixKey([7, 8, 9, 10]), repeated))
-    cache.pools.kv_allocator.free(slots)
-    unchanged(cache, before)
-
-
-def test_value_pages_outside_the_pool(cache):
-    before = snapshot(cache)
-    for value in ([0, 1], [66, 67], [-2, -1]):  # pages 1..32 hold slots 2..65
-        with pytest.raises(ValueError, match="outside"):
-            cache.insert(InsertParams(RadixKey([7, 8]), torch.tensor(value)))
-    unchanged(cache, before)
-
-
 def test_prev_prefix_len_out_of_range(cache):
     before = snapshot(cache)
     with pytest.raises(ValueError, match="prev_prefix_len=9"):

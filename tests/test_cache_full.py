@@ -161,6 +161,21 @@ def test_duplicates_freed_on_insert_but_never_below_prev_prefix_len():
     cache.check_invariants({"full": 0})
 
 
+@pytest.mark.parametrize("repeat", [False, True])
+def test_paged_duplicates_are_freed_once_even_when_the_caller_repeats_a_page(repeat):
+    """Duplicates that are distinct pages skip the allocator's per-slot check (`node_value`);
+    a repeated page must not: it is still freed once, as before that shortcut."""
+    cache = make_cache(full_tokens=64, page_size=2)
+    a = cache.pools.kv_allocator
+    insert_fresh(cache, [1, 2, 3, 4])
+    slots = alloc(cache, 2 if repeat else 4)
+    value = torch.cat([slots, slots]) if repeat else slots
+    before = a.available_size()
+    r = cache.insert(InsertParams(RadixKey([1, 2, 3, 4]), value))
+    assert r.prefix_len == 4 and a.available_size() == before + slots.shape[0]
+    cache.check_invariants({"full": 0})
+
+
 def test_a_split_refreshes_the_child_like_the_reference():
     cache = make_cache()
     insert_fresh(cache, [1, 2, 3, 4])  # oldest

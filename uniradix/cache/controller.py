@@ -191,7 +191,7 @@ class UnifiedRadixCache:
         """Caches `params.key` -> `params.value`; frees the value's duplicate slots."""
         key = params.key
         num_units = self._aligned_len(key)
-        value = checked_value(params, self.page_size, self._num_pages)[:num_units]
+        value = checked_value(params, self.page_size)[:num_units]
         if not 0 <= params.prev_prefix_len <= len(params.key):
             raise ValueError(
                 f"prev_prefix_len={params.prev_prefix_len} outside [0, {len(params.key)}]"
@@ -219,7 +219,14 @@ class UnifiedRadixCache:
                 tree_slots = self._span_slots(node, num)
                 actions.extend(
                     duplicate_frees(
-                        tree_slots, offset, start, adopted_from, value, swa_cursor, self.page_size
+                        tree_slots,
+                        offset,
+                        start,
+                        adopted_from,
+                        value,
+                        swa_cursor,
+                        self.page_size,
+                        self._num_pages,
                     )
                 )
 
@@ -309,6 +316,12 @@ class UnifiedRadixCache:
         never read again (SWA KV that left the window), advancing `req.swa_evicted_seqlen`.
         Returns the slots freed (always 0 on a cache without windowed components)."""
         return request_caching.free_out_of_window_slots(self, req)
+
+    @property
+    def has_window_steps(self) -> bool:
+        """Whether `free_out_of_window_slots` and `release_window_lock` can ever act here (a
+        windowed component such as SWA); without one a scheduler may skip the per-step calls."""
+        return bool(self._window_freers or self._window_lockers)
 
     def release_window_lock(self, req: Req) -> None:
         """Releases the window part (SWA) of `req.lock` early, once the request's decode has

@@ -37,7 +37,7 @@ class DisabledRadixCache(UnifiedRadixCache):
         return result
 
     def insert(self, params: InsertParams) -> InsertResult:
-        value = checked_value(params, self.page_size, self._num_pages)
+        value = checked_value(params, self.page_size)
         if not 0 <= params.prev_prefix_len <= len(params.key):
             raise ValueError(
                 f"prev_prefix_len={params.prev_prefix_len} outside [0, {len(params.key)}]"

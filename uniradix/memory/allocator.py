@@ -77,6 +77,11 @@ class TokenSlotAllocator:
         k = num_tokens // self.page_size
         if k > self._top:
             return None
+        if k == 1:  # a decode step's page: no fancy indexing for one page
+            self._top -= 1
+            page = int(self._stack[self._top])
+            self._in_use[page] = True
+            return self._page_offsets + page * self.page_size
         pages = self._stack[self._top - k : self._top][::-1].copy()
         self._top -= k
         self._in_use[pages] = True

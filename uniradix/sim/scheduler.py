@@ -102,6 +102,7 @@ class Scheduler:
         self.config = config or SchedulerConfig()
         self.listener: SchedulerListener = listener or NullListener()
         self.page_size = cache.page_size
+        self._window_steps = cache.has_window_steps  # per request per step: read once
         self.slots = RowSlots(cache, self.listener, self.config.decode_reserve_ratio)
         if self.config.chunk_size < self.page_size:
             raise ValueError(
@@ -190,6 +191,8 @@ class Scheduler:
     def _free_out_of_window(self, request: RunningRequest) -> None:
         """After each prefill chunk and decode step: frees the request's SWA slots that left
         the window, and releases the window lock once the decode is past the cached prefix."""
+        if not self._window_steps:
+            return
         self.cache.free_out_of_window_slots(request.req)
         if request.prefilled:
             self.cache.release_window_lock(request.req)
