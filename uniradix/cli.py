@@ -113,6 +113,13 @@ def _cluster_arguments(p: argparse.ArgumentParser) -> None:
         "--kv-events-hash-seed", help="vLLM's PYTHONHASHSEED (needed by vllm_sha256_cbor)"
     )
     p.add_argument("--kv-events-sender", choices=SENDERS, default="thread")
+    p.add_argument(
+        "--kv-events-sender-wait-ms",
+        type=int,
+        default=5,
+        help="the thread sender, once woken, waits this long and sends every batch queued by "
+        "then (0: one wake-up per batch)",
+    )
 
 
 def _cluster(args: argparse.Namespace, options: ReplayOptions) -> int:
@@ -132,6 +139,7 @@ def _cluster(args: argparse.Namespace, options: ReplayOptions) -> int:
             hash_algo=args.kv_events_hash_algo,
             hash_seed=args.kv_events_hash_seed,
             sender=args.kv_events_sender,
+            sender_wait_ms=args.kv_events_sender_wait_ms,
         )
     summary = run_cluster(options, args.instances, args.router, kv_events)
     print(json.dumps(summary) if args.json else cluster_text(summary))

@@ -25,6 +25,7 @@ INT_MINIMUM = {
     "--swa-layers": 0,
     "--mamba-layers": 0,
     "--shared-prefix-len": 0,
+    "--kv-events-sender-wait-ms": 0,
 }
 # Float flags that are not fractions: any finite value > 0.
 POSITIVE_FLOATS = {"--hicache-ratio", "--timeout"}

@@ -105,6 +105,7 @@ def test_cli_vllm_block_hashes_route_like_sglang_ones(capsys: pytest.CaptureFixt
         [],
         ["--kv-events-hash-algo", "vllm_sha256_cbor", "--kv-events-hash-seed", "0"],
         ["--kv-events-sender", "inline"],
+        ["--kv-events-sender-wait-ms", "0"],
     ):
         assert main([*argv, *extra]) == 0
         summaries.append(json.loads(capsys.readouterr().out))
@@ -114,3 +115,5 @@ def test_cli_vllm_block_hashes_route_like_sglang_ones(capsys: pytest.CaptureFixt
         assert s["instances"] == summaries[0]["instances"]
     assert main([*argv, "--kv-events-hash-algo", "vllm_sha256_cbor"]) != 0
     assert "needs hash_seed" in capsys.readouterr().err
+    assert main([*argv, "--kv-events-sender-wait-ms", "1001"]) != 0
+    assert "sender_wait_ms must be in [0, 1000.0], got 1001" in capsys.readouterr().err
