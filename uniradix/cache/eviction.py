@@ -10,6 +10,8 @@ pool availability is always current.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from uniradix.event_sink import MEDIUM_GPU
@@ -21,16 +23,23 @@ if TYPE_CHECKING:
     from uniradix.tree.node import TreeNode
 
 
+_BUILT_IN = tuple(ComponentType)  # iterating the enum class itself costs ~1.5 µs per call
+_NONE_WANTED: Mapping[str, int] = MappingProxyType({})
+
+
 def evict_components(cache: ControllerView, params: EvictParams) -> EvictResult:
     wanted = (params.num_tokens, params.swa_num_tokens, params.mamba_num)  # by ComponentType
-    for ct, num in zip(ComponentType, wanted, strict=True):
+    for ct, num in zip(_BUILT_IN, wanted, strict=True):
         if not isinstance(num, int) or num < 0:
             raise ValueError(f"EvictParams for {ct.name} must be a non-negative int, got {num!r}")
-    extra_wanted = params.extra or {}
-    for name, num in extra_wanted.items():
-        if not isinstance(num, int) or num < 0:
-            raise ValueError(f"EvictParams.extra[{name!r}] must be a non-negative int, got {num!r}")
-        cache.component(name)  # raises for a component the cache does not have
+    extra_wanted = params.extra or _NONE_WANTED
+    if extra_wanted:
+        for name, num in extra_wanted.items():
+            if not isinstance(num, int) or num < 0:
+                raise ValueError(
+                    f"EvictParams.extra[{name!r}] must be a non-negative int, got {num!r}"
+                )
+            cache.component(name)  # raises for a component the cache does not have
     tracker = [0] * len(cache.components)
     leaves = cache.tree.leaves
     # Looked up once, not per victim: a cache without a host tier, sessions or an event sink

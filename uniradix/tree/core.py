@@ -204,17 +204,12 @@ class TreeCore:
     def is_evictable_leaf(self, node: TreeNode) -> bool:
         """An unlocked node with base data on the device and no child that has any (children
         whose base data left the device, e.g. for a host tier, do not count)."""
-        children = node.children
-        # Without a host tier, any child makes `node` internal: tested before the data, as
-        # before that tier existed (this runs on every insert, lock and unlock).
-        if (
-            node.parent is None
-            or (children and not self.host_only_nodes)
-            or node.data[0].value is None
-        ):
+        if node.parent is None or node.data[0].value is None:
             return False
-        if children:
-            for child in children.values():
+        if node.children:
+            if not self.host_only_nodes:
+                return False
+            for child in node.children.values():
                 if child.data[0].value is not None:
                     return False
         for d in node.data:  # noqa: SIM110 (a generator costs more; runs on every insert and lock)
