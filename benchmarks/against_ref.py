@@ -4,16 +4,22 @@ What it answers: "does a cache built without feature X cost what it did before X
 (e.g. `e7fa5f5^`, the commit before the host tier). The ref is checked out into a detached
 worktree under the system temp directory; both trees run the same driver
 (`against_ref_driver.py`, which uses only the public API both have: `build_cache`,
-`match_prefix`, `inc_lock_ref`, `insert`, `dec_lock_ref`, `evict`) in fresh subprocesses,
-alternating ref / this checkout `--rounds` times so that both see the same drift of the
-machine's load. Per op, the report gives this checkout's median over the ref's, per round
-(paired), as the median and the range over rounds.
+`match_prefix`, `inc_lock_ref`, `insert`, `dec_lock_ref`, `evict`).
+
+Method, to keep the machine's drift out of the ratio: per round, one driver process per tree
+(both pinned to the same CPU with `--cpu`), driven in lock step: both replay the first
+`--warmup` requests untimed-for-the-report (imports, first allocations, caches warming), then
+the rest in chunks of `--chunk` requests, ref then this checkout on even chunks, the other way
+round on odd ones, so both see the same load within a fraction of a second. Both replay the
+identical stream, so each op of request i in one tree is paired with the same op of request i
+in the other: a round's figure per op is the median over requests of (this checkout's ns /
+the ref's ns). The table gives the median over rounds and the range over rounds.
 
 Stream: multi-turn chats of full attention (a shared system prompt, turns growing the
 history by 60-400 tokens), `--requests` requests, a pool a quarter of the stream's distinct
 tokens, so eviction runs.
 
-Run: `python -m benchmarks.against_ref e7fa5f5^ [--rounds 7] [--page-sizes 1 16]`
+Run: `python -m benchmarks.against_ref e7fa5f5^ [--rounds 5] [--page-sizes 1 16] [--cpu 1]`
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 OPS = ("match", "lock", "insert", "unlock", "evict")
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,48 +56,104 @@ def worktree_of(ref: str) -> Path:
     return path
 
 
-def run_side(tree: Path, page: int, requests: int, seed: int) -> dict[str, float | None]:
-    env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1"}
-    out = subprocess.run(
-        [sys.executable, str(DRIVER), str(page), str(requests), str(seed)],
-        env=env,
-        check=True,
-        capture_output=True,
-        text=True,
-        cwd=tree,
-    ).stdout
-    result = json.loads(out.strip().splitlines()[-1])
-    if Path(result.pop("uniradix")).resolve().parent.parent != tree.resolve():
-        raise RuntimeError(f"the driver imported uniradix from outside {tree}")
-    medians: dict[str, float | None] = result
-    return medians
+class Driver:
+    """One driver process replaying the stream through the uniradix of `tree`."""
+
+    def __init__(self, tree: Path, page: int, requests: int, seed: int, cpu: int | None) -> None:
+        env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1"}
+        pin = ["taskset", "-c", str(cpu)] if cpu is not None else []
+        self.proc = subprocess.Popen(
+            [*pin, sys.executable, str(DRIVER), str(page), str(requests), str(seed)],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=tree,
+        )
+        imported = Path(self._read()["uniradix"]).resolve().parent.parent
+        if imported != tree.resolve():
+            raise RuntimeError(f"the driver imported uniradix from {imported}, not {tree}")
+
+    def _read(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"driver exited with {self.proc.wait()}")
+        result: dict[str, Any] = json.loads(line)
+        return result
+
+    def run(self, num_requests: int) -> dict[str, list[list[int]]]:
+        """Times the stream's next `num_requests` requests: per op, [request index, ns]."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(f"{num_requests}\n")
+        self.proc.stdin.flush()
+        return self._read()
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
+def one_round(
+    trees: tuple[Path, Path], page: int, args: argparse.Namespace
+) -> dict[str, float | None]:
+    """Per op: the median over requests of (this checkout's ns / the ref's ns)."""
+    ref, head = (Driver(t, page, args.requests, args.seed, args.cpu) for t in trees)
+    try:
+        ref.run(args.warmup)
+        head.run(args.warmup)
+        times: tuple[dict[str, dict[int, int]], ...] = (
+            {op: {} for op in OPS},
+            {op: {} for op in OPS},
+        )
+        for chunk in range((args.requests - args.warmup + args.chunk - 1) // args.chunk):
+            order = ((0, ref), (1, head)) if chunk % 2 == 0 else ((1, head), (0, ref))
+            for side, driver in order:
+                for op, pairs in driver.run(args.chunk).items():
+                    times[side][op].update((i, ns) for i, ns in pairs)
+    finally:
+        ref.close()
+        head.close()
+    ratios: dict[str, float | None] = {}
+    for op in OPS:
+        paired = [ns / times[0][op][i] for i, ns in times[1][op].items() if times[0][op].get(i)]
+        ratios[op] = statistics.median(paired) if paired else None
+    return ratios
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("ref", help="the git ref to compare against, e.g. e7fa5f5^")
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--requests", type=int, default=3000)
+    parser.add_argument("--warmup", type=int, default=300, help="requests left out of the figures")
+    parser.add_argument("--chunk", type=int, default=50, help="requests per lock-step chunk")
     parser.add_argument("--page-sizes", type=int, nargs="+", default=[1, 16])
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--cpu", type=int, default=None, help="pin both drivers to this CPU")
     args = parser.parse_args(argv)
-    ref_tree = worktree_of(args.ref)
-    print(f"this checkout vs {args.ref} ({ref_tree}), {args.rounds} alternating rounds")
+    if not 0 <= args.warmup < args.requests or args.chunk < 1:
+        raise ValueError(f"need 0 <= warmup < requests and chunk >= 1, got {args}")
+    trees = (worktree_of(args.ref), ROOT)
+    print(
+        f"this checkout vs {args.ref} ({trees[0]}): {args.rounds} rounds of {args.requests} "
+        f"requests ({args.warmup} warm-up), lock-step chunks of {args.chunk}, "
+        f"median of paired per-request ratios"
+    )
     print("| page | " + " | ".join(OPS) + " |")
     print("|---|" + "---|" * len(OPS))
     for page in args.page_sizes:
         ratios: dict[str, list[float]] = {op: [] for op in OPS}
         for _ in range(args.rounds):
-            ref = run_side(ref_tree, page, args.requests, args.seed)
-            head = run_side(ROOT, page, args.requests, args.seed)
-            for op in OPS:
-                if ref[op] and head[op]:
-                    ratios[op].append(head[op] / ref[op])  # type: ignore[operator]
+            for op, ratio in one_round(trees, page, args).items():
+                if ratio is not None:
+                    ratios[op].append(ratio)
         cells = [
             f"{statistics.median(r):.3f} ({min(r):.2f}-{max(r):.2f})" if r else "-"
             for r in (ratios[op] for op in OPS)
         ]
-        print(f"| {page} | " + " | ".join(cells) + " |")
+        print(f"| {page} | " + " | ".join(cells) + " |", flush=True)
 
 
 if __name__ == "__main__":

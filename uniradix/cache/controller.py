@@ -117,6 +117,8 @@ class UnifiedRadixCache:
         self._window_lockers = overriding(self._aux, "release_window_lock")
         self._free: dict[FreeKind | str, Callable[[Slots, bool], None]] = pools.free_functions()
         self._receipts = LockReceipts()
+        self._outstanding = self._receipts.outstanding
+        self._receipt_ids = self._receipts.ids
         self.device = pools.kv_allocator.device
         self._on_cpu = self.device.type == "cpu"
         self._num_pages = pools.kv_allocator.capacity // settings.page_size  # full-KV pages
@@ -281,13 +283,21 @@ class UnifiedRadixCache:
             if c.index == 0:
                 delta = moved
         self.tree.update_leaf(node)
-        return self._receipts.issue(node, delta, uuids)
+        receipt = IncLockRefResult(next(self._receipt_ids), node, delta, uuids)
+        self._outstanding[receipt.receipt_id] = receipt
+        return receipt
 
     def dec_lock_ref(
         self, node: TreeNode, params: DecLockRefParams | IncLockRefResult | None = None
     ) -> None:
         """Releases one lock on `node`: the receipt's (`params`), or any one taken on `node`."""
-        receipt = self._receipts.take(node, params)
+        outstanding = self._outstanding
+        found = None if params is None else outstanding.get(params.receipt_id)
+        if found is not None and found.node is node and params is not None and params.node is node:
+            del outstanding[found.receipt_id]
+            receipt = found
+        else:  # no receipt named, or one not outstanding / anchored elsewhere: take raises
+            receipt = self._receipts.take(node, params)
         for c in reversed(self.components):
             if c.component_type not in receipt.skipped_lock_components:
                 c.unlock(node, receipt.component_lock_uuids[c.component_type])
