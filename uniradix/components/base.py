@@ -195,7 +195,9 @@ class TreeComponent(ABC):
     def free_out_of_window(self, req: Req, row: Slots, actions: list[FreeSlots]) -> int:
         """Frees (via `actions`) this component's slots of the running `req` that it will
         never read again; `row` is the request's slots for positions `[0, kv_committed_len)`.
-        Returns the number of slots freed."""
+        Returns the number of slots freed. Like `release_window_lock`, it may read the page
+        floor of `req.kv_committed_len` but not the position within the page: a scheduler
+        skips both calls on decode steps that do not fill a page (see `uniradix.sim`)."""
         return 0
 
     # ------------------------------------------------------------------ sessions
