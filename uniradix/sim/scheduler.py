@@ -270,8 +270,10 @@ class Scheduler:
         elif self.slots.spare(self.running, len(tokens), device_hit, outputs_left) < 0:
             # Declined before locking: locking only moves evictable slots to protected, so
             # `spare` cannot grow under the lock, and a lock released unused changes nothing.
-            # On a saturated server this is most admissions tried.
-            cache.cache_finished_req(req, is_insert=False)
+            # On a saturated server this is most admissions tried. The request holds only
+            # its row and its Mamba slots (no lock, no KV slots yet).
+            cache.release_req_slots(req)
+            pools.req_to_token_pool.free(row)
             heapq.heappush(self._ready, rid)
             self.prefetch.declined(rid)
             return None
@@ -367,6 +369,7 @@ class Scheduler:
             self._retract(victim)
             retracted = True
         entries = []
+        track_seqlen = self.checkpoints.track_seqlen
         for r in decoding:
             position = len(r.req.token_ids) - 1
             # Rows hold whole pages: a new slot is needed once per page, so the call is skipped
@@ -374,8 +377,8 @@ class Scheduler:
             if position >= r.req.kv_allocated_len:
                 ok = self.slots.alloc(r, position + 1)
                 assert ok, "decode allocation failed after decode_fits"
-            track = self.checkpoints.track_seqlen(position, position + 1)
-            entries.append(ForwardEntry(r, position, position + 1, True, track))
+            end = position + 1
+            entries.append(ForwardEntry(r, position, end, True, track_seqlen(position, end)))
         if not entries:
             return retracted
         tokens = self.runner.forward(ForwardBatch(True, entries))
