@@ -197,10 +197,9 @@ class UnifiedRadixCache:
         key = params.key
         num_units = self._aligned_len(key)
         value = checked_value(params, self.page_size)[:num_units]
-        if not 0 <= params.prev_prefix_len <= len(params.key):
-            raise ValueError(
-                f"prev_prefix_len={params.prev_prefix_len} outside [0, {len(params.key)}]"
-            )
+        key_len = len(key)
+        if not 0 <= params.prev_prefix_len <= key_len:
+            raise ValueError(f"prev_prefix_len={params.prev_prefix_len} outside [0, {key_len}]")
         for c in self._insert_checkers:
             c.check_insert(value, params)
         actions: list[FreeSlots] = []
