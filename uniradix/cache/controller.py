@@ -110,6 +110,7 @@ class UnifiedRadixCache:
         self._mamba = self._by_type.get(ComponentType.MAMBA)
         self.host_tier: NoHostTier = NoHostTier()  # `uniradix.tiers.controller` attaches one
         self._validating = overriding(self.components, "match_validator")
+        self._match_required = tuple(c.index for c in self.components if c.match_requires_value)
         self._insert_checkers = overriding(self.components, "check_insert")
         self._finalizers = overriding(self.components, "finalize_match")
         # Requests' per-step window calls reach only the components that act on them.
@@ -171,8 +172,12 @@ class UnifiedRadixCache:
         the matched state, evicting Mamba states if short; see `uniradix.cache_mamba`).
         """
         num_units = self._aligned_len(params.key)
-        validators = [v for c in self._validating if (v := c.match_validator()) is not None]
-        walk = self.tree.match(params.key, num_units, validators)
+        validators = []
+        for c in self._validating:  # a loop, not a comprehension: runs per match
+            validator = c.match_validator()
+            if validator is not None:
+                validators.append(validator)
+        walk = self.tree.match(params.key, num_units, validators, self._match_required)
         accepted = walk.path[: walk.num_accepted]
         self.tree.touch_path(accepted)
         slots = self._concat([n.data[0].value for n in accepted])
@@ -194,10 +199,9 @@ class UnifiedRadixCache:
         key = params.key
         num_units = self._aligned_len(key)
         value = checked_value(params, self.page_size)[:num_units]
-        if not 0 <= params.prev_prefix_len <= len(params.key):
-            raise ValueError(
-                f"prev_prefix_len={params.prev_prefix_len} outside [0, {len(params.key)}]"
-            )
+        key_len = len(key)
+        if not 0 <= params.prev_prefix_len <= key_len:
+            raise ValueError(f"prev_prefix_len={params.prev_prefix_len} outside [0, {key_len}]")
         for c in self._insert_checkers:
             c.check_insert(value, params)
         actions: list[FreeSlots] = []

@@ -67,7 +67,8 @@ def free_out_of_window_slots(cache: ControllerView, req: Req) -> int:
     freed = 0
     for c in cache._window_freers:  # a loop: called per request per step
         freed += c.free_out_of_window(req, row, actions)
-    cache.apply(actions)
+    if actions:  # most steps free nothing (the window moves a page at a time)
+        cache.apply(actions)
     return freed
 
 

@@ -7,7 +7,8 @@ actions that the cache applies, in order, right after the call.
 Hook phases (defaults suit a component whose state covers every token, like full attention):
 
 =========  ==============================================================================
-match      `match_validator` (stateful, sees every path node in order), `finalize_match`
+match      `match_requires_value` (a node matches only with this component's data), or
+           `match_validator` (stateful, sees every path node in order); `finalize_match`
 split      `redistribute_on_split` (required)
 setup      `attach_pools` (read-only access to the pools, e.g. the full->SWA slot mapping)
 insert     `check_insert` (reject a bad value before anything changes), `insert_overlap` (may
@@ -113,6 +114,10 @@ class TreeComponent(ABC):
             self.evictable_tokens -= num
 
     # ------------------------------------------------------------------ match
+    # True: a match may end only on a node holding this component's data (Mamba: a state to
+    # resume from). Checked inline by the tree walk, which costs no call per node.
+    match_requires_value = False
+
     def match_validator(self) -> Validator | None:
         """A fresh predicate for one match walk, or None to accept every node."""
         return None
@@ -195,7 +200,9 @@ class TreeComponent(ABC):
     def free_out_of_window(self, req: Req, row: Slots, actions: list[FreeSlots]) -> int:
         """Frees (via `actions`) this component's slots of the running `req` that it will
         never read again; `row` is the request's slots for positions `[0, kv_committed_len)`.
-        Returns the number of slots freed."""
+        Returns the number of slots freed. Like `release_window_lock`, it may read the page
+        floor of `req.kv_committed_len` but not the position within the page: a scheduler
+        skips both calls on decode steps that do not fill a page (see `uniradix.sim`)."""
         return 0
 
     # ------------------------------------------------------------------ sessions

@@ -28,7 +28,7 @@ import numpy as np
 from uniradix.components.aux_eviction import BranchAwareEviction, check_aux_eviction_policy
 from uniradix.components.base import TreeComponent, mark_evicted
 from uniradix.components.flop_aware import credit_order
-from uniradix.tree.core import MatchWalk, TreeCore, Validator
+from uniradix.tree.core import MatchWalk, TreeCore
 from uniradix.tree.lru import LRUList
 from uniradix.tree.node import TreeNode
 from uniradix.types import (
@@ -86,9 +86,7 @@ class MambaComponent(TreeComponent):
         return None if value is None else int(value[0])
 
     # ------------------------------------------------------------------ match
-    def match_validator(self) -> Validator:
-        i = self.index
-        return lambda node: node.data[i].value is not None
+    match_requires_value = True  # a match resumes from a state: it ends on a node with one
 
     def finalize_match(self, walk: MatchWalk, params: MatchPrefixParams) -> dict[str, Any]:
         accepted = walk.path[: walk.num_accepted]
@@ -96,7 +94,9 @@ class MambaComponent(TreeComponent):
             self.lru.move_to_mru(accepted[-1])
             if self._credits is not None:
                 self._credits.touch(accepted[-1], resumed=True)
-        device_len = sum(n.num_tokens for n in accepted)
+        device_len = 0
+        for n in accepted:  # a loop, not a generator: runs per match
+            device_len += n.num_tokens
         grid = self.checkpoint_grid
         aligned = walk.matched_len // grid * grid
         return {"mamba_branching_seqlen": aligned if aligned > device_len else None}

@@ -321,8 +321,8 @@ class SWAComponent(TreeComponent):
         start = end - self.window_tail
         for c in req.checkpoint_seqlens:
             # The window ending at a checkpoint stays while it is at most one window back.
-            if start <= c <= end:
-                start = min(start, c - self.window_tail)
+            if start <= c <= end and c - self.window_tail < start:
+                start = c - self.window_tail
         return start
 
     def free_out_of_window(self, req: Req, row: Slots, actions: list[FreeSlots]) -> int:

@@ -55,7 +55,8 @@ class MambaSlotAllocator(TokenSlotAllocator):
         if len(slots) > 2:
             self.free(np.array(list(slots), dtype=np.int64))
             return
-        ordered = sorted(int(s) for s in slots)
+        # One slot (a request's working state, most calls) needs no sort.
+        ordered = [int(slots[0])] if len(slots) == 1 else sorted(int(s) for s in slots)
         if len(ordered) == 2 and ordered[0] == ordered[1]:
             raise ValueError(f"free: duplicate slots in one call: {ordered[:1]}")
         for slot in ordered:

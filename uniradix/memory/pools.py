@@ -78,17 +78,22 @@ class CachePools:
         return sizes
 
     def available(self) -> dict[str, int]:
+        return {name: read() for name, read in self.free_readers().items()}
+
+    def free_readers(self) -> dict[str, Callable[[], int]]:
+        """Per pool, the bound method giving its free units now (what `available` reads):
+        fixed for the pools' lifetime, so a per-step reader builds it once."""
         a = self.kv_allocator
-        free = {"req": self.req_to_token_pool.available_size()}
+        readers: dict[str, Callable[[], int]] = {"req": self.req_to_token_pool.available_size}
         if isinstance(a, SWASlotAllocator):
-            free |= {"full": a.full_available_size(), "swa": a.swa_available_size()}
+            readers |= {"full": a.full_available_size, "swa": a.swa_available_size}
         else:
-            free["full"] = a.available_size()
+            readers["full"] = a.available_size
         if self.mamba is not None:
-            free["mamba"] = self.mamba.allocator.available_size()
+            readers["mamba"] = self.mamba.allocator.available_size
         for name, pool in self.extra.items():
-            free[name] = pool.available_size()
-        return free
+            readers[name] = pool.available_size
+        return readers
 
     def reset(self) -> None:
         self.kv_allocator.reset()

@@ -28,6 +28,8 @@ class RunningRequest:
     num_admissions: int = 1
     mamba_branch: int | None = None
     host_hit_tokens: int = 0  # prefix tokens loaded back from the host tier at admission
+    # The page of `req.kv_committed_len` at the last out-of-window step (-1: none yet).
+    window_page: int = -1
 
 
 # A named tuple: immutable, and built per request per step at a third of a frozen

@@ -37,6 +37,10 @@ class ReplayMetrics:
         self.decode_tokens = 0
         self.timeline: dict[str, list[int]] = {p: [] for p in self.pools}
         self.peak_used = dict.fromkeys(self.pools, 0)
+        readers = cache.pools.free_readers()  # per step: no dict of every pool built each time
+        self._step_readers = [
+            (p, self._capacity[p], readers[p], self.timeline[p]) for p in self.pools
+        ]
         self.lost_hits = LostHits(cache)
         self._pending_match: dict[int, LostHit] = {}
         self._bar = tqdm(
@@ -88,12 +92,12 @@ class ReplayMetrics:
         self._bar.update(1)
 
     def on_step(self, scheduler: SchedulerView) -> None:
-        capacity, free = self._capacity, self.cache.pools.available()
-        for pool in self.pools:
-            used = capacity[pool] - free[pool]
-            self.timeline[pool].append(used)
-            if used > self.peak_used[pool]:
-                self.peak_used[pool] = used
+        peak = self.peak_used
+        for pool, capacity, read_free, timeline in self._step_readers:
+            used = capacity - read_free()
+            timeline.append(used)
+            if used > peak[pool]:
+                peak[pool] = used
 
     def close(self) -> None:
         self._bar.close()

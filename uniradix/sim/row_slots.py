@@ -61,7 +61,9 @@ class RowSlots:
         """Memory the running requests will still allocate (decode part scaled)."""
         total, ps, ratio = 0, self.page_size, self.decode_reserve_ratio
         for r in running:  # per admission tried, over every running request: kept inline
-            total += max(0, -(-r.prompt_len // ps) * ps - r.req.kv_allocated_len)
+            prompt_left = -(-r.prompt_len // ps) * ps - r.req.kv_allocated_len
+            if prompt_left > 0:
+                total += prompt_left
             total += math.ceil(ratio * (r.spec.output_len - r.num_output))
         return total
 

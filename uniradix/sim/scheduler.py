@@ -193,6 +193,7 @@ class Scheduler:
         the window, and releases the window lock once the decode is past the cached prefix."""
         if not self._window_steps:
             return
+        request.window_page = request.req.kv_committed_len // self.page_size
         self.cache.free_out_of_window_slots(request.req)
         if request.prefilled:
             self.cache.release_window_lock(request.req)
@@ -263,10 +264,19 @@ class Scheduler:
             heapq.heappush(self._ready, rid)
             return None
         device_hit = match.device_prefix_len
+        outputs_left = spec.output_len - (previous.num_output if previous else 0)
         if match.host_hit_length:
-            match = self._load_back(
-                match, spec.output_len - (previous.num_output if previous else 0), len(tokens), req
-            )
+            match = self._load_back(match, outputs_left, len(tokens), req)
+        elif self.slots.spare(self.running, len(tokens), device_hit, outputs_left) < 0:
+            # Declined before locking: locking only moves evictable slots to protected, so
+            # `spare` cannot grow under the lock, and a lock released unused changes nothing.
+            # On a saturated server this is most admissions tried. The request holds only
+            # its row and its Mamba slots (no lock, no KV slots yet).
+            cache.release_req_slots(req)
+            pools.req_to_token_pool.free(row)
+            heapq.heappush(self._ready, rid)
+            self.prefetch.declined(rid)
+            return None
         req.lock = cache.inc_lock_ref(match.last_device_node)
         req.last_node = match.last_device_node
         hit = match.device_prefix_len
@@ -278,9 +288,7 @@ class Scheduler:
             request.num_admissions = previous.num_admissions + 1
         # Full KV is what a request keeps whole; SWA slots are freed out of the window as the
         # request goes, so the SWA pool is checked chunk by chunk, not here.
-        spare = self.slots.spare(
-            self.running, len(tokens), hit, spec.output_len - request.num_output
-        )
+        spare = self.slots.spare(self.running, len(tokens), hit, outputs_left)
         entry = None
         if spare >= 0:
             # The row and the checkpoints only once memory allows: on a saturated server most
@@ -361,21 +369,33 @@ class Scheduler:
             self._retract(victim)
             retracted = True
         entries = []
+        track_seqlen = self.checkpoints.track_seqlen
         for r in decoding:
             position = len(r.req.token_ids) - 1
-            ok = self.slots.alloc(r, position + 1)
-            assert ok, "decode allocation failed after decode_fits"
-            track = self.checkpoints.track_seqlen(position, position + 1)
-            entries.append(ForwardEntry(r, position, position + 1, True, track))
+            # Rows hold whole pages: a new slot is needed once per page, so the call is skipped
+            # while the position is already allocated (this runs per request per token).
+            if position >= r.req.kv_allocated_len:
+                ok = self.slots.alloc(r, position + 1)
+                assert ok, "decode allocation failed after decode_fits"
+            end = position + 1
+            entries.append(ForwardEntry(r, position, end, True, track_seqlen(position, end)))
         if not entries:
             return retracted
         tokens = self.runner.forward(ForwardBatch(True, entries))
         self.checkpoints.commit_tracks(entries)
+        page_size = self.page_size
         for e, token in zip(entries, tokens, strict=True):
-            e.request.req.kv_committed_len = e.end
-            self._append_output(e.request, token)
-            if e.request.num_output < e.request.spec.output_len:
-                self._free_out_of_window(e.request)
+            request = e.request
+            request.req.kv_committed_len = e.end
+            self._append_output(request, token)
+            # Windowed components act on whole pages: what they read of a request (the page
+            # floor of `kv_committed_len`, its cached length, checkpoints and cursor) changes
+            # during decode only when a page fills, so the step within a page is a no-op.
+            if (
+                request.num_output < request.spec.output_len
+                and e.end // page_size != request.window_page
+            ):
+                self._free_out_of_window(request)
         return True
 
     def _retract(self, request: RunningRequest) -> None:

@@ -67,11 +67,17 @@ class TreeCore:
         return self._time
 
     # ------------------------------------------------------------------ match
-    def match(self, key: RadixKey, num_units: int, validators: Sequence[Validator]) -> MatchWalk:
+    def match(
+        self,
+        key: RadixKey,
+        num_units: int,
+        validators: Sequence[Validator],
+        required: Sequence[int] = (),
+    ) -> MatchWalk:
         """Walks the first `num_units` (whole pages) of `key` from the root. Splits a node
         where the key ends or diverges inside it. Every validator sees every path node in
         order (they may be stateful); the match is usable up to the deepest node all of them
-        accepted."""
+        accepted that also holds data of every component index in `required`."""
         units, ps, ns = key.units, self.page_size, key.extra_key
         n_bytes = num_units * UNIT_BYTES
         page_bytes = ps * UNIT_BYTES
@@ -92,13 +98,19 @@ class TreeCore:
             path.append(self.split(child, p))
             off += p * UNIT_BYTES
             break
-        if not validators:
+        if not validators and not required:
             return MatchWalk(path, len(path), off // UNIT_BYTES)
         num_accepted = 0
         for i, n in enumerate(path):
             ok = True
             for validate in validators:
                 ok = validate(n) and ok
+            if ok:
+                data = n.data
+                for index in required:
+                    if data[index].value is None:
+                        ok = False
+                        break
             if ok:
                 num_accepted = i + 1
         return MatchWalk(path, num_accepted, off // UNIT_BYTES)
@@ -152,8 +164,10 @@ class TreeCore:
             if p * UNIT_BYTES < len(edge):
                 p -= p % ps
                 child = self.split(child, p)
-            child.last_access_time = self.tick()
-            child.priority = max(child.priority, priority)
+            self._time += 1  # `tick()` inline: runs per node per insert
+            child.last_access_time = self._time
+            if priority > child.priority:
+                child.priority = priority
             if off // UNIT_BYTES + p > inserted_len:
                 child.hit_count += 1
             self.leaves.refresh(child)
@@ -180,7 +194,8 @@ class TreeCore:
         new.hit_count = child.hit_count
         new.creation_time = child.creation_time
         # As in the reference: the parent's access time is fresh, and the child's fresher.
-        child.last_access_time = self.tick()
+        self._time += 1  # `tick()` inline
+        child.last_access_time = self._time
         self.leaves.refresh(child)
         parent.children[child.child_key(self.page_size)] = new
         child.key = child.key[cut:]
@@ -249,4 +264,5 @@ class TreeCore:
 
     def _new_node(self, key: bytes, extra_key: str | None, parent: TreeNode | None) -> TreeNode:
         self._next_id += 1
-        return TreeNode(self._next_id, key, extra_key, self.num_components, parent, self.tick())
+        self._time += 1  # `tick()` inline
+        return TreeNode(self._next_id, key, extra_key, self.num_components, parent, self._time)
