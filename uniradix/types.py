@@ -58,6 +58,9 @@ class FreeSlots:
 # ties `lru` on every built-in workload and wins on the Mooncake trace
 # (benchmarks/results/hybrid_hits.md).
 DEFAULT_AUX_EVICTION_POLICY = "flop_aware"
+# The order of SWA windows (`uniradix.components.swa_reuse`): "lru" or "reuse_aware"
+# (unless `aux_eviction_policy` is "branch_aware", which orders SWA windows itself).
+DEFAULT_SWA_EVICTION_POLICY = "lru"
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +86,7 @@ class CacheSettings:
     enable_session_cache: bool = False
     session_closed_memory: int = 8192
     aux_eviction_policy: str = DEFAULT_AUX_EVICTION_POLICY
+    swa_eviction_policy: str = DEFAULT_SWA_EVICTION_POLICY
 
 
 @dataclass(frozen=True, slots=True)

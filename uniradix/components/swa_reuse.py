@@ -1,0 +1,86 @@
+"""The `reuse_aware` eviction order of SWA windows: windows with no evidence of reuse first.
+
+An SWA window serves a hit only if a later request's match ends right under it, and LRU keeps
+every window for the same time whatever its chance of that. Most windows a request leaves
+behind are never matched (on the Mooncake trace each request leaves ~8.7k live SWA tokens, and
+LRU keeps them ~150 requests against a median reuse distance of ~190:
+benchmarks/results/hybrid_hits_reuse_aware.md), while the windows a conversation's next turn
+needs are on paths that were shared before. So among the `WINDOW` least recent unlocked
+windows, the least recent one with **no evidence of reuse** goes first; when all of them have
+some, the least recent overall goes (plain LRU). A window has evidence of reuse when
+
+- a match ended within one window below it (it served a hit: `served`), or
+- a later request's insert passed over its node or its parent (`TreeNode.hit_count > 0`): its
+  prefix was shared by another request, so its path is one requests come back to.
+
+The scan is bounded, so an old window with evidence still ages out once it is among the
+`WINDOW` least recent and every other one there has evidence too; a fresh window without
+evidence is never evicted before older windows without evidence (LRU order within the class).
+
+Worked example (LRU order, least recent first): A (never shared), B (its parent was shared),
+C (never shared): A goes first, then C, then B.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from uniradix.components.aux_eviction import WINDOW, EvictingComponent
+from uniradix.tree.node import TreeNode
+
+SWA_EVICTION_POLICIES = ("lru", "reuse_aware")
+
+
+def check_swa_eviction_policy(name: object) -> str:
+    if name not in SWA_EVICTION_POLICIES:
+        raise ValueError(
+            f"unknown swa_eviction_policy {name!r}; choose one of {list(SWA_EVICTION_POLICIES)}"
+        )
+    return str(name)
+
+
+class SWAReuseEviction:
+    """`reuse_aware` order of an SWA component; the component calls `served` for the nodes
+    a match ended under and `forget` when a node's window is evicted."""
+
+    def __init__(self, component: EvictingComponent) -> None:
+        self.component = component
+        self._served: set[TreeNode] = set()
+
+    def served(self, node: TreeNode) -> None:
+        self._served.add(node)
+
+    def was_served(self, node: TreeNode) -> bool:
+        return node in self._served
+
+    def forget(self, node: TreeNode) -> None:
+        self._served.discard(node)
+
+    def reset(self) -> None:
+        self._served.clear()
+
+    def reused(self, node: TreeNode) -> bool:
+        """Whether `node`'s window has evidence of reuse (see the module docstring)."""
+        if node in self._served or node.hit_count > 0:
+            return True
+        parent = node.parent
+        return parent is not None and parent.parent is not None and parent.hit_count > 0
+
+    def candidates(self) -> Iterator[TreeNode]:
+        while True:
+            lru = self.component.lru
+            head = node = lru.least_recent_unlocked()
+            if head is None:
+                return
+            seen = 0
+            while node is not None and seen < WINDOW and self.reused(node):
+                node = lru.least_recent_unlocked(before=node)
+                seen += 1
+            yield head if node is None or seen >= WINDOW else node
+
+    def check_invariants(self, errors: list[str]) -> None:
+        """Serve marks are kept for live windows only (dropped at eviction)."""
+        i = self.component.index
+        stale = [n.id for n in self._served if n.data[i].value is None]
+        if stale:
+            errors.append(f"swa order: serve marks kept for nodes {stale} holding no window")
