@@ -102,7 +102,7 @@ def test_the_scan_is_bounded_so_windows_with_evidence_age_out(
 ) -> None:
     """A and B served matches, C did not. Scanning 2 windows finds only A and B, so the
     least recent (A) goes; scanning 3 finds C."""
-    monkeypatch.setattr(swa_reuse, "WINDOW", scan)
+    monkeypatch.setattr(swa_reuse, "SCAN", scan)
     cache = swa_cache("reuse_aware")
     for start in (1, 10):
         insert(cache, [start, start + 1, start + 2, start + 3])
