@@ -5,18 +5,19 @@ every window for the same time whatever its chance of that. Most windows a reque
 behind are never matched (on the Mooncake trace each request leaves ~8.7k live SWA tokens, and
 LRU keeps them ~150 requests against a median reuse distance of ~190:
 benchmarks/results/hybrid_hits_reuse_aware.md), while the windows a conversation's next turn
-needs are on paths that were shared before. So the least recent unlocked window with **no
-evidence of reuse** goes first; only when every unlocked window has some does the least recent
-overall go (plain LRU among them). A window has evidence of reuse when
+needs are on paths that were shared before. So among the `SCAN` least recent unlocked
+windows, the least recent one with **no evidence of reuse** goes first; when all of them have
+some, the least recent overall goes (plain LRU). A window has evidence of reuse when
 
 - a match ended within one window below it (it served a hit: `served`), or
 - a later request's insert passed over its node or its parent (`TreeNode.hit_count > 0`): its
   prefix was shared by another request, so its path is one requests come back to.
 
-Within each class the order is LRU, as in a segmented LRU whose protected segment is the
-windows with evidence. Bounding the search to the 64 least recent windows (so old windows
-with evidence age out sooner) kept fewer hits on the trace's first 2,000 requests at W=4096
-(0.501 of full-only against 0.522 unbounded; 0.913 at W=1024 either way).
+The scan is bounded so that a window with evidence still ages out once it is among the `SCAN`
+least recent and every other one there has evidence too. Unbounded (a segmented LRU whose
+protected segment never ages), it kept more hits on the trace's first 2,000 requests at
+W=4096 (0.522 of full-only against 0.501) but fewer on the whole trace at W=1024 (0.919
+against LRU's 0.944): windows with evidence piled up and fresh windows went at once.
 
 Worked example (LRU order, least recent first): A (never shared), B (its parent was shared),
 C (never shared): A goes first, then C, then B.
@@ -30,7 +31,7 @@ from uniradix.components.aux_eviction import EvictingComponent
 from uniradix.tree.node import TreeNode
 
 SWA_EVICTION_POLICIES = ("lru", "reuse_aware")
-SCAN = None  # windows searched for one without evidence (None: all; tests bound it)
+SCAN: int | None = 64  # least recent windows searched for one without evidence (None: all)
 
 
 def check_swa_eviction_policy(name: object) -> str:

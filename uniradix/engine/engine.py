@@ -43,7 +43,8 @@ class EngineConfig:
     SWA layers add the SWA component and pool (`swa_tokens`, default `full_tokens`), Mamba
     layers the Mamba component and `mamba_slots` state slots (default 4 per running request;
     page_size > 1 turns on the extra buffer, 3 slots per request). `aux_eviction_policy`,
-    `checkpoint_placement` and `checkpoint_grid`: see `CacheConfig` and `SchedulerConfig`."""
+    `swa_eviction_policy`, `checkpoint_placement` and `checkpoint_grid`: see `CacheSettings`,
+    `CacheConfig` and `SchedulerConfig`."""
 
     page_size: int = 1
     chunk_size: int = 64
