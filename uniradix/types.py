@@ -60,7 +60,7 @@ class FreeSlots:
 DEFAULT_AUX_EVICTION_POLICY = "flop_aware"
 # The order of SWA windows (`uniradix.components.swa_reuse`): "lru" or "reuse_aware"
 # (unless `aux_eviction_policy` is "branch_aware", which orders SWA windows itself).
-DEFAULT_SWA_EVICTION_POLICY = "lru"
+DEFAULT_SWA_EVICTION_POLICY = "reuse_aware"
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,23 +4,22 @@ An SWA window serves a hit only if a later request's match ends right under it, 
 every window for the same time whatever its chance of that. Most windows a request leaves
 behind are never matched (on the Mooncake trace each request leaves ~8.7k live SWA tokens, and
 LRU keeps them ~150 requests against a median reuse distance of ~190:
-benchmarks/results/hybrid_hits_reuse_aware.md), while the windows a conversation's next turn
-needs are on paths that were shared before. So among the `SCAN` least recent unlocked
-windows, the least recent one with **no evidence of reuse** goes first; when all of them have
-some, the least recent overall goes (plain LRU). A window has evidence of reuse when
+benchmarks/results/hybrid_hits_reuse_aware.md), while a window a match ended under sits where
+matches end again (a shared prefix's end, the branch point of a conversation). So among
+the `SCAN` least recent unlocked windows, the least recent one that **never served a match**
+goes first (no match ended within one window below it); when all of them have, the least
+recent overall goes (plain LRU).
 
-- a match ended within one window below it (it served a hit: `served`), or
-- a later request's insert passed over its node or its parent (`TreeNode.hit_count > 0`): its
-  prefix was shared by another request, so its path is one requests come back to.
+Measured on the whole Mooncake trace (full+SWA / full-only): LRU 0.944 (W=1024) and 0.626
+(W=4096), this order 0.955 and 0.696. Counting also "a later insert passed over the window's
+node or its parent" (`TreeNode.hit_count > 0`) as evidence gave 0.946 and 0.622: a shared
+path is not a sign that this window will be matched. The scan is bounded so that a window
+that served a match still ages out once it is among the `SCAN` least recent and every other
+one there served too; unbounded (with the `hit_count` evidence) it lost on the whole trace at
+W=1024 (0.919), windows with evidence piling up (benchmarks/results/hybrid_hits_swa_reuse.md).
 
-The scan is bounded so that a window with evidence still ages out once it is among the `SCAN`
-least recent and every other one there has evidence too. Unbounded (a segmented LRU whose
-protected segment never ages), it kept more hits on the trace's first 2,000 requests at
-W=4096 (0.522 of full-only against 0.501) but fewer on the whole trace at W=1024 (0.919
-against LRU's 0.944): windows with evidence piled up and fresh windows went at once.
-
-Worked example (LRU order, least recent first): A (never shared), B (its parent was shared),
-C (never shared): A goes first, then C, then B.
+Worked example (LRU order, least recent first): A (never matched), B (a match ended under
+it), C (never matched): A goes first, then C, then B.
 """
 
 from __future__ import annotations
@@ -63,11 +62,8 @@ class SWAReuseEviction:
         self._served.clear()
 
     def reused(self, node: TreeNode) -> bool:
-        """Whether `node`'s window has evidence of reuse (see the module docstring)."""
-        if node in self._served or node.hit_count > 0:
-            return True
-        parent = node.parent
-        return parent is not None and parent.parent is not None and parent.hit_count > 0
+        """Whether `node`'s window served a match (see the module docstring)."""
+        return node in self._served
 
     def candidates(self) -> Iterator[TreeNode]:
         while True:
