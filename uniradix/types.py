@@ -60,6 +60,8 @@ class FreeSlots:
 DEFAULT_AUX_EVICTION_POLICY = "flop_aware"
 # The order of SWA windows (`uniradix.components.swa_reuse`): "lru" or "reuse_aware"
 # (unless `aux_eviction_policy` is "branch_aware", which orders SWA windows itself).
+# `reuse_aware` wins or ties `lru` on every built-in workload and on the Mooncake trace
+# (benchmarks/results/hybrid_hits_swa_reuse.md); full-attention-only caches have no SWA.
 DEFAULT_SWA_EVICTION_POLICY = "reuse_aware"
 
 
