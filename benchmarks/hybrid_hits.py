@@ -3,7 +3,8 @@ Mooncake trace and every built-in workload (issue 14's sizes), and the auxiliary
 which each hybrid config reaches 0.95x full-only.
 
     .venv/bin/python -m benchmarks.hybrid_hits --label before [--sources trace multi_turn ...]
-        [--policy lru] [--placement] [--pool-search] [--mamba-slots 512]
+        [--policy lru] [--swa-policy reuse_aware] [--placement] [--pool-search]
+        [--mamba-slots 512] [--max-requests 2000] [--configs swa hybrid]
         [--out benchmarks/results]
 
 Sizes: page 16; full KV = a quarter of the working set (the tokens an unbounded cache would
@@ -85,6 +86,11 @@ def main() -> int:
     parser.add_argument("--sources", nargs="+", default=[*sorted(WORKLOADS), "trace"])
     parser.add_argument("--trace", default=str(TRACE))
     parser.add_argument("--policy", default=None, help="aux eviction policy (None: default)")
+    parser.add_argument("--swa-policy", default=None, help="SWA eviction policy (None: default)")
+    parser.add_argument("--max-requests", type=int, default=None, help="the first N only")
+    parser.add_argument(
+        "--configs", nargs="+", default=None, help="of swa mamba hybrid (default: all)"
+    )
     parser.add_argument("--placement", action=argparse.BooleanOptionalAction, default=None)
     parser.add_argument("--pool-search", action="store_true")
     parser.add_argument("--mamba-slots", type=int, default=MAMBA_SLOTS, help="at scale 1")
@@ -104,8 +110,13 @@ def main() -> int:
     extra: dict[str, Any] = {}
     if args.policy is not None:
         extra["aux_eviction_policy"] = args.policy
+    if args.swa_policy is not None:
+        extra["swa_eviction_policy"] = args.swa_policy
+    if args.max_requests is not None:
+        extra["max_requests"] = args.max_requests
     if args.placement is not None:
         extra["checkpoint_placement"] = args.placement
+    configs = [c for c in CONFIGS if args.configs is None or c[0] in args.configs]
     rows: list[dict[str, Any]] = []
     for source in args.sources:
         base = replace(base_options(source, args.trace), **extra)
@@ -114,7 +125,7 @@ def main() -> int:
         t0 = time.perf_counter()
         full = run(replace(base, config="full"))
         print(f"{source} full {full['hit_rate']:.4f} ({time.perf_counter() - t0:.0f}s)", flush=True)
-        for config, window in CONFIGS:
+        for config, window in configs:
             scale, found = 1, None
             first: dict[str, Any] | None = None
             while True:

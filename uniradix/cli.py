@@ -13,6 +13,7 @@ if TYPE_CHECKING:
 
 def _replay_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     from uniradix.components.aux_eviction import AUX_EVICTION_POLICIES
+    from uniradix.components.swa_reuse import SWA_EVICTION_POLICIES
     from uniradix.sim.replay import CONFIG_COMPONENTS, ReplayOptions
     from uniradix.sim.traces import TRACE_FORMATS
     from uniradix.sim.workloads import WORKLOADS
@@ -86,6 +87,12 @@ def _replay_parser(commands: argparse._SubParsersAction) -> None:  # type: ignor
         choices=AUX_EVICTION_POLICIES,
         default=d.aux_eviction_policy,
         help="eviction order of SWA windows and Mamba states",
+    )
+    p.add_argument(
+        "--swa-eviction-policy",
+        choices=SWA_EVICTION_POLICIES,
+        default=d.swa_eviction_policy,
+        help="eviction order of SWA windows (ignored with --aux-eviction-policy branch_aware)",
     )
     p.add_argument("--json", action="store_true", help="print only the JSON summary")
     p.add_argument("--report", metavar="DIR", help="write summary.json, summary.md, plots")

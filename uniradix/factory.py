@@ -21,7 +21,12 @@ from uniradix.memory.req_pool import ReqToTokenPool
 from uniradix.memory.swa_allocator import SWASlotAllocator
 from uniradix.storage.backend import StorageBackend
 from uniradix.tiers.setup import attach_host_tier, attach_storage_tier
-from uniradix.types import DEFAULT_AUX_EVICTION_POLICY, CacheSettings, ComponentType
+from uniradix.types import (
+    DEFAULT_AUX_EVICTION_POLICY,
+    DEFAULT_SWA_EVICTION_POLICY,
+    CacheSettings,
+    ComponentType,
+)
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,7 @@ class CacheConfig:
     max_context_len: int = 8192
     eviction_policy: str = "lru"
     aux_eviction_policy: str = DEFAULT_AUX_EVICTION_POLICY
+    swa_eviction_policy: str = DEFAULT_SWA_EVICTION_POLICY
     is_eagle: bool = False
     device: str = "cpu"
     num_full_layers: int = 0
@@ -157,6 +163,7 @@ def build_cache(
         is_eagle=config.is_eagle,
         eviction_policy=config.eviction_policy,
         aux_eviction_policy=config.aux_eviction_policy,
+        swa_eviction_policy=config.swa_eviction_policy,
         sliding_window=config.sliding_window,
         mamba_cache_chunk_size=config.mamba_cache_chunk_size,
         mamba_max_states_per_path=config.mamba_max_states_per_path,

@@ -58,6 +58,11 @@ class FreeSlots:
 # ties `lru` on every built-in workload and wins on the Mooncake trace
 # (benchmarks/results/hybrid_hits.md).
 DEFAULT_AUX_EVICTION_POLICY = "flop_aware"
+# The order of SWA windows (`uniradix.components.swa_reuse`): "lru" or "reuse_aware"
+# (unless `aux_eviction_policy` is "branch_aware", which orders SWA windows itself).
+# `reuse_aware` wins or ties `lru` on every built-in workload and on the Mooncake trace
+# (benchmarks/results/hybrid_hits_swa_reuse.md); full-attention-only caches have no SWA.
+DEFAULT_SWA_EVICTION_POLICY = "reuse_aware"
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +73,9 @@ class CacheSettings:
     `lcm(mamba_cache_chunk_size, page_size)` (the SSM kernel materializes states per chunk);
     `mamba_max_states_per_path` caps the states kept along one root-to-node path (None: no
     cap). `aux_eviction_policy` orders the eviction of SWA windows and Mamba states ("lru",
-    "branch_aware", "flop_aware" or "reuse_aware", see `uniradix.components.aux_eviction`).
+    "branch_aware", "flop_aware" or "reuse_aware", see `uniradix.components.aux_eviction`);
+    `swa_eviction_policy` orders SWA windows ("lru" or "reuse_aware",
+    `uniradix.components.swa_reuse`) unless the aux policy is "branch_aware".
     """
 
     page_size: int = 1
@@ -83,6 +90,7 @@ class CacheSettings:
     enable_session_cache: bool = False
     session_closed_memory: int = 8192
     aux_eviction_policy: str = DEFAULT_AUX_EVICTION_POLICY
+    swa_eviction_policy: str = DEFAULT_SWA_EVICTION_POLICY
 
 
 @dataclass(frozen=True, slots=True)

@@ -179,3 +179,27 @@ def test_branch_aware_eviction_and_checkpoint_placement_generate_the_same(
         assert result.evicted_tokens["swa"] > 0
     if "M" in model.config.layer_pattern:
         assert result.mamba_tombstones > 0
+
+
+@pytest.mark.parametrize("aux_policy", ["flop_aware", "reuse_aware"])
+@pytest.mark.parametrize("placement", [False, True])
+@pytest.mark.parametrize("page_size", [1, 4])
+@pytest.mark.parametrize("config", ["swa", "hybrid"])
+def test_reuse_aware_swa_order_generates_the_same(
+    config: str, page_size: int, placement: bool, aux_policy: str, device: str
+) -> None:
+    """The reuse-aware eviction order of SWA windows: identical tokens, SWA windows evicted."""
+    model = model_for(config, device)
+    prompts = shared_prompts()
+    cfg = engine_config(
+        config,
+        page_size,
+        aux_eviction_policy=aux_policy,
+        swa_eviction_policy="reuse_aware",
+        checkpoint_placement=placement,
+        checkpoint_grid=8,
+    )
+    result = Engine(model, cfg).generate(prompts, MAX_NEW_TOKENS)
+    assert_equal_to_no_cache(model, prompts, result)
+    assert result.hit_tokens > 0
+    assert result.evicted_tokens["swa"] > 0

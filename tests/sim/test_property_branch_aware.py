@@ -1,6 +1,6 @@
-"""Random traffic with the branch-aware and flop-aware eviction orders and checkpoint
-placement on full+SWA, full+Mamba and full+SWA+Mamba: every pool's invariants after every
-step, and every slot back at the end (nothing leaked)."""
+"""Random traffic with the branch-aware, flop-aware and reuse-aware eviction orders (and the
+reuse-aware SWA order) and checkpoint placement on full+SWA, full+Mamba and full+SWA+Mamba:
+every pool's invariants after every step, and every slot back at the end (nothing leaked)."""
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -16,6 +16,7 @@ from uniradix.sim.scheduler import Scheduler, SchedulerConfig
 @given(
     config=st.sampled_from(["swa", "mamba", "hybrid"]),
     policy=st.sampled_from(["lru", "branch_aware", "flop_aware", "reuse_aware"]),
+    swa_policy=st.sampled_from(["lru", "reuse_aware"]),
     grid=st.sampled_from([None, 2, 4, 8]),
     prompts=st.lists(st.lists(st.integers(0, 2), min_size=1, max_size=40), min_size=1, max_size=8),
     outputs=st.lists(st.integers(1, 12), min_size=8, max_size=8),
@@ -29,6 +30,7 @@ from uniradix.sim.scheduler import Scheduler, SchedulerConfig
 def test_branch_aware_traffic_keeps_every_pool_exact_and_counts_lost_hits(  # type: ignore[no-untyped-def]
     config,
     policy,
+    swa_policy,
     grid,
     prompts,
     outputs,
@@ -41,7 +43,13 @@ def test_branch_aware_traffic_keeps_every_pool_exact_and_counts_lost_hits(  # ty
 ) -> None:
     full_tokens = full_pages * page_size
     cache = small_cache(
-        config, full_tokens, page_size, window, mamba_slots, aux_eviction_policy=policy
+        config,
+        full_tokens,
+        page_size,
+        window,
+        mamba_slots,
+        aux_eviction_policy=policy,
+        swa_eviction_policy=swa_policy,
     )
     limit = full_tokens // 2
     fitting = [(p, n) for p, n in zip(prompts, outputs, strict=False) if len(p) + n <= limit]

@@ -6,8 +6,9 @@
 `flop_aware` (the default) orders Mamba states by GreedyDual over the compute a state saves
 beyond the nearest state above it (`uniradix.components.flop_aware`); `reuse_aware` weighs
 that compute by the matches that resumed on the state's path (same module; not the default:
-on the trace's full+SWA+Mamba W=4096 it gives 0.649 of full-only against 0.650). Both keep
-SWA windows in `lru` order.
+on the trace's full+SWA+Mamba W=4096 it gives 0.649 of full-only against 0.650). Under
+both, and `lru`, SWA windows follow `swa_eviction_policy` (`reuse_aware`, the default, or
+`lru`: `uniradix.components.swa_reuse`).
 
 `branch_aware` (after Marconi, MLSys 2025) looks at the `WINDOW` least recent unlocked nodes of
 the component's LRU list and evicts, in this order of classes:

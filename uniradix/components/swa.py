@@ -31,6 +31,7 @@ import numpy as np
 
 from uniradix.components.aux_eviction import BranchAwareEviction, check_aux_eviction_policy
 from uniradix.components.base import EVICTED_MARK, TreeComponent, mark_evicted
+from uniradix.components.swa_reuse import SWAReuseEviction, check_swa_eviction_policy
 from uniradix.memory.pools import CachePools
 from uniradix.memory.swa_allocator import SWASlotAllocator
 from uniradix.tree.core import MatchWalk, TreeCore, Validator
@@ -69,10 +70,19 @@ class SWAComponent(TreeComponent):
             if check_aux_eviction_policy(settings.aux_eviction_policy) == "branch_aware"
             else None
         )
+        # `branch_aware` (an aux policy) orders SWA windows itself; else `swa_eviction_policy`.
+        self._reuse = (
+            SWAReuseEviction(self)
+            if check_swa_eviction_policy(settings.swa_eviction_policy) == "reuse_aware"
+            and self._order is None
+            else None
+        )
 
     def reset(self) -> None:
         super().reset()
         self.lru = LRUList(self.index, self.tree.num_components)
+        if self._reuse is not None:
+            self._reuse.reset()
 
     def attach_pools(self, pools: CachePools) -> None:
         if not isinstance(pools.kv_allocator, SWASlotAllocator):
@@ -110,14 +120,16 @@ class SWAComponent(TreeComponent):
 
     def finalize_match(self, walk: MatchWalk, params: MatchPrefixParams) -> dict[str, Any]:
         if walk.num_accepted:
-            self._refresh_window(walk.path[walk.num_accepted - 1])
+            self._refresh_window(walk.path[walk.num_accepted - 1], served=True)
         return {}
 
-    def _refresh_window(self, node: TreeNode) -> None:
+    def _refresh_window(self, node: TreeNode, served: bool = False) -> None:
         """Moves `node` and its listed ancestors within one window (plus a page) to the most
-        recent end, in path order, so a prefix's older parts are evicted first."""
+        recent end, in path order, so a prefix's older parts are evicted first; `served`: a
+        match ended at `node`, so these windows served a hit."""
         lru, prev, covered = self.lru, self.lru.head, 0
         limit = self.window + self.settings.page_size
+        mark = self._reuse.served if served and self._reuse is not None else None
         for n in self.tree.path_to_root(node):
             if covered >= limit:
                 break
@@ -125,6 +137,8 @@ class SWAComponent(TreeComponent):
                 lru.remove(n)
                 lru.insert_after(prev, n)
                 prev = n
+                if mark is not None:
+                    mark(n)
             covered += n.num_tokens
 
     # ------------------------------------------------------------------ split
@@ -134,6 +148,8 @@ class SWAComponent(TreeComponent):
         if c.value is not None:
             p.value, c.value = c.value[:split_len], c.value[split_len:]
             self.lru.insert_after(child, parent)
+            if self._reuse is not None and self._reuse.was_served(child):
+                self._reuse.served(parent)
         # A lock boundary marks the topmost locked node, which is now the parent.
         if c.metadata and _UUID in c.metadata:
             p.metadata = {_UUID: c.metadata.pop(_UUID)}
@@ -248,6 +264,9 @@ class SWAComponent(TreeComponent):
         if self._order is not None:
             yield from self._order.candidates()
             return
+        if self._reuse is not None:
+            yield from self._reuse.candidates()
+            return
         while (node := self.lru.least_recent_unlocked()) is not None:
             yield node
 
@@ -262,6 +281,8 @@ class SWAComponent(TreeComponent):
         d.value = None
         mark_evicted(d)
         self.lru.remove(node)
+        if self._reuse is not None:
+            self._reuse.forget(node)
         return num
 
     # ------------------------------------------------------------------ lock
@@ -376,3 +397,5 @@ class SWAComponent(TreeComponent):
                 errors.append(f"swa: unlocked {node} keeps a lock boundary uuid")
         if listed != len(self.lru):
             errors.append(f"swa: LRU lists {len(self.lru)} nodes, {listed} have SWA KV")
+        if self._reuse is not None:
+            self._reuse.check_invariants(errors)

@@ -30,7 +30,11 @@ from uniradix.sim.metrics import ReplayMetrics
 from uniradix.sim.request_spec import RequestSpec, TokenPrompt
 from uniradix.sim.scheduler import Scheduler, SchedulerConfig
 from uniradix.storage.backend import StorageBackend
-from uniradix.types import DEFAULT_AUX_EVICTION_POLICY, ComponentType
+from uniradix.types import (
+    DEFAULT_AUX_EVICTION_POLICY,
+    DEFAULT_SWA_EVICTION_POLICY,
+    ComponentType,
+)
 
 
 @dataclass(frozen=True)
@@ -39,7 +43,8 @@ class EngineConfig:
     SWA layers add the SWA component and pool (`swa_tokens`, default `full_tokens`), Mamba
     layers the Mamba component and `mamba_slots` state slots (default 4 per running request;
     page_size > 1 turns on the extra buffer, 3 slots per request). `aux_eviction_policy`,
-    `checkpoint_placement` and `checkpoint_grid`: see `CacheConfig` and `SchedulerConfig`."""
+    `swa_eviction_policy`, `checkpoint_placement` and `checkpoint_grid`: see `CacheSettings`,
+    `CacheConfig` and `SchedulerConfig`."""
 
     page_size: int = 1
     chunk_size: int = 64
@@ -56,6 +61,7 @@ class EngineConfig:
     write_policy: str = "write_through"
     enable_session_cache: bool = False
     aux_eviction_policy: str = DEFAULT_AUX_EVICTION_POLICY
+    swa_eviction_policy: str = DEFAULT_SWA_EVICTION_POLICY
     checkpoint_placement: bool = True
     checkpoint_grid: int | None = 512
     # An L3 store under the host tier (full attention): real KV bytes are written and read.
@@ -255,6 +261,7 @@ def build_engine_cache(model: TinyHybridModel, config: EngineConfig) -> UnifiedR
             write_policy=config.write_policy,
             enable_session_cache=config.enable_session_cache,
             aux_eviction_policy=config.aux_eviction_policy,
+            swa_eviction_policy=config.swa_eviction_policy,
             storage_url=config.storage_url,
             storage_backend=config.storage_backend,
             model_fingerprint=config.model_fingerprint,

@@ -24,7 +24,11 @@ from uniradix.sim.sessions import SessionListener
 from uniradix.sim.traces import load_trace
 from uniradix.sim.workloads import generate_workload
 from uniradix.storage.backend import StorageBackend
-from uniradix.types import DEFAULT_AUX_EVICTION_POLICY, ComponentType
+from uniradix.types import (
+    DEFAULT_AUX_EVICTION_POLICY,
+    DEFAULT_SWA_EVICTION_POLICY,
+    ComponentType,
+)
 
 CONFIG_COMPONENTS: dict[str, tuple[ComponentType, ...]] = {
     "full": (ComponentType.FULL,),
@@ -65,6 +69,7 @@ class ReplayOptions:
     checkpoint_placement: bool = True
     checkpoint_grid: int | None = 512
     aux_eviction_policy: str = DEFAULT_AUX_EVICTION_POLICY
+    swa_eviction_policy: str = DEFAULT_SWA_EVICTION_POLICY
     model: ModelShape = field(default_factory=ModelShape)
     host_tokens: int | None = None
     hicache_ratio: float | None = None
@@ -144,6 +149,7 @@ def build_replay_cache(
             write_policy=options.write_policy,
             enable_session_cache=options.sessions,
             aux_eviction_policy=options.aux_eviction_policy,
+            swa_eviction_policy=options.swa_eviction_policy,
             storage_url=options.storage_url,
             storage_backend=options.storage_backend,
             model_fingerprint=options.model_fingerprint,

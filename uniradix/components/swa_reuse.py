@@ -1,0 +1,89 @@
+"""The `reuse_aware` eviction order of SWA windows: windows with no evidence of reuse first.
+
+An SWA window serves a hit only if a later request's match ends right under it, and LRU keeps
+every window for the same time whatever its chance of that. Most windows a request leaves
+behind are never matched (on the Mooncake trace each request leaves ~8.7k live SWA tokens, and
+LRU keeps them ~150 requests against a median reuse distance of ~190:
+benchmarks/results/hybrid_hits_reuse_aware.md), while a window a match ended under sits where
+matches end again (a shared prefix's end, the branch point of a conversation). So among
+the `SCAN` least recent unlocked windows, the least recent one that **never served a match**
+goes first (no match ended within one window below it); when all of them have, the least
+recent overall goes (plain LRU).
+
+Measured on the whole Mooncake trace (full+SWA / full-only): LRU 0.944 (W=1024) and 0.626
+(W=4096), this order 0.955 and 0.696. Counting also "a later insert passed over the window's
+node or its parent" (`TreeNode.hit_count > 0`) as evidence gave 0.946 and 0.622: a shared
+path is not a sign that this window will be matched. The scan is bounded so that a window
+that served a match still ages out once it is among the `SCAN` least recent and every other
+one there served too; unbounded (with the `hit_count` evidence) it lost on the whole trace at
+W=1024 (0.919), windows with evidence piling up (benchmarks/results/hybrid_hits_swa_reuse.md).
+
+Worked example (LRU order, least recent first): A (never matched), B (a match ended under
+it), C (never matched): A goes first, then C, then B.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from uniradix.components.aux_eviction import EvictingComponent
+from uniradix.tree.node import TreeNode
+
+SWA_EVICTION_POLICIES = ("lru", "reuse_aware")
+SCAN: int | None = 64  # least recent windows searched for one without evidence (None: all)
+
+
+def check_swa_eviction_policy(name: object) -> str:
+    if name not in SWA_EVICTION_POLICIES:
+        raise ValueError(
+            f"unknown swa_eviction_policy {name!r}; choose one of {list(SWA_EVICTION_POLICIES)}"
+        )
+    return str(name)
+
+
+class SWAReuseEviction:
+    """`reuse_aware` order of an SWA component; the component calls `served` for the nodes
+    a match ended under and `forget` when a node's window is evicted."""
+
+    def __init__(self, component: EvictingComponent) -> None:
+        self.component = component
+        self._served: set[TreeNode] = set()
+
+    def served(self, node: TreeNode) -> None:
+        self._served.add(node)
+
+    def was_served(self, node: TreeNode) -> bool:
+        return node in self._served
+
+    def forget(self, node: TreeNode) -> None:
+        self._served.discard(node)
+
+    def reset(self) -> None:
+        self._served.clear()
+
+    def reused(self, node: TreeNode) -> bool:
+        """Whether `node`'s window served a match (see the module docstring)."""
+        return node in self._served
+
+    def candidates(self) -> Iterator[TreeNode]:
+        while True:
+            lru = self.component.lru
+            head = node = lru.least_recent_unlocked()
+            if head is None:
+                return
+            budget = SCAN
+            while node is not None and self.reused(node):
+                if budget is not None:
+                    budget -= 1
+                    if budget <= 0:
+                        node = None  # no window without evidence within the scan
+                        break
+                node = lru.least_recent_unlocked(before=node)
+            yield head if node is None else node
+
+    def check_invariants(self, errors: list[str]) -> None:
+        """Serve marks are kept for live windows only (dropped at eviction)."""
+        i = self.component.index
+        stale = [n.id for n in self._served if n.data[i].value is None]
+        if stale:
+            errors.append(f"swa order: serve marks kept for nodes {stale} holding no window")
