@@ -12,6 +12,8 @@ Mamba pool's peak changed with issue 14, the rest is as in the first one), as wr
     uniradix replay --trace /work/shared/reference/mooncake_synthetic_trace.jsonl \\
         --page-size 16 --config CONFIG --json --no-progress
 
+SWA windows have been evicted in the reuse-aware order by default since (issue 14): the
+`swa` and `hybrid` files are reproduced with `--swa-eviction-policy lru` added.
 `benchmarks/replay_cpu.py` runs two source trees interleaved and compares them the same way.
 """
 
