@@ -12,8 +12,9 @@ Mamba pool's peak changed with issue 14, the rest is as in the first one), as wr
     uniradix replay --trace /work/shared/reference/mooncake_synthetic_trace.jsonl \\
         --page-size 16 --config CONFIG --json --no-progress
 
-SWA windows have been evicted in the reuse-aware order by default since (issue 14): the
-`swa` and `hybrid` files are reproduced with `--swa-eviction-policy lru` added.
+SWA windows and Mamba states have been evicted in reuse-aware orders by default since
+(issue 14): those files are reproduced with `--swa-eviction-policy lru` (swa, hybrid) and
+`--aux-eviction-policy flop_aware` (mamba, hybrid) added.
 `benchmarks/replay_cpu.py` runs two source trees interleaved and compares them the same way.
 """
 

@@ -53,11 +53,11 @@ class FreeSlots:
     node_value: bool = False
 
 
-# The default order of SWA windows and Mamba states (`uniradix.components.aux_eviction`):
-# no change for full-only and full+SWA caches (their SWA order is `lru`); on a Mamba cache it
-# ties `lru` on every built-in workload and wins on the Mooncake trace
-# (benchmarks/results/hybrid_hits.md).
-DEFAULT_AUX_EVICTION_POLICY = "flop_aware"
+# The default order of Mamba states (`uniradix.components.aux_eviction`): no change for
+# full-only and full+SWA caches; with the reuse-aware SWA order it ties or beats `flop_aware`
+# on every built-in workload at 24-512 Mamba slots and on every Mamba config of the Mooncake
+# trace (benchmarks/results/hybrid_hits_reuse_aware.md).
+DEFAULT_AUX_EVICTION_POLICY = "reuse_aware"
 # The order of SWA windows (`uniradix.components.swa_reuse`): "lru" or "reuse_aware"
 # (unless `aux_eviction_policy` is "branch_aware", which orders SWA windows itself).
 # `reuse_aware` wins or ties `lru` on every built-in workload and on the Mooncake trace
