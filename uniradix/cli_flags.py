@@ -127,7 +127,7 @@ def resource_failure(exc: BaseException) -> str | None:
     """The one-line message for pools that could not be allocated (numpy's MemoryError,
     torch's CPU allocator RuntimeError) or are too small for any request to make progress
     (`SchedulerStalled`); None for any other error."""
-    from uniradix.sim.scheduler import SchedulerStalled
+    from uniradix.sim.scheduler_config import SchedulerStalled
 
     first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     if isinstance(exc, SchedulerStalled):

@@ -72,3 +72,18 @@ def hybrid_host_cache(
     )
     tier = HostTier(cache, pools, engine, write_policy)
     return cache, tier, engine
+
+
+def values(node, i):
+    """(device value, host value) of component `i` on `node`, as lists (None when absent)."""
+    d = node.data[i]
+    as_list = lambda v: None if v is None else v.tolist()  # noqa: E731
+    return as_list(d.value), as_list(d.host_value)
+
+
+def ack_all(tier, engine):
+    """Releases every batch a `HeldEngine` holds and commits them."""
+    for ticket in list(engine.held):
+        engine.release(ticket)
+    tier.writing_check()
+    tier.loading_check()

@@ -6,7 +6,7 @@ the node's fresh slot and the request's slot), and every failure path of a load-
 import torch
 
 from tests.helpers import alloc
-from tests.tiers.builders import hybrid_host_cache
+from tests.tiers.builders import ack_all, hybrid_host_cache, values
 from uniradix import (
     CacheConfig,
     EvictParams,
@@ -19,19 +19,6 @@ from uniradix import (
 from uniradix.tiers.controller import HostTier
 
 FULL, SWA, MAMBA = 0, 1, 1  # component indices (SWA and Mamba are 1 when alone)
-
-
-def values(node, i):
-    d = node.data[i]
-    as_list = lambda v: None if v is None else v.tolist()  # noqa: E731
-    return as_list(d.value), as_list(d.host_value)
-
-
-def ack_all(tier, engine):
-    for ticket in list(engine.held):
-        engine.release(ticket)
-    tier.writing_check()
-    tier.loading_check()
 
 
 def swa_chain(cache, tier, engine):

@@ -10,23 +10,10 @@ to the device, write-through must back it up too, or its next device tombstone i
 import torch
 
 from tests.helpers import alloc
-from tests.tiers.builders import hybrid_host_cache
+from tests.tiers.builders import ack_all, hybrid_host_cache, values
 from uniradix import EvictParams, InsertParams, MatchPrefixParams, RadixKey
 
 FULL, AUX = 0, 1  # the SWA or the Mamba component, alone beside the full KV
-
-
-def values(node, i):
-    d = node.data[i]
-    as_list = lambda v: None if v is None else v.tolist()  # noqa: E731
-    return as_list(d.value), as_list(d.host_value)
-
-
-def ack_all(tier, engine):
-    for ticket in list(engine.held):
-        engine.release(ticket)
-    tier.writing_check()
-    tier.loading_check()
 
 
 def tombstoned_top(policy: str):

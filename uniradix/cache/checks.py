@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from uniradix.errors import InvariantError
 from uniradix.key import UNIT_BYTES
 from uniradix.memory.swa_allocator import SWASlotAllocator
 from uniradix.tree.node import TreeNode
@@ -16,6 +17,15 @@ from uniradix.types import ComponentKey, ComponentType, Slots
 
 if TYPE_CHECKING:
     from uniradix.cache.view import ControllerView
+
+
+def raise_if_broken(cache: ControllerView, held_by_requests: Mapping[str, int] | None) -> None:
+    """`UnifiedRadixCache.check_invariants`: the tree, the pools, the host tier, sessions."""
+    errors = check_cache_invariants(cache, held_by_requests)
+    cache.host_tier.check_invariants(errors)
+    cache.sessions.check_invariants(errors)
+    if errors:
+        raise InvariantError("cache invariants violated:\n  " + "\n  ".join(errors))
 
 
 def check_cache_invariants(

@@ -24,11 +24,12 @@ import numpy as np
 import torch
 
 from uniradix.cache import request_caching
-from uniradix.cache.checks import check_cache_invariants, format_tree
+from uniradix.cache.checks import format_tree, raise_if_broken
 from uniradix.cache.eviction import evict_components
 from uniradix.cache.insert_slots import checked_value, duplicate_frees
 from uniradix.cache.lock_receipts import LockReceipts
 from uniradix.cache.mamba_requests import MambaRequests, NoMambaRequests
+from uniradix.cache.paths import concat_values, span_slots
 from uniradix.components.base import TreeComponent, overriding
 from uniradix.components.registry import (
     DEFAULT_REGISTRY,
@@ -36,7 +37,6 @@ from uniradix.components.registry import (
     ComponentSpec,
     normalize_key,
 )
-from uniradix.errors import InvariantError
 from uniradix.event_sink import MEDIUM_GPU, CacheEventSink
 from uniradix.key import RadixKey
 from uniradix.memory.pools import CachePools
@@ -78,12 +78,7 @@ class UnifiedRadixCache:
         outside finds its pool in `pools.extra` under its name."""
         settings = settings or CacheSettings(page_size=pools.kv_allocator.page_size)
         registry = registry or DEFAULT_REGISTRY
-        classes = [registry.resolve(spec, component_registry_override) for spec in components]
-        types = [cls.component_type for cls in classes]
-        if not types or types[0] != ComponentType.FULL:
-            raise ValueError(f"components must start with ComponentType.FULL, got {components}")
-        if len(set(types)) != len(types):
-            raise ValueError(f"duplicate component types: {components}")
+        classes = registry.resolve_all(components, component_registry_override)
         if pools.kv_allocator.page_size != settings.page_size:
             raise ValueError(
                 f"allocator page_size={pools.kv_allocator.page_size} "
@@ -180,7 +175,7 @@ class UnifiedRadixCache:
         walk = self.tree.match(params.key, num_units, validators, self._match_required)
         accepted = walk.path[: walk.num_accepted]
         self.tree.touch_path(accepted)
-        slots = self._concat([n.data[0].value for n in accepted])
+        slots = concat_values([n.data[0].value for n in accepted])
         last = accepted[-1] if accepted else self.tree.root
         indices = self.to_device(slots)
         if self._finalizers:
@@ -206,9 +201,7 @@ class UnifiedRadixCache:
             c.check_insert(value, params)
         actions: list[FreeSlots] = []
         prev, swa_cursor = params.prev_prefix_len, params.swa_evicted_seqlen
-        aux = self._overlapping
-
-        sink = self.event_sink
+        aux, sink = self._overlapping, self.event_sink
 
         def on_overlap(node: TreeNode, offset: int, num: int) -> None:
             # An insert over a demoted (host-only) node revives its device copy.
@@ -222,7 +215,7 @@ class UnifiedRadixCache:
                 sink.on_stored(node, MEDIUM_GPU)
             start = max(0, prev - offset)
             if start < adopted_from:
-                tree_slots = self._span_slots(node, num)
+                tree_slots = span_slots(node, num)
                 actions.extend(
                     duplicate_frees(
                         tree_slots,
@@ -246,23 +239,12 @@ class UnifiedRadixCache:
             c.commit_insert(target, is_new, leaf_value, params, actions)
         if is_new:
             self.tree.update_leaf(target)
-            if self.event_sink is not None:
-                self.event_sink.on_stored(target, MEDIUM_GPU)
+            if sink is not None:
+                sink.on_stored(target, MEDIUM_GPU)
         self.apply(actions)
         if self.host_tier.enabled:
             self.host_tier.after_insert(target)
         return InsertResult(prefix_len, target, mamba_exist)
-
-    def _span_slots(self, node: TreeNode, num: int) -> Slots:
-        """Full slots of the `num` units ending with `node` (a hook may have split them)."""
-        values, covered = [], 0
-        for n in self.tree.path_to_root(node):
-            if covered >= num:
-                break
-            values.append(n.data[0].value)
-            covered += n.num_tokens
-        values.reverse()
-        return self._concat(values)
 
     # ------------------------------------------------------------------ evict
     def evict(self, params: EvictParams) -> EvictResult:
@@ -359,19 +341,12 @@ class UnifiedRadixCache:
         """Full-KV slots of the prefix ending at `node`, on the pool's device."""
         values = [n.data[0].value for n in self.tree.path_to_root(node)]
         values.reverse()
-        return self.to_device(self._concat(values))
+        return self.to_device(concat_values(values))
 
     def to_device(self, slots: Slots) -> torch.Tensor:
         """A tensor of `slots` on the pool's device (zero-copy on the CPU: never write to it)."""
         tensor = torch.from_numpy(slots)
         return tensor if self._on_cpu else tensor.to(self.device)
-
-    def _concat(self, values: list[Slots | None]) -> Slots:
-        if len(values) == 1 and values[0] is not None:
-            return values[0]
-        present = [v for v in values if v is not None]
-        assert len(present) == len(values), "a full-KV value is missing on a cached path"
-        return np.concatenate(present) if present else self._empty
 
     # ------------------------------------------------------------------ sizes and state
     def component(self, component_type: ComponentKey) -> TreeComponent:
@@ -418,11 +393,7 @@ class UnifiedRadixCache:
         "full" and "swa" KV slots, "mamba" state slots, "req" rows), also checks
         `free + evictable + protected + held == capacity` exactly per named pool.
         """
-        errors = check_cache_invariants(self, held_by_requests)
-        self.host_tier.check_invariants(errors)
-        self.sessions.check_invariants(errors)
-        if errors:
-            raise InvariantError("cache invariants violated:\n  " + "\n  ".join(errors))
+        raise_if_broken(self, held_by_requests)
 
 
 __all__ = ["Req", "UnifiedRadixCache"]

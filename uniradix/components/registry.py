@@ -18,7 +18,7 @@ A class may also be given directly in the component list (no registration needed
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
 from uniradix.components.base import TreeComponent
@@ -88,6 +88,20 @@ class ComponentRegistry:
             raise ValueError(
                 f"no component registered as {key!r}; registered: {self.names()}"
             ) from None
+
+    def resolve_all(
+        self,
+        specs: Sequence[ComponentSpec],
+        override: Mapping[ComponentType, type[TreeComponent]] | None = None,
+    ) -> list[type[TreeComponent]]:
+        """The classes of a cache's `specs`: FULL first, no type twice."""
+        classes = [self.resolve(spec, override) for spec in specs]
+        types = [cls.component_type for cls in classes]
+        if not types or types[0] != ComponentType.FULL:
+            raise ValueError(f"components must start with ComponentType.FULL, got {specs}")
+        if len(set(types)) != len(types):
+            raise ValueError(f"duplicate component types: {specs}")
+        return classes
 
 
 _BUILTIN_NAMES = {ct.name.lower(): ct for ct in ComponentType}

@@ -373,7 +373,6 @@ class SWAComponent(TreeComponent):
             yield n
             covered += n.num_tokens
 
-    # ------------------------------------------------------------------ checks
     def check_invariants(self, errors: list[str]) -> None:
         super().check_invariants(errors)
         i, listed = self.index, 0

@@ -28,7 +28,8 @@ from uniradix.factory import CacheConfig, build_cache
 from uniradix.sim.batch import RunningRequest, SchedulerView
 from uniradix.sim.metrics import ReplayMetrics
 from uniradix.sim.request_spec import RequestSpec, TokenPrompt
-from uniradix.sim.scheduler import Scheduler, SchedulerConfig
+from uniradix.sim.scheduler import Scheduler
+from uniradix.sim.scheduler_config import SchedulerConfig
 from uniradix.storage.backend import StorageBackend
 from uniradix.types import (
     DEFAULT_AUX_EVICTION_POLICY,

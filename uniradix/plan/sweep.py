@@ -33,7 +33,7 @@ from tqdm import tqdm
 from uniradix.plan.budget import Split, size_pools
 from uniradix.plan.models import ModelSpec
 from uniradix.sim.replay import ReplayOptions, load_specs, run_replay
-from uniradix.sim.scheduler import SchedulerStalled
+from uniradix.sim.scheduler_config import SchedulerStalled
 
 GRID_STEP = 0.25
 REFINE_ROUNDS = 3

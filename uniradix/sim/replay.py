@@ -19,7 +19,8 @@ from uniradix.sim.host_summary import host_summary
 from uniradix.sim.ideal import ideal_hits
 from uniradix.sim.metrics import ReplayMetrics
 from uniradix.sim.request_spec import RequestSpec
-from uniradix.sim.scheduler import Scheduler, SchedulerConfig
+from uniradix.sim.scheduler import Scheduler
+from uniradix.sim.scheduler_config import SchedulerConfig
 from uniradix.sim.sessions import SessionListener
 from uniradix.sim.traces import load_trace
 from uniradix.sim.workloads import generate_workload

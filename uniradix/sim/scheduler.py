@@ -39,7 +39,6 @@ Per-component steps, each a no-op for a cache without that component:
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
 
 from uniradix.cache.controller import UnifiedRadixCache
 from uniradix.key import RadixKey
@@ -56,36 +55,8 @@ from uniradix.sim.placement import CheckpointPlan
 from uniradix.sim.prefetching import QueuePrefetch
 from uniradix.sim.request_spec import RequestSpec
 from uniradix.sim.row_slots import RowSlots
+from uniradix.sim.scheduler_config import SchedulerConfig, SchedulerStalled
 from uniradix.types import MatchPrefixParams, MatchResult, Req
-
-
-@dataclass(frozen=True)
-class SchedulerConfig:
-    max_running: int = 64
-    chunk_size: int = 4096
-    decode_reserve_ratio: float = 0.5
-    check_invariants: bool = False
-    # Hybrid caches: keep SWA windows and Mamba states where requests branch
-    # (`uniradix.sim.placement`); `checkpoint_grid` None places none on a grid.
-    checkpoint_placement: bool = True
-    checkpoint_grid: int | None = 512
-    prefetch_lookahead: int = 4  # waiting requests that prefetch from L3 (`sim.prefetching`)
-
-    def __post_init__(self) -> None:
-        if self.checkpoint_grid is not None and self.checkpoint_grid < 1:
-            raise ValueError(f"checkpoint_grid={self.checkpoint_grid} must be None or >= 1")
-        if self.max_running < 1 or self.chunk_size < 1:
-            raise ValueError(
-                f"max_running={self.max_running} and chunk_size={self.chunk_size} must be >= 1"
-            )
-        if not 0 <= self.prefetch_lookahead <= 16:
-            raise ValueError(f"prefetch_lookahead={self.prefetch_lookahead} not in [0, 16]")
-        if not 0.0 <= self.decode_reserve_ratio <= 1.0:
-            raise ValueError(f"decode_reserve_ratio={self.decode_reserve_ratio} not in [0, 1]")
-
-
-class SchedulerStalled(RuntimeError):
-    """No request could make progress although work remains (a pool too small)."""
 
 
 class Scheduler:
@@ -259,9 +230,7 @@ class Scheduler:
         match = cache.match_prefix(MatchPrefixParams(key, req=req))
         self.listener.on_match(rid, key, match)
         if pools.mamba is not None and req.mamba_pool_idx is None:
-            cache.release_req_slots(req)  # no Mamba slot to be had now: wait
-            pools.req_to_token_pool.free(row)
-            heapq.heappush(self._ready, rid)
+            self._decline(rid, req, row, prefetched=False)  # no Mamba slot to be had now: wait
             return None
         device_hit = match.device_prefix_len
         outputs_left = spec.output_len - (previous.num_output if previous else 0)
@@ -272,10 +241,7 @@ class Scheduler:
             # `spare` cannot grow under the lock, and a lock released unused changes nothing.
             # On a saturated server this is most admissions tried. The request holds only
             # its row and its Mamba slots (no lock, no KV slots yet).
-            cache.release_req_slots(req)
-            pools.req_to_token_pool.free(row)
-            heapq.heappush(self._ready, rid)
-            self.prefetch.declined(rid)
+            self._decline(rid, req, row, prefetched=True)
             return None
         req.lock = cache.inc_lock_ref(match.last_device_node)
         req.last_node = match.last_device_node
@@ -309,6 +275,14 @@ class Scheduler:
         self.running.append(request)
         self.listener.on_admit(request, match)
         return entry
+
+    def _decline(self, rid: int, req: Req, row: int, prefetched: bool) -> None:
+        """Request `rid` waits again: its row and Mamba slots go back (it holds nothing else)."""
+        self.cache.release_req_slots(req)
+        self.cache.pools.req_to_token_pool.free(row)
+        heapq.heappush(self._ready, rid)
+        if prefetched:
+            self.prefetch.declined(rid)
 
     def _prompt_key(self, rid: int) -> tuple[list[int], RadixKey]:
         """Request `rid`'s tokens to prefill (a retracted one's outputs too) and its key."""

@@ -34,7 +34,7 @@ from uniradix.memory.host_pools import HostPools
 from uniradix.tiers import aux_tier, backups
 from uniradix.tiers import load_back as loads
 from uniradix.tiers.host_aux import HostAux
-from uniradix.tiers.host_checks import check_host_tier
+from uniradix.tiers.host_checks import check_host_tier, host_usage
 from uniradix.tiers.host_insert import insert_host
 from uniradix.tiers.null import NoHostTier
 from uniradix.tiers.transfer import TransferEngine
@@ -362,19 +362,7 @@ class HostTier(NoHostTier):
     def host_usage(self) -> dict[str, int]:
         """Host full slots by state: free, evictable (host-only, unpinned, or a backed
         node's copy), protected (pinned) and in flight (a pending write)."""
-        usage = {"free": self.host_pools.full.available_size(), "evictable": 0}
-        usage |= {"protected": 0, "in_flight": 0}
-        for n in self.cache.tree.nodes():
-            d = n.data[0]
-            if d.host_value is None:
-                continue
-            if d.metadata is not None and "write" in d.metadata:
-                usage["in_flight"] += n.num_tokens
-            elif d.host_lock_ref:
-                usage["protected"] += n.num_tokens
-            else:
-                usage["evictable"] += n.num_tokens
-        return usage
+        return host_usage(self)
 
     def reset(self) -> None:
         """Forgets every transfer (the cache's reset emptied the tree) and the host pools."""

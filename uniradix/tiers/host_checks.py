@@ -86,3 +86,20 @@ def _check_aux_pool(tier: HostTierView, component: Any, errors: list[str]) -> No
             f"host_{name}: free {free} + tree {host.size} = {free + host.size} "
             f"!= capacity {pool.capacity}"
         )
+
+
+def host_usage(tier: HostTierView) -> dict[str, int]:
+    """`HostTier.host_usage`: host full slots free, evictable, protected and in flight."""
+    usage = {"free": tier.host_pools.full.available_size(), "evictable": 0}
+    usage |= {"protected": 0, "in_flight": 0}
+    for n in tier.cache.tree.nodes():
+        d = n.data[0]
+        if d.host_value is None:
+            continue
+        if d.metadata is not None and "write" in d.metadata:
+            usage["in_flight"] += n.num_tokens
+        elif d.host_lock_ref:
+            usage["protected"] += n.num_tokens
+        else:
+            usage["evictable"] += n.num_tokens
+    return usage

@@ -1,0 +1,30 @@
+"""Full-KV slots of a path of the tree: its nodes' values joined, root side first."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from uniradix.tree.node import TreeNode
+from uniradix.types import Slots
+
+_EMPTY: Slots = np.empty(0, dtype=np.int64)
+
+
+def concat_values(values: list[Slots | None]) -> Slots:
+    """`values` joined (the one value itself when there is one: no copy)."""
+    if len(values) == 1 and values[0] is not None:
+        return values[0]
+    present = [v for v in values if v is not None]
+    assert len(present) == len(values), "a full-KV value is missing on a cached path"
+    return np.concatenate(present) if present else _EMPTY
+
+
+def span_slots(node: TreeNode, num: int) -> Slots:
+    """Full slots of the `num` units ending with `node` (a hook may have split them)."""
+    values, covered = [], 0
+    while node.parent is not None and covered < num:
+        values.append(node.data[0].value)
+        covered += node.num_tokens
+        node = node.parent
+    values.reverse()
+    return concat_values(values)
