@@ -3,10 +3,15 @@ full KV stored, a leaf's full KV removed, a reset; with a host tier also revival
 demotion, host backup and host eviction, each on its medium) and, once per scheduler step,
 turns it into coalesced `BlockStored` / `BlockRemoved` / `AllBlocksCleared` events.
 
-A cache operation pays only for appending a record (a tuple); hashing and every per-page
-object wait for `take_events()`. Page digests come from the cache's `NodeDigests` (shared
-with L3 storage keys): each page is hashed once while its node lives, a split keeps them,
-and a remove reads them back instead of hashing again. Per step, in execution order::
+A cache operation pays only for appending a tuple to a log (a remove also reads the node's
+digests, known since its store's step, while the node is still attached). Everything else
+waits for `take_events()`, once per step: which nodes are new (a component may have split a
+new leaf before the cache reports it: its never-announced ancestors are stored with it),
+parents' hashes, tokens, media, coalescing. The log is derived earlier only when a node
+stored since is removed, as its pages must be read while it is attached. Page digests come
+from the cache's `NodeDigests` (shared with L3 storage keys): each page is hashed once while
+its node lives, a split keeps them, and a remove reads them back instead of hashing again.
+Per step, in execution order::
 
     store(node)   -> BlockStored(hashes of node's pages, parent = parent's last hash)
     remove(node)  -> BlockRemoved(node's hashes, deepest first)
@@ -53,23 +58,6 @@ def holds(node: TreeNode, medium: str) -> bool:
     return False
 
 
-class _Store:
-    """A recorded store: `node`'s pages below `parent` (as they were when recorded: splits
-    since then may have cut them into several nodes) entered `medium`. Resolved (digests,
-    units, prior digest) at the flush, or at the node's remove if that comes first."""
-
-    __slots__ = ("blob", "lora_name", "medium", "node", "parent", "prior", "units")
-
-    def __init__(self, node: TreeNode, medium: str) -> None:
-        self.node = node
-        self.parent = node.parent
-        self.lora_name = node.extra_key
-        self.medium = medium
-        self.blob: bytes | None = None
-        self.units = b""
-        self.prior: bytes | None = None
-
-
 class _Run:
     """Records merged into one event: digests and units joined once at the end."""
 
@@ -83,6 +71,11 @@ class _Run:
         self.units: list[bytes] = []
         self.parent_hash: int | None = None
         self.last: bytes | None = None  # the run's last digest (stores)
+
+
+# What a cache call leaves in the log: a store is (node, its parent then, medium), a remove
+# (node, its digests read while it was attached, medium).
+_Record = tuple[TreeNode, TreeNode | bytes | None, str]
 
 
 class EventRecorder:
@@ -109,85 +102,112 @@ class EventRecorder:
         self.digests = NodeDigests.of_tree(cache.tree, self._bigram)
         self._group_idx = group_idx
         self._kind = kv_cache_spec_kind
-        self._media: dict[TreeNode, int] = {}  # announced media of each known node (bits)
-        # In execution order: a store, a remove (its digests, deepest page last, and medium),
-        # or None for a clear.
-        self._records: list[_Store | tuple[bytes, str] | None] = []
-        self._pending: dict[TreeNode, list[_Store]] = {}  # unresolved stores per node
+        # Announced media of each known node (bits), as of the last derived record.
+        self._media: dict[TreeNode, int] = {}
+        self._log: list[_Record] = []  # records not derived yet, in execution order
+        self._underived: set[TreeNode] = set()  # nodes stored (or split off) in `_log`
+        self._runs: list[_Run] = []  # the step's derived records, coalesced
+        self._cleared = False
 
     # ------------------------------------------------------------------ sink
+    # The cache's calls only append to `_log`: which nodes are new, their parents' hashes,
+    # their digests, tokens and media are derived from it at the flush (`_derive`), in
+    # execution order, or earlier when a node stored since is about to leave the tree.
     def on_stored(self, node: TreeNode, medium: str) -> None:
-        bit = _BIT[medium]
-        media = self._media.get(node)
-        if media is not None:
-            # Known KV on a further medium (revival, load-back, host backup): same hashes.
-            if medium != MEDIUM_DISK:  # L3 copies outlive the tree: not tracked (README, L3)
-                self._media[node] = media | bit
-            self._record(node, medium)
-            return
-        # A component may have split the new leaf before the cache reports it (SWA keeps one
-        # window per node): the split-off parents are new too, and are stored first.
-        fresh = [node]
-        parent = node.parent
-        while parent is not None and parent.num_tokens and parent not in self._media:
-            fresh.append(parent)
-            parent = parent.parent
-        for n in reversed(fresh):
-            self._media[n] = bit
-            self._record(n, medium)
-
-    def _record(self, node: TreeNode, medium: str) -> None:
-        record = _Store(node, medium)
-        self._records.append(record)
-        pending = self._pending.get(node)
-        if pending is None:
-            self._pending[node] = [record]
-        else:
-            pending.append(record)
+        self._underived.add(node)
+        self._log.append((node, node.parent, medium))
 
     def on_removed(self, node: TreeNode, medium: str) -> None:
-        known = self._media.get(node)
-        if known is None or not known & _BIT[medium]:
+        if node in self._underived:  # its store must be read while it is attached
+            self._derive()
+        if not self._media.get(node, 0) & _BIT[medium]:
             return  # never announced there (cached before the recorder came): nothing to undo
-        pending = self._pending.pop(node, None)
-        if pending is not None:  # stored in this step: resolve while the node is attached
-            for record in pending:
-                self._resolve(record)
-        blob = self.digests.node(node, self._seed, self._hasher)
-        media = known & ~_BIT[medium]
-        if media:
-            self._media[node] = media
-        else:
-            del self._media[node]
-            self.digests.forget(node)
-        self._records.append((blob, medium))
+        # Read while attached; announced in an earlier step, its digests are known already.
+        self._log.append((node, self.digests.node(node, self._seed, self._hasher), medium))
 
     def on_cleared(self) -> None:
-        self._records = [None]
-        self._pending.clear()
+        self._log.clear()
+        self._underived.clear()
+        self._runs.clear()
+        self._cleared = True
         self._media.clear()
         self.digests.clear()
 
     def redistribute_on_split(self, parent: TreeNode, child: TreeNode, split_len: int) -> None:
-        # Digests follow the split in `NodeDigests`; pending stores keep their span.
+        # Digests follow the split in `NodeDigests`; an underived store keeps its span.
         media = self._media.get(child)
         if media is not None:
             self._media[parent] = media
+        if child in self._underived:
+            self._underived.add(parent)
 
-    # ------------------------------------------------------------------ hashing
-    def _resolve(self, record: _Store) -> bytes:
-        if record.blob is None:
-            parent = record.parent
-            assert parent is not None
-            span = self.digests.span(record.node, parent, self._seed, self._hasher)
-            record.prior = self.digests.last(parent, self._seed, self._hasher)
-            record.blob = span
-            n, pieces = record.node, []
-            while n is not parent:
-                pieces.append(n.key)
-                n = n.parent  # type: ignore[assignment]
-            record.units = pieces[0] if len(pieces) == 1 else b"".join(reversed(pieces))
-        return record.blob
+    # ------------------------------------------------------------------ derivation
+    def _derive(self) -> None:
+        """Turns the log into coalesced runs, updating the announced media."""
+        log, self._log = self._log, []
+        self._underived.clear()
+        for node, where, medium in log:
+            if isinstance(where, bytes):
+                self._derive_remove(node, where, medium)
+            else:
+                self._derive_store(node, where, medium)
+
+    def _derive_remove(self, node: TreeNode, blob: bytes, medium: str) -> None:
+        media = self._media.get(node, 0) & ~_BIT[medium]
+        if media:
+            self._media[node] = media
+        else:
+            self._media.pop(node, None)
+            self.digests.forget(node)
+        runs = self._runs
+        tail = runs[-1] if runs else None
+        if tail is None or not tail.removed or tail.medium != medium:
+            tail = _Run(medium, True)
+            runs.append(tail)
+        tail.blobs.append(blob)
+
+    def _derive_store(self, node: TreeNode, parent: TreeNode | None, medium: str) -> None:
+        """`node`'s pages below `parent` (its parent when stored: splits since may have cut
+        them into several nodes) entered `medium`; so did those of any ancestors never
+        announced (a component may split a new leaf before the cache reports it)."""
+        assert parent is not None
+        media = self._media
+        anchor = parent
+        if node not in media:
+            while anchor.num_tokens and anchor not in media:
+                anchor = anchor.parent  # type: ignore[assignment]
+        bit = _BIT[medium]
+        pieces, n = [], node
+        while n is not anchor:
+            pieces.append(n.key)
+            known = media.get(n)
+            if known is None:
+                media[n] = bit
+            elif medium != MEDIUM_DISK:  # L3 copies outlive the tree: not tracked (README, L3)
+                media[n] = known | bit
+            n = n.parent  # type: ignore[assignment]
+        seed, hasher = self._seed, self._hasher
+        blob = self.digests.span(node, anchor, seed, hasher)
+        prior = self.digests.last(anchor, seed, hasher)
+        root = not anchor.num_tokens
+        lora_name = node.extra_key
+        runs = self._runs
+        tail = runs[-1] if runs else None
+        if (
+            tail is None
+            or tail.removed
+            or tail.medium != medium
+            or tail.lora_name != lora_name
+            or root
+            or tail.last != prior
+        ):
+            tail = _Run(medium, False, lora_name)
+            if not root and prior is not None:
+                tail.parent_hash = int(self.hashing.published(prior)[0])
+            runs.append(tail)
+        tail.blobs.append(blob)
+        tail.units.append(pieces[0] if len(pieces) == 1 else b"".join(reversed(pieces)))
+        tail.last = blob[-DIGEST_BYTES:]
 
     def hashes(self, node: TreeNode) -> list[int]:
         """Published hashes of `node`'s pages (root side first)."""
@@ -199,46 +219,12 @@ class EventRecorder:
     # ------------------------------------------------------------------ events
     def take_events(self) -> list[KVEvent]:
         """The step's events, coalesced, in execution order; empties the record."""
-        records, self._records = self._records, []
-        self._pending.clear()
-        cleared = False
-        runs: list[_Run] = []
-        for record in records:
-            if record is None:
-                cleared, runs = True, []
-            elif isinstance(record, _Store):
-                self._add_store(runs, record)
-            else:
-                blob, medium = record
-                tail = runs[-1] if runs else None
-                if tail is None or not tail.removed or tail.medium != medium:
-                    tail = _Run(medium, True)
-                    runs.append(tail)
-                tail.blobs.append(blob)
-        events: list[KVEvent] = [AllBlocksCleared()] if cleared else []
+        self._derive()
+        runs, self._runs = self._runs, []
+        events: list[KVEvent] = [AllBlocksCleared()] if self._cleared else []
+        self._cleared = False
         events.extend(self._event(run) for run in runs)
         return events
-
-    def _add_store(self, runs: list[_Run], record: _Store) -> None:
-        blob = self._resolve(record)
-        prior = record.prior
-        root = record.parent is not None and not record.parent.num_tokens
-        tail = runs[-1] if runs else None
-        if (
-            tail is None
-            or tail.removed
-            or tail.medium != record.medium
-            or tail.lora_name != record.lora_name
-            or root
-            or tail.last != prior
-        ):
-            tail = _Run(record.medium, False, record.lora_name)
-            if not root and prior is not None:
-                tail.parent_hash = int(self.hashing.published(prior)[0])
-            runs.append(tail)
-        tail.blobs.append(blob)
-        tail.units.append(record.units)
-        tail.last = blob[-DIGEST_BYTES:]
 
     def _event(self, run: _Run) -> KVEvent:
         published = self.hashing.published
