@@ -44,8 +44,6 @@ from uniradix.node_digests import NodeDigests
 from uniradix.page_hash import DIGEST_BYTES
 from uniradix.tree.node import TreeNode
 
-_BIT = {m: 1 << i for i, m in enumerate(MEDIA)}
-
 
 def holds(node: TreeNode, medium: str) -> bool:
     """Whether `node`'s full KV is on `medium` as announced: device slots (a load-back's as
@@ -102,8 +100,9 @@ class EventRecorder:
         self.digests = NodeDigests.of_tree(cache.tree, self._bigram)
         self._group_idx = group_idx
         self._kind = kv_cache_spec_kind
-        # Announced media of each known node (bits), as of the last derived record.
-        self._media: dict[TreeNode, int] = {}
+        # Per medium, the digests of the nodes announced there (a remove reads them in one
+        # lookup), as of the last derived store and every remove.
+        self._held: dict[str, dict[TreeNode, bytes]] = {m: {} for m in MEDIA}
         self._log: list[_Record] = []  # records not derived yet, in execution order
         self._underived: set[TreeNode] = set()  # nodes stored (or split off) in `_log`
         self._runs: list[_Run] = []  # the step's derived records, coalesced
@@ -120,24 +119,28 @@ class EventRecorder:
     def on_removed(self, node: TreeNode, medium: str) -> None:
         if node in self._underived:  # its store must be read while it is attached
             self._derive()
-        if not self._media.get(node, 0) & _BIT[medium]:
+        blob = self._held[medium].pop(node, None)
+        if blob is None:
             return  # never announced there (cached before the recorder came): nothing to undo
-        # Read while attached; announced in an earlier step, its digests are known already.
-        self._log.append((node, self.digests.node(node, self._seed, self._hasher), medium))
+        self._log.append((node, blob, medium))
 
     def on_cleared(self) -> None:
         self._log.clear()
         self._underived.clear()
         self._runs.clear()
         self._cleared = True
-        self._media.clear()
+        for held in self._held.values():
+            held.clear()
         self.digests.clear()
 
     def redistribute_on_split(self, parent: TreeNode, child: TreeNode, split_len: int) -> None:
         # Digests follow the split in `NodeDigests`; an underived store keeps its span.
-        media = self._media.get(child)
-        if media is not None:
-            self._media[parent] = media
+        cut = split_len // self.block_size * DIGEST_BYTES
+        for held in self._held.values():
+            blob = held.get(child)
+            if blob is not None:
+                held[parent] = blob[:cut]
+                held[child] = blob[cut:]
         if child in self._underived:
             self._underived.add(parent)
 
@@ -152,12 +155,13 @@ class EventRecorder:
             else:
                 self._derive_store(node, where, medium)
 
+    def _known(self, node: TreeNode) -> bool:
+        """Whether `node` is announced on some medium."""
+        gpu, cpu, disk = self._held.values()
+        return node in gpu or node in cpu or node in disk
+
     def _derive_remove(self, node: TreeNode, blob: bytes, medium: str) -> None:
-        media = self._media.get(node, 0) & ~_BIT[medium]
-        if media:
-            self._media[node] = media
-        else:
-            self._media.pop(node, None)
+        if not self._known(node):  # its pages left every tier
             self.digests.forget(node)
         runs = self._runs
         tail = runs[-1] if runs else None
@@ -171,24 +175,29 @@ class EventRecorder:
         them into several nodes) entered `medium`; so did those of any ancestors never
         announced (a component may split a new leaf before the cache reports it)."""
         assert parent is not None
-        media = self._media
+        known = self._known
         anchor = parent
-        if node not in media:
-            while anchor.num_tokens and anchor not in media:
+        if not known(node):
+            while anchor.num_tokens and not known(anchor):
                 anchor = anchor.parent  # type: ignore[assignment]
-        bit = _BIT[medium]
-        pieces, n = [], node
+        path, n = [], node
         while n is not anchor:
-            pieces.append(n.key)
-            known = media.get(n)
-            if known is None:
-                media[n] = bit
-            elif medium != MEDIUM_DISK:  # L3 copies outlive the tree: not tracked (README, L3)
-                media[n] = known | bit
+            path.append(n)
             n = n.parent  # type: ignore[assignment]
-        seed, hasher = self._seed, self._hasher
-        blob = self.digests.span(node, anchor, seed, hasher)
-        prior = self.digests.last(anchor, seed, hasher)
+        path.reverse()
+        # L3 copies outlive the tree: a known node's are not tracked (README, L3).
+        held = self._held[medium]
+        track_all = medium != MEDIUM_DISK
+        digests, seed, hasher = self.digests, self._seed, self._hasher
+        blobs = []
+        for n in path:
+            blob = digests.node(n, seed, hasher)
+            if track_all or not known(n):
+                held[n] = blob
+            blobs.append(blob)
+        blob = blobs[0] if len(blobs) == 1 else b"".join(blobs)
+        units = path[0].key if len(path) == 1 else b"".join(n.key for n in path)
+        prior = digests.last(anchor, seed, hasher)
         root = not anchor.num_tokens
         lora_name = node.extra_key
         runs = self._runs
@@ -206,7 +215,7 @@ class EventRecorder:
                 tail.parent_hash = int(self.hashing.published(prior)[0])
             runs.append(tail)
         tail.blobs.append(blob)
-        tail.units.append(pieces[0] if len(pieces) == 1 else b"".join(reversed(pieces)))
+        tail.units.append(units)
         tail.last = blob[-DIGEST_BYTES:]
 
     def hashes(self, node: TreeNode) -> list[int]:
@@ -277,8 +286,8 @@ class EventRecorder:
         for node in self.cache.tree.nodes():
             if not holds(node, medium):
                 continue
-            self._media[node] = self._media.get(node, 0) | _BIT[medium]
             blob = self.digests.node(node, self._seed, self._hasher)
+            self._held[medium][node] = blob
             parent = node.parent
             assert parent is not None
             parent_hash = None
