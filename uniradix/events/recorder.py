@@ -103,6 +103,7 @@ class EventRecorder:
         # Per medium, the digests of the nodes announced there (a remove reads them in one
         # lookup), as of the last derived store and every remove.
         self._held: dict[str, dict[TreeNode, bytes]] = {m: {} for m in MEDIA}
+        self._tables = tuple(self._held.values())
         self._log: list[_Record] = []  # records not derived yet, in execution order
         self._underived: set[TreeNode] = set()  # nodes stored (or split off) in `_log`
         self._runs: list[_Run] = []  # the step's derived records, coalesced
@@ -157,8 +158,10 @@ class EventRecorder:
 
     def _known(self, node: TreeNode) -> bool:
         """Whether `node` is announced on some medium."""
-        gpu, cpu, disk = self._held.values()
-        return node in gpu or node in cpu or node in disk
+        for held in self._tables:  # noqa: SIM110 (a generator costs twice as much)
+            if node in held:
+                return True
+        return False
 
     def _derive_remove(self, node: TreeNode, blob: bytes, medium: str) -> None:
         if not self._known(node):  # its pages left every tier
