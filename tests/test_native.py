@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from uniradix import native, page_hash
+from uniradix.events.hashing import VllmCborHasher, vllm_none_hash
 from uniradix.key import RadixKey
 
 needs_native = pytest.mark.skipif(not native.BUILT, reason="uniradix._native was not built")
@@ -114,3 +115,25 @@ def test_native_chain_rejects_what_python_rejects() -> None:
         module.chain_digests(b"\0" * 8, 1, bytes(31), False)
     # A trailing partial unit is ignored, as `len(units) // 8` does in Python.
     assert module.chain_digests(b"\0" * 12, 1, None, False) == hashlib.sha256(bytes(4)).digest()
+
+
+@needs_native
+@pytest.mark.parametrize("page_size", [1, 16, 64])
+@pytest.mark.parametrize(("lora", "salt"), [(None, None), ("lora-a", None), ("lora-b", "s1")])
+def test_native_vllm_cbor_chain_equals_the_python_chain(
+    monkeypatch: pytest.MonkeyPatch, page_size: int, lora: str | None, salt: str | None
+) -> None:
+    hasher = VllmCborHasher(salt)
+    rng = np.random.default_rng(page_size)
+    widths = [0, 23, 24, 255, 256, 65535, 65536, 2**32 - 1, 2**32, 2**63 - 1]
+    tokens = rng.permutation(np.concatenate((widths, rng.integers(0, 200_000, 4 * page_size))))
+    units = RadixKey(tokens).units
+    prior = vllm_none_hash("1234")
+    for at_root in (True, False):
+        with monkeypatch.context() as patch:
+            patch.setattr(native, "HAVE_NATIVE", False)
+            want = hasher(units, page_size, prior, lora, at_root)
+        assert hasher(units, page_size, prior, lora, at_root) == want
+        assert len(want) == len(tokens) // page_size * page_hash.DIGEST_BYTES
+    with pytest.raises(ValueError, match="prior digest must be 32 bytes, got 2"):
+        native.cbor_chain_digests(units, page_size, b"ab", (b"", b"", b"", b""))

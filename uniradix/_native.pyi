@@ -3,6 +3,15 @@
 from typing_extensions import Buffer
 
 def chain_digests(units: Buffer, page_size: int, prior: Buffer | None, bigram: bool) -> bytes: ...
+def cbor_chain_digests(
+    units: Buffer,
+    page_size: int,
+    prior: Buffer,
+    lead: Buffer,
+    array_head: Buffer,
+    first_tail: Buffer,
+    tail: Buffer,
+) -> bytes: ...
 def sha256(data: Buffer, portable: bool) -> bytes: ...
 def sha256_implementation() -> str: ...
 def copy_row_runs(

@@ -4,7 +4,8 @@ behind typed, checked wrappers.
 It runs two hot loops in one call each, with the GIL released:
 
 - `chain_digests`: the chained SHA-256 page digests of a packed key (`page_hash`'s chain,
-  byte for byte), with its own SHA-256 (on the CPU's SHA extensions where present);
+  byte for byte), with its own SHA-256 (on the CPU's SHA extensions where present), and
+  `cbor_chain_digests`, vLLM's `sha256_cbor` chain (`events.hashing`);
 - `copy_row_runs`: one `memmove` per page row of every layer's K and V (or per run of rows
   contiguous on both sides), for the host tier's CPU copier (`tiers.copiers`), where torch
   needs a gather into a staging buffer and a scatter, two passes over the bytes.
@@ -61,6 +62,20 @@ def chain_digests(units: bytes, page_size: int, prior: bytes | None, bigram: boo
     if prior is not None and len(prior) != DIGEST_BYTES:
         raise ValueError(f"prior digest must be {DIGEST_BYTES} bytes, got {len(prior)}")
     return bytes(_get().chain_digests(units, page_size, prior, bigram))
+
+
+def cbor_chain_digests(
+    units: bytes, page_size: int, prior: bytes, parts: tuple[bytes, bytes, bytes, bytes]
+) -> bytes:
+    """vLLM's `sha256_cbor` chain (`events.hashing.VllmCborHasher`) computed natively: page
+    `p`'s digest is SHA-256 of `lead || prior || array_head || its units as CBOR unsigned
+    integers || (first_tail if p == 0 else tail)`, `parts` being
+    `(lead, array_head, first_tail, tail)`. Units must be >= 0 (the caller checks)."""
+    if page_size < 1:
+        raise ValueError(f"page_size must be >= 1, got {page_size}")
+    if len(prior) != DIGEST_BYTES:
+        raise ValueError(f"prior digest must be {DIGEST_BYTES} bytes, got {len(prior)}")
+    return bytes(_get().cbor_chain_digests(units, page_size, prior, *parts))
 
 
 def copy_row_runs(

@@ -1,7 +1,8 @@
 /* uniradix._native: the two hot loops the pure-Python code cannot run in one pass.
  *
  * - chain_digests: SGLang's chained SHA-256 of every whole page of a packed key (the
- *   encoding of `uniradix/page_hash.py`, byte for byte), one call per node;
+ *   encoding of `uniradix/page_hash.py`, byte for byte), one call per node, and
+ *   cbor_chain_digests, vLLM's sha256_cbor chain (`uniradix/events/hashing.py`);
  * - copy_row_runs: one memmove per row (or per run of rows contiguous on both sides) of
  *   every (source, destination) pair of 2-D byte arrays, for the host tier's CPU copier.
  *
@@ -112,6 +113,88 @@ done:
     free(scratch);
     PyBuffer_Release(&units);
     PyBuffer_Release(&prior);
+    return result;
+}
+
+/* Writes `value` as a CBOR unsigned integer in its shortest form (RFC 8949 §4.2.1, as
+ * canonical CBOR requires), returns the bytes written (1 to 9). */
+static size_t cbor_uint(uint8_t *out, uint64_t value) {
+    if (value < 24) {
+        out[0] = (uint8_t)value;
+        return 1;
+    }
+    int width = value < (1u << 8) ? 1 : value < (1u << 16) ? 2 : value <= 0xffffffffu ? 4 : 8;
+    out[0] = (uint8_t)(width == 1 ? 24 : width == 2 ? 25 : width == 4 ? 26 : 27);
+    for (int i = 0; i < width; i++) out[1 + i] = (uint8_t)(value >> (8 * (width - 1 - i)));
+    return 1 + (size_t)width;
+}
+
+/* vLLM's sha256_cbor chain (see uniradix/events/hashing.py): page p's message is
+ * lead || prior digest || array head || the page's units as CBOR unsigned integers || tail,
+ * the tail being `first_tail` for page 0 and `tail` after it. The caller builds the fixed
+ * parts and has checked that every unit is >= 0. */
+static PyObject *cbor_chain_digests(PyObject *module, PyObject *args) {
+    Py_buffer units, prior, lead, array_head, first_tail, tail;
+    Py_ssize_t page_size;
+    (void)module;
+    if (!PyArg_ParseTuple(args, "y*ny*y*y*y*y*:cbor_chain_digests", &units, &page_size, &prior,
+                          &lead, &array_head, &first_tail, &tail))
+        return NULL;
+    PyObject *result = NULL;
+    uint8_t *scratch = NULL;
+    if (page_size < 1) {
+        PyErr_Format(PyExc_ValueError, "page_size must be >= 1, got %zd", page_size);
+        goto done;
+    }
+    if (prior.len != SHA256_DIGEST_BYTES) {
+        PyErr_Format(PyExc_ValueError, "prior digest must be %d bytes, got %zd",
+                     SHA256_DIGEST_BYTES, prior.len);
+        goto done;
+    }
+    size_t num_pages = (size_t)units.len / UNIT_BYTES / (size_t)page_size;
+    result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(num_pages * SHA256_DIGEST_BYTES));
+    if (result == NULL || num_pages == 0) goto done;
+    size_t longest_tail = (size_t)(first_tail.len > tail.len ? first_tail.len : tail.len);
+    size_t most = (size_t)lead.len + SHA256_DIGEST_BYTES + (size_t)array_head.len +
+                  9 * (size_t)page_size + longest_tail;
+    scratch = malloc(sha256_padded_len(most));
+    if (scratch == NULL) {
+        Py_CLEAR(result);
+        PyErr_NoMemory();
+        goto done;
+    }
+    uint8_t *out = (uint8_t *)PyBytes_AS_STRING(result);
+    const uint8_t *page = units.buf;
+    const uint8_t *previous = prior.buf;
+    sha256_compress_fn compress = fast_compress;
+    Py_BEGIN_ALLOW_THREADS
+    for (size_t p = 0; p < num_pages; p++) {
+        size_t len = 0;
+        memcpy(scratch, lead.buf, (size_t)lead.len);
+        len += (size_t)lead.len;
+        memcpy(scratch + len, previous, SHA256_DIGEST_BYTES);
+        len += SHA256_DIGEST_BYTES;
+        memcpy(scratch + len, array_head.buf, (size_t)array_head.len);
+        len += (size_t)array_head.len;
+        for (Py_ssize_t i = 0; i < page_size; i++)
+            len += cbor_uint(scratch + len, load_le64(page + UNIT_BYTES * (size_t)i));
+        const Py_buffer *end = p == 0 ? &first_tail : &tail;
+        memcpy(scratch + len, end->buf, (size_t)end->len);
+        len += (size_t)end->len;
+        sha256_padded_digest(scratch, len, out, compress);
+        previous = out;
+        out += SHA256_DIGEST_BYTES;
+        page += UNIT_BYTES * (size_t)page_size;
+    }
+    Py_END_ALLOW_THREADS
+done:
+    free(scratch);
+    PyBuffer_Release(&units);
+    PyBuffer_Release(&prior);
+    PyBuffer_Release(&lead);
+    PyBuffer_Release(&array_head);
+    PyBuffer_Release(&first_tail);
+    PyBuffer_Release(&tail);
     return result;
 }
 
@@ -330,6 +413,10 @@ static PyMethodDef methods[] = {
     {"chain_digests", chain_digests, METH_VARARGS,
      "chain_digests(units, page_size, prior, bigram) -> bytes: the chained SHA-256 digest of "
      "every whole page of a packed key (see uniradix.page_hash), 32 bytes each."},
+    {"cbor_chain_digests", cbor_chain_digests, METH_VARARGS,
+     "cbor_chain_digests(units, page_size, prior, lead, array_head, first_tail, tail) -> "
+     "bytes: vLLM's sha256_cbor digest of every whole page (see "
+     "uniradix.events.hashing)."},
     {"sha256", sha256, METH_VARARGS,
      "sha256(data, portable) -> bytes: SHA-256 of data (portable: without the SHA "
      "extensions)."},
