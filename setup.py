@@ -8,7 +8,8 @@ import sys
 
 from setuptools import Extension, setup
 
-SOURCES = ["uniradix/csrc/native_module.c", "uniradix/csrc/sha256.c"]
+CSRC = "uniradix/csrc"
+SOURCES = [f"{CSRC}/{name}.c" for name in ("native_module", "page_digests", "row_copy", "sha256")]
 COMPILE_ARGS = [] if sys.platform == "win32" else ["-O3", "-std=c11"]
 
 setup(
@@ -16,7 +17,7 @@ setup(
         Extension(
             "uniradix._native",
             sources=SOURCES,
-            depends=["uniradix/csrc/sha256.h"],
+            depends=[f"{CSRC}/native.h", f"{CSRC}/sha256.h"],
             extra_compile_args=COMPILE_ARGS,
             optional=True,
         )
