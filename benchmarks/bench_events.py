@@ -104,6 +104,9 @@ def bench_hashing(num_tokens: int, before_rev: str | None) -> dict[str, Any]:
             "digests": _best_s(lambda u=units, p=ps: chain_digests(u, p)),
             "digests_python": _best_s(_python_hashing(lambda u=units, p=ps: chain_digests(u, p))),
             "vllm_sha256_cbor": _best_s(lambda u=units, p=ps: vllm(u, p, _ZERO, None, True)),
+            "vllm_sha256_cbor_python": _best_s(
+                _python_hashing(lambda u=units, p=ps: vllm(u, p, _ZERO, None, True))
+            ),
             "storage_keys": _best_s(lambda u=units, p=ps, k=ks: k.keys(page_digests(u, p))),
             "first_node_lookup": _best_s(lambda t=table, n=leaf: (t.clear(), t.node(n, None))),
             "first_node_lookup_python": _best_s(
