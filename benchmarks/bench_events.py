@@ -25,6 +25,7 @@ import zmq
 
 from benchmarks.events_ops import OPS_STREAMS, TRACE, bench_ops, git_show
 from benchmarks.uniradix_side import build_full
+from uniradix import native
 from uniradix.events import (
     BlockStored,
     KVEventsConfig,
@@ -55,9 +56,23 @@ def _best_s(fn: Any, rounds: int = 9) -> float:
     return best
 
 
+def _python_hashing(fn: Any) -> Any:
+    """`fn` run with the native module switched off (the chain in Python and hashlib)."""
+
+    def run() -> Any:
+        saved, native.HAVE_NATIVE = native.HAVE_NATIVE, False
+        try:
+            return fn()
+        finally:
+            native.HAVE_NATIVE = saved
+
+    return run
+
+
 def bench_hashing(num_tokens: int, before_rev: str | None) -> dict[str, Any]:
-    """ns per token: SGLang-chain digests of one `num_tokens` prefix (now, and with
-    `page_hash.page_digests` of `before_rev`), vLLM sha256_cbor digests, storage keys built
+    """ns per token: SGLang-chain digests of one `num_tokens` prefix (now, with the native
+    module off: `*_python`, and with `page_hash.page_digests` of `before_rev`), vLLM
+    sha256_cbor digests, storage keys built
     from them, and a second read of a node's digests from the shared table (what a backup
     or a remove pays once the node was hashed)."""
     tokens = np.random.default_rng(1).integers(0, 150_000, num_tokens)
@@ -71,7 +86,11 @@ def bench_hashing(num_tokens: int, before_rev: str | None) -> dict[str, Any]:
         )
     vllm = block_hashing("vllm_sha256_cbor", hash_seed="0").hasher
     assert vllm is not None
-    out: dict[str, Any] = {"num_tokens": num_tokens, "before_rev": before_rev}
+    out: dict[str, Any] = {
+        "num_tokens": num_tokens,
+        "before_rev": before_rev,
+        "native": native.HAVE_NATIVE and native.sha256_implementation(),
+    }
     for ps in (1, 16, 64):
         n = num_tokens if ps > 1 else num_tokens // 8  # page 1 is slow: a shorter prefix
         units = key.units[: n * 8]
@@ -83,9 +102,16 @@ def bench_hashing(num_tokens: int, before_rev: str | None) -> dict[str, Any]:
         leaf = next(iter(cache.tree.root.children.values()))
         figures = {
             "digests": _best_s(lambda u=units, p=ps: chain_digests(u, p)),
+            "digests_python": _best_s(_python_hashing(lambda u=units, p=ps: chain_digests(u, p))),
             "vllm_sha256_cbor": _best_s(lambda u=units, p=ps: vllm(u, p, _ZERO, None, True)),
+            "vllm_sha256_cbor_python": _best_s(
+                _python_hashing(lambda u=units, p=ps: vllm(u, p, _ZERO, None, True))
+            ),
             "storage_keys": _best_s(lambda u=units, p=ps, k=ks: k.keys(page_digests(u, p))),
             "first_node_lookup": _best_s(lambda t=table, n=leaf: (t.clear(), t.node(n, None))),
+            "first_node_lookup_python": _best_s(
+                _python_hashing(lambda t=table, n=leaf: (t.clear(), t.node(n, None)))
+            ),
             "second_node_lookup": _best_s(lambda t=table, n=leaf: t.node(n, None)),
         }
         if before is not None:
@@ -173,6 +199,11 @@ def main() -> None:
     parser.add_argument("--page-sizes", type=int, nargs="+", default=[1, 16])
     parser.add_argument("--before", help="git revision whose recorder runs as `zmq_before`")
     parser.add_argument(
+        "--python-hashing",
+        action="store_true",
+        help="ops: also run hash_only, null and zmq with the native module off (*_pyhash)",
+    )
+    parser.add_argument(
         "--cool-kb",
         type=int,
         nargs="+",
@@ -188,7 +219,14 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=131072, help="prefix length (hashing)")
     args = parser.parse_args()
     if args.part == "ops":
-        result = bench_ops(args.rounds, args.page_sizes, args.before, args.cool_kb, args.streams)
+        result = bench_ops(
+            args.rounds,
+            args.page_sizes,
+            args.before,
+            args.cool_kb,
+            args.streams,
+            args.python_hashing,
+        )
     elif args.part == "hashing":
         result = bench_hashing(args.tokens, args.before)
     elif args.part == "publisher":

@@ -6,8 +6,10 @@
 recorder flushing to a null publisher (`null`), publishing to a real ZMQ
 socket (`zmq` from the sender thread, `zmq_per_batch` from a thread woken per batch,
 `zmq_inline` from the caller) and, with `--before REV`, the recorder of an older revision
-(`null_before`, `zmq_before`), at each `--page-sizes`, each mode also with the CPU caches
-cooled between steps (`--cool-kb`). All variants play in one process, 25 requests at a time
+(`null_before`, `zmq_before`), with `--python-hashing` the `hash_only`, `null` and `zmq`
+modes again with the native module switched off (`*_pyhash`: the page chain in Python and
+hashlib), at each `--page-sizes`, each mode also with the CPU caches cooled between steps
+(`--cool-kb`). All variants play in one process, 25 requests at a time
 in turn. The timed cache calls (match / insert / evict medians) show the cost inside and
 next to the events' work; that work itself is counted per request (one request is one
 scheduler step): the flush in the caller (hashing, coalescing, queueing; encoding and
@@ -30,6 +32,7 @@ import torch
 from benchmarks.ops import OPS, serve_batch, summarize
 from benchmarks.streams import Request, StreamSpec, requests
 from benchmarks.uniradix_side import FullAdapter, build_full
+from uniradix import native
 from uniradix.events import KVEventsConfig, KVEventStream, NullEventPublisher, ZmqEventPublisher
 from uniradix.page_hash import chain_digests
 from uniradix.types import InsertParams, InsertResult
@@ -111,6 +114,8 @@ class IdleSink:
 
 TIMED_OPS = ("match", "insert", "evict")
 MODES = ("none", "hook", "hash_only", "null", "zmq", "zmq_per_batch", "zmq_inline")
+PYHASH = "_pyhash"  # a mode's variant hashing in Python (native module off)
+PYHASH_MODES = tuple(m + PYHASH for m in ("hash_only", "null", "zmq"))
 SEGMENT = 25  # requests a variant plays before the next one's turn (ops)
 OPS_STREAMS = {
     "chat": (StreamSpec("chat"), 1 << 16),
@@ -138,6 +143,7 @@ def _adapter(
     mode: str, page_size: int, pool: int, before: type[Any] | None, cool_kb: int
 ) -> StepAdapter:
     adapter = build_full(page_size, pool)
+    mode = mode.removesuffix(PYHASH)
     if mode == "none":
         return StepAdapter(adapter, None, cool_kb)
     if mode == "hook":
@@ -162,6 +168,7 @@ def bench_ops(
     before_rev: str | None,
     cool_kbs: list[int],
     stream_names: list[str],
+    python_hashing: bool = False,
 ) -> dict[str, Any]:
     """Per-op medians of match / insert / evict and the step's event work per request, for
     every mode in one process, modes interleaved round by round (the machine's drift hits
@@ -184,6 +191,8 @@ def bench_ops(
     streams = {name: OPS_STREAMS[name] for name in stream_names}
     before = _before_recorder(before_rev) if before_rev else None
     modes = (*MODES, "null_before", "zmq_before") if before else MODES
+    if python_hashing:
+        modes = (*modes, *PYHASH_MODES)
     variants = [(mode, kb) for kb in cool_kbs for mode in modes]
     out: dict[str, Any] = {"before_rev": before_rev, "rounds": rounds, "cool_kb": cool_kbs}
     for page_size in page_sizes:
@@ -218,11 +227,14 @@ def _interleaved(
     times = {v: {op: [] for op in OPS} for v in variants}
     totals = {v: {"prompt": 0, "hit": 0, "failed": 0, "num": 0, "wall_ns": 0} for v in variants}
     order = list(variants)
+    native_on = native.HAVE_NATIVE
     for start in range(0, len(reqs), SEGMENT):
         for v in order:
+            native.HAVE_NATIVE = native_on and not v[0].endswith(PYHASH)
             for req in reqs[start : start + SEGMENT]:
                 serve_batch(adapters[v], [req], times[v], totals[v])
         order.append(order.pop(0))
+    native.HAVE_NATIVE = native_on
     out = {}
     for v, adapter in adapters.items():
         adapter.check()

@@ -15,14 +15,18 @@ tokens consecutive on both sides at random places (prefixes allocated in one go)
 `dst.copy_(src)` of one contiguous tensor of the same bytes, between the same two devices
 (CPU to CPU here; GPU to pinned host and back with `--device cuda`); "torch idx" moves the
 same slots the obvious torch way, per layer `dst_k[layer][dst_slots] = src_k[layer][src_slots]`
-(advanced indexing on token slots; `k_pages[page, layer, offset]` for `page_first`); "runs
-off" is ours with the run path disabled (every move a gather and a scatter, the copier before
-runs existed); "memmove" (CPU only) is the floor of any copier that moves pages one by one:
-`ctypes.memmove` of each page of each layer's K and V from its source address to its
-destination address, addresses computed before timing, no indexing, no torch call (a Python
-loop, so about 0.3 us per page of overhead is in it). All five are timed alternately so they
-see the same machine load. Medians
-of `--reps` runs. On the CPU torch runs `--threads` intra-op threads (default 1: on a shared
+(advanced indexing on token slots; `k_pages[page, layer, offset]` for `page_first`); "torch
+path" is ours without the native module (`UNIRADIX_NO_NATIVE=1`: runs of rows as slice
+copies, the rest a gather into a staging buffer and a scatter; "ours" is the native loop
+when `uniradix._native` is built); "memmove" (CPU only) is the floor of any copier that
+moves pages one by one with the C library's copy: `ctypes.memmove` of each page of each
+layer's K and V from its source address to its destination address, addresses computed
+before timing, no indexing, no torch call (a Python loop, so about 0.3 us per page of
+overhead is in it); "cached stores" is ours with the native loop's normal (cached) stores
+only: above 8 MiB the loop writes with non-temporal stores, which skip reading each
+destination line into the caches first, as the plain copy's `memcpy` does. All six are timed
+alternately so they see the same machine load.
+Medians of `--reps` runs. On the CPU torch runs `--threads` intra-op threads (default 1: on a shared
 2-core machine a second thread only adds contention to both sides).
 
 Run: `python -m benchmarks.transfer [--device cuda] [--reps 7] [--threads 1] [--out FILE.md]`.
@@ -32,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import gc
 import statistics
 import time
@@ -41,9 +46,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from uniradix import native
 from uniradix.memory.host_kv import LAYOUTS, HostKVPool, Layout
 from uniradix.memory.kv_pool import KVPool
-from uniradix.tiers import row_runs
 from uniradix.tiers.async_engine import CudaTransferEngine, ThreadTransferEngine
 from uniradix.tiers.copiers import KVCopier
 from uniradix.tiers.transfer import CopyOp, Direction, TransferEngine
@@ -67,11 +72,14 @@ class Row:
     # Per repetition, plain time / ours time (each pair timed back to back): their median
     # and range, steadier than a ratio of medians when the machine's load drifts.
     paired_ratios: tuple[float, ...]
-    # The same, for the copier with runs turned off (every move a gather and a scatter,
-    # as before runs existed): the before/after comparison under the same load.
-    gather_ratios: tuple[float, ...]
+    # The same, for the copier's torch path (no native module): the before/after
+    # comparison under the same load.
+    torch_path_ratios: tuple[float, ...]
     # plain time / per-page memmove time (CPU; empty on CUDA)
     memmove_ratios: tuple[float, ...]
+    # plain time / ours with the native loop's cached stores only (no streaming stores; CPU
+    # with the native module, else empty): the C loop of memmoves against the floor above
+    cached_ratios: tuple[float, ...]
 
     @property
     def ratio(self) -> float:
@@ -207,29 +215,42 @@ def run_case(
             def indexed(op: CopyOp = op) -> None:
                 _indexed_copy(device_pool, host_pool, op)
 
-            def gather_only(op: CopyOp = op) -> None:
-                saved, row_runs.MIN_RUN_BYTES = row_runs.MIN_RUN_BYTES, 1 << 62
+            def torch_path(op: CopyOp = op) -> None:
+                copier = copiers["full"]
+                saved, copier.use_native = copier.use_native, False
                 try:
                     ours(op)
                 finally:
-                    row_runs.MIN_RUN_BYTES = saved
+                    copier.use_native = saved
 
-            memmove = None
+            def cached_stores(op: CopyOp = op) -> None:
+                saved = native.copy_row_runs
+                native.copy_row_runs = functools.partial(saved, streaming=False)
+                try:
+                    ours(op)
+                finally:
+                    native.copy_row_runs = saved
+
+            memmove = cached = None
             if device == "cpu":
                 memmove = _page_memmoves(device_pool, host_pool, op, page_size)
-            ours(), plain(), indexed(), gather_only()  # warm-up: allocator, staging, page faults
+                cached = cached_stores if native.HAVE_NATIVE else None
+            ours(), plain(), indexed(), torch_path()  # warm-up: allocator, staging, page faults
             memmove_s: list[float] = []
+            cached_s: list[float] = []
             ours_s: list[float] = []
             plain_s: list[float] = []
             indexed_s: list[float] = []
-            gather_s: list[float] = []
+            torch_path_s: list[float] = []
             for _ in range(reps):
                 ours_s.append(_timed(ours, device))
                 plain_s.append(_timed(plain, device))
                 indexed_s.append(_timed(indexed, device))
-                gather_s.append(_timed(gather_only, device))
+                torch_path_s.append(_timed(torch_path, device))
                 if memmove is not None:
                     memmove_s.append(_timed(memmove, device))
+                if cached is not None:
+                    cached_s.append(_timed(cached, device))
             if engine.failed():
                 raise RuntimeError(f"a transfer failed: {page} {layout} {direction}")
             rows.append(
@@ -242,8 +263,9 @@ def run_case(
                     num_bytes / statistics.median(plain_s) / 1e9,
                     num_bytes / statistics.median(indexed_s) / 1e9,
                     tuple(p / o for p, o in zip(plain_s, ours_s, strict=True)),
-                    tuple(p / g for p, g in zip(plain_s, gather_s, strict=True)),
+                    tuple(p / g for p, g in zip(plain_s, torch_path_s, strict=True)),
                     tuple(p / m for p, m in zip(plain_s, memmove_s, strict=False)),
+                    tuple(p / c for p, c in zip(plain_s, cached_s, strict=False)),
                 )
             )
     engine.close()
@@ -254,23 +276,25 @@ def table(rows: list[Row], device: str) -> str:
     lines = [
         f"Device: {device} (torch threads: {torch.get_num_threads()}); {LAYERS} layers x "
         f"{HEADS} KV heads x {HEAD_DIM} x fp16, {BATCH_TOKENS} tokens "
-        f"({BATCH_TOKENS * LAYERS * 4 * HEADS * HEAD_DIM >> 20} MiB) per batch.",
+        f"({BATCH_TOKENS * LAYERS * 4 * HEADS * HEAD_DIM >> 20} MiB) per batch; native "
+        f"module: {'on' if native.HAVE_NATIVE else 'off'}.",
         "",
         "| page | layout | direction | slots | ours GB/s | plain GB/s | torch idx GB/s "
-        "| ours / plain (paired median) | range | runs off / plain | ours / torch idx "
-        "| memmove / plain | ours / memmove |",
-        "|---|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|",
+        "| ours / plain (paired median) | range | torch path / plain | ours / torch idx "
+        "| memmove / plain | ours / memmove | cached stores / memmove |",
+        "|---|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
-        floor = "- | -"
+        floor = "- | - | -"
         if r.memmove_ratios:
             m = statistics.median(r.memmove_ratios)
-            floor = f"{m:.2f} | {r.ratio / m:.2f}"
+            cached = statistics.median(r.cached_ratios) / m if r.cached_ratios else None
+            floor = f"{m:.2f} | {r.ratio / m:.2f} | " + (f"{cached:.2f}" if cached else "-")
         lines.append(
             f"| {r.page} | {r.layout} | {r.direction} | {r.pattern} | {r.ours_gbps:.1f} | "
             f"{r.plain_gbps:.1f} | {r.indexed_gbps:.1f} | {r.ratio:.2f} | "
             f"{min(r.paired_ratios):.2f}-{max(r.paired_ratios):.2f} | "
-            f"{statistics.median(r.gather_ratios):.2f} | "
+            f"{statistics.median(r.torch_path_ratios):.2f} | "
             f"{r.ours_gbps / r.indexed_gbps:.2f} | {floor} |"
         )
     return "\n".join(lines)

@@ -32,11 +32,14 @@ from pathlib import Path
 # - `event_sink` (the protocol a sink implements) sits below `components` and `tiers`, which
 #   report to it; `sessions.coverage` (the controller's session bookkeeping) below `cache`;
 #   the rest of `sessions` (streaming sessions) is a user of the cache;
+# - `_native` (the compiled module, known here by its stub) sits below `native`, its
+#   wrapper, which sits with `errors` at the bottom: the hashing and the copier call it;
 # - `sim` sits below `engine` and `plan`: the scheduler is shared, the planner replays;
 # - `cli_flags` (flags shared by the CLI and `plan`; reads the scheduler's defaults) sits
 #   between `sim` and the other users.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors",),
+    ("_native",),
+    ("errors", "native"),
     ("key", "slots"),
     ("tree.node",),
     ("types", "page_hash"),
@@ -71,9 +74,11 @@ class Edge:
 
 
 def module_names(root: Path) -> dict[str, Path]:
-    """Dotted name (`uniradix.tree.node`, `uniradix.cache` for its `__init__`) -> file."""
+    """Dotted name (`uniradix.tree.node`, `uniradix.cache` for its `__init__`) -> file. A
+    compiled module counts by its stub (`.pyi` with no `.py` beside it)."""
     names = {}
-    for path in sorted(root.rglob("*.py")):
+    stubs = [p for p in root.rglob("*.pyi") if not p.with_suffix(".py").exists()]
+    for path in sorted([*root.rglob("*.py"), *stubs]):
         parts = list(path.relative_to(root.parent).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts.pop()

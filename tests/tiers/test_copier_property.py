@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.tiers.pools import random_kv_pool, same_bits
+from uniradix import native
 from uniradix.memory.host_kv import HostKVPool
 from uniradix.tiers.copiers import KVCopier
 from uniradix.tiers.transfer import Direction
@@ -30,6 +31,7 @@ def _slots(pages: list[int], page_size: int, whole_pages: bool, draw_offsets: in
     layout=st.sampled_from(["layer_first", "page_first"]),
     page_size=st.sampled_from([1, 4]),
     staged=st.booleans(),
+    use_native=st.booleans(),
     force_runs=st.booleans(),
     steps=st.lists(
         st.tuples(
@@ -48,25 +50,28 @@ def test_random_transfers_match_a_slot_by_slot_reference(
     layout: str,
     page_size: int,
     staged: bool,
+    use_native: bool,
     force_runs: bool,
     steps: list[tuple],  # type: ignore[type-arg]
 ) -> None:
     # Forcing runs (any run is long enough) sends every CPU move with a run through the
     # slice-copy path, whatever its size; otherwise these small rows always gather/scatter.
     with patch("uniradix.tiers.row_runs.MIN_RUN_BYTES", 1 if force_runs else 1 << 20):
-        _random_transfers(layout, page_size, staged, steps)
+        _random_transfers(layout, page_size, staged, use_native and native.BUILT, steps)
 
 
 def _random_transfers(
     layout: str,
     page_size: int,
     staged: bool,
+    use_native: bool,
     steps: list[tuple],  # type: ignore[type-arg]
 ) -> None:
     device = random_kv_pool((DEVICE_PAGES + 1) * page_size, seed=21)
     host = HostKVPool.like(device, (HOST_PAGES + 1) * page_size, page_size, layout)  # type: ignore[arg-type]
     copier = KVCopier(device, host)
     copier.staged = staged
+    copier.use_native = use_native  # the native loop (CPU, not staged) or torch's calls
     # Reference: K of every layer then V of every layer, on each side, copied slot by slot.
     ref_dev = [b.clone() for b in device.k_buffers + device.v_buffers]
     ref_host = [torch.zeros((host.num_slots, *b.shape[1:]), dtype=b.dtype) for b in ref_dev]

@@ -10,12 +10,14 @@ import torch
 
 import uniradix.tiers.copiers as copiers
 from tests.tiers.pools import fill_random_bits, same_bits
+from uniradix import native
 from uniradix.memory.host_kv import HostKVPool
 from uniradix.memory.kv_pool import KVPool
 from uniradix.tiers.copiers import KVCopier
 from uniradix.tiers.row_runs import MIN_RUN_BYTES, Rows, common_runs, worth_runs
 from uniradix.tiers.transfer import Direction
 
+needs_native = pytest.mark.skipif(not native.BUILT, reason="uniradix._native was not built")
 HEADS, DIM = 8, 128  # 2 KiB per token per layer in fp16: 512 consecutive tokens make 1 MiB
 RUN_TOKENS = MIN_RUN_BYTES // (HEADS * DIM * 2)
 
@@ -66,9 +68,12 @@ def _page_slots(pages: np.ndarray, page_size: int) -> np.ndarray:
 @pytest.mark.parametrize("layout", ["layer_first", "page_first"])
 @pytest.mark.parametrize("page_size", [1, 16])
 @pytest.mark.parametrize("pattern", ["runs", "fragmented"])
+@pytest.mark.parametrize("use_native", [False, pytest.param(True, marks=needs_native)])
 def test_round_trip_through_runs_or_gather_is_byte_exact(
-    layout: str, page_size: int, pattern: str, device: str, path_taken: list[bool]
+    layout: str, page_size: int, pattern: str, use_native: bool, device: str, path_taken: list[bool]
 ) -> None:
+    if use_native and device != "cpu":
+        pytest.skip("the native loop copies CPU tensors only")
     run_pages = RUN_TOKENS // page_size
     pool_pages = 4 * run_pages
     pool, host = _pools(page_size, layout, pool_pages, device)
@@ -85,10 +90,13 @@ def test_round_trip_through_runs_or_gather_is_byte_exact(
         host_pages = rng.permutation(np.arange(1, pool_pages + 1))[: 2 * run_pages]
     dev_slots, host_slots = _page_slots(dev_pages, page_size), _page_slots(host_pages, page_size)
     copier = KVCopier(pool, host)
+    copier.use_native = use_native
     moved = copier.copy(Direction.D2H, dev_slots, host_slots)
     assert moved == len(dev_slots) * 2 * 2 * HEADS * DIM * 2
-    # K and V of two layers; on CUDA a page_first pool moves per tensor (no per-view path).
-    views = 0 if device == "cuda" and layout == "page_first" else 4
+    # K and V of two layers; on CUDA a page_first pool moves per tensor (no per-view path);
+    # the native loop copies runs and single rows alike, with no choice of torch path.
+    torch_views = not (device == "cuda" and layout == "page_first") and not use_native
+    views = 4 if torch_views else 0
     assert path_taken == [pattern == "runs"] * views
     index = torch.from_numpy(dev_slots).to(device)
     for layer in range(2):
@@ -99,6 +107,7 @@ def test_round_trip_through_runs_or_gather_is_byte_exact(
     target = KVPool(pool.num_slots, 2, HEADS, DIM, torch.float16, device)
     back = _page_slots(np.sort(dev_pages), page_size)
     copier = KVCopier(target, host)
+    copier.use_native = use_native
     copier.copy(Direction.H2D, host_slots, back)
     assert path_taken == [pattern == "runs"] * 2 * views
     back_index = torch.from_numpy(back).to(device)

@@ -14,7 +14,8 @@
 A `BlockHashing` names one algorithm with its seed: its `hasher` plugs into the cache's
 `NodeDigests` (so each page is hashed once per node whatever publishes it; None is SGLang's
 chain, the table's own) and `published` turns a node's digests into the integers on the
-wire, with no per-page Python work.
+wire, with no per-page Python work. Both chains hash in one native call per node when
+`uniradix.native` is built (the same bytes as the Python code here).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from uniradix import native
 from uniradix.key import UNIT_BYTES
 from uniradix.node_digests import PageHasher
 from uniradix.page_hash import DIGEST_BYTES, salt_seed
@@ -93,21 +95,26 @@ class VllmCborHasher:
         tokens = np.frombuffer(units, dtype="<i8", count=num_pages * page_size)
         if tokens.min() < 0:
             raise ValueError(f"vllm_sha256_cbor needs token ids >= 0, got {int(tokens.min())}")
-        data, offsets = _cbor_uints(tokens)
-        bounds = offsets[::page_size].tolist()
+        # Block i's message: lead || H(i-1) || array head || its tokens || extra keys.
         lead = bytes([_ARRAY << 5 | 3]) + _head(_BYTES, DIGEST_BYTES)
         array = _head(_ARRAY, page_size)
         lora_keys = [_text(lora)] if lora else []
         extra = _head(_ARRAY, len(lora_keys)) + b"".join(lora_keys) if lora_keys else _NULL
+        first_extra = extra  # the sequence's first block also carries the cache salt
+        if at_root and self.cache_salt:
+            keys = [*lora_keys, _text(self.cache_salt)]
+            first_extra = _head(_ARRAY, len(keys)) + b"".join(keys)
+        if native.HAVE_NATIVE:
+            return native.cbor_chain_digests(
+                units, page_size, prior, (lead, array, first_extra, extra)
+            )
+        data, offsets = _cbor_uints(tokens)
+        bounds = offsets[::page_size].tolist()
         sha256 = hashlib.sha256
         digests: list[bytes] = []
         for p in range(num_pages):
-            tail = extra
-            if p == 0 and at_root and self.cache_salt:
-                keys = [*lora_keys, _text(self.cache_salt)]
-                tail = _head(_ARRAY, len(keys)) + b"".join(keys)
             page = data[bounds[p] : bounds[p + 1]]
-            prior = sha256(lead + prior + array + page + tail).digest()
+            prior = sha256(lead + prior + array + page + (extra if p else first_extra)).digest()
             digests.append(prior)
         return b"".join(digests)
 

@@ -6,6 +6,9 @@ as 2-D views, one per layer, whose rows are the transfer unit (a whole page of o
 when every index is a whole aligned page, else one slot), and a batch is a few torch calls
 per view, never a Python loop over pages or tokens (over long runs of pages at most)::
 
+    CPU, native:        one C loop over every view, one memmove per row or per run of
+                        rows consecutive on both sides (`uniradix.native`: one pass over
+                        the bytes, GIL released); without the native module:
     runs (any device):  dst[d:d+k].copy_(src[s:s+k]) per run of rows consecutive on both
                         sides, when runs average >= 1 MiB (`row_runs`: one pass, at most
                         one call per MiB moved); otherwise:
@@ -40,6 +43,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from uniradix import native
 from uniradix.memory.host_kv import HostKVPool, HostMambaStates
 from uniradix.memory.kv_pool import KVPool
 from uniradix.memory.mamba_pool import MambaStatePool
@@ -75,6 +79,8 @@ class _RowCopier:
     # The staged path (gather, one copy, scatter, with host-side steps deferred to
     # `Launch.complete`): taken on CUDA; tests set it on the CPU to run that path there.
     staged: bool = False
+    # The native row loop (CPU, not staged): on when `uniradix.native` is; tests switch it.
+    use_native: bool = False
     _staging: torch.Tensor | None = None
 
     def copy(self, direction: Direction, src: Slots, dst: Slots) -> int:
@@ -102,6 +108,10 @@ class _RowCopier:
         si, di = Rows(src[::unit] // unit), Rows(dst[::unit] // unit)
         launch = Launch(0)
         runs = common_runs(si, di)
+        if self.use_native and not self.staged:
+            pairs = [(d, h) if d2h else (h, d) for d, h in self._views(unit)]
+            launch.num_bytes = native.copy_row_runs(pairs, runs)
+            return launch
         groups = self._groups(unit) if self.staged else []
         for device_views, host_pages in groups:
             launch.num_bytes += _move_grouped(device_views, host_pages, si, di, d2h, launch)
@@ -156,6 +166,7 @@ class KVCopier(_RowCopier):
         buffers = device_pool.k_buffers
         self.device = buffers[0].device if buffers else torch.device("cpu")
         self.staged = self.device.type == "cuda"
+        self.use_native = native.HAVE_NATIVE and self.device.type == "cpu"
 
     def _unit(self, src: Slots, dst: Slots) -> int:
         page_size = self.host_pool.page_size
@@ -212,6 +223,7 @@ class MambaCopier(_RowCopier):
         self.host_states = host_states
         self.device = device_states.conv_states.device
         self.staged = self.device.type == "cuda"
+        self.use_native = native.HAVE_NATIVE and self.device.type == "cpu"
 
     def _views(self, unit: int) -> list[RowPair]:
         pairs: list[RowPair] = []

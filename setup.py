@@ -1,0 +1,25 @@
+"""Builds the optional native module `uniradix._native` (pyproject.toml holds the metadata).
+
+`optional=True`: where no C compiler is found the build is skipped with a warning and the
+package installs without it; `uniradix.native` then runs the pure-Python paths.
+"""
+
+import sys
+
+from setuptools import Extension, setup
+
+CSRC = "uniradix/csrc"
+SOURCES = [f"{CSRC}/{name}.c" for name in ("native_module", "page_digests", "row_copy", "sha256")]
+COMPILE_ARGS = [] if sys.platform == "win32" else ["-O3", "-std=c11"]
+
+setup(
+    ext_modules=[
+        Extension(
+            "uniradix._native",
+            sources=SOURCES,
+            depends=[f"{CSRC}/native.h", f"{CSRC}/sha256.h"],
+            extra_compile_args=COMPILE_ARGS,
+            optional=True,
+        )
+    ]
+)

@@ -1,0 +1,50 @@
+/* uniradix._native: the hot loops the pure-Python code cannot run in one pass.
+ *
+ * - page_digests.c: chain_digests, SGLang's chained SHA-256 of every whole page of a packed
+ *   key (the encoding of `uniradix/page_hash.py`, byte for byte), one call per node, and
+ *   cbor_chain_digests, vLLM's sha256_cbor chain (`uniradix/events/hashing.py`), on
+ *   sha256.c;
+ * - row_copy.c: copy_row_runs, one copy per row (or per run of rows contiguous on both
+ *   sides) of every (source, destination) pair of 2-D byte arrays, for the host tier's CPU
+ *   copier.
+ *
+ * They release the GIL while they work and check every index against the buffers they were
+ * given, whatever the Python wrapper (`uniradix/native.py`) already checked. This file holds
+ * the module table and picks the SHA-256 compression function at import. */
+#include "native.h"
+
+sha256_compress_fn native_compress = sha256_compress_portable;
+const char *native_compress_name = "portable";
+
+/* ------------------------------------------------------------------ module */
+static PyMethodDef methods[] = {
+    {"chain_digests", native_chain_digests, METH_VARARGS,
+     "chain_digests(units, page_size, prior, bigram) -> bytes: the chained SHA-256 digest of "
+     "every whole page of a packed key (see uniradix.page_hash), 32 bytes each."},
+    {"cbor_chain_digests", native_cbor_chain_digests, METH_VARARGS,
+     "cbor_chain_digests(units, page_size, prior, lead, array_head, first_tail, tail) -> "
+     "bytes: vLLM's sha256_cbor digest of every whole page (see "
+     "uniradix.events.hashing)."},
+    {"sha256", native_sha256, METH_VARARGS,
+     "sha256(data, portable) -> bytes: SHA-256 of data (portable: without the SHA "
+     "extensions)."},
+    {"sha256_implementation", native_sha256_implementation, METH_NOARGS,
+     "The compression function chain_digests uses: 'sha_ni' or 'portable'."},
+    {"copy_row_runs", native_copy_row_runs, METH_VARARGS,
+     "copy_row_runs(pairs, runs, streaming=-1): for each (source, destination) pair of 2-D "
+     "byte arrays, copies rows s..s+k-1 of the source to rows d..d+k-1 of the destination "
+     "for every int64 triple (s, d, k) of runs; streaming: non-temporal stores (1), not (0), "
+     "or by size (-1)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef native_module = {
+    PyModuleDef_HEAD_INIT, "uniradix._native",
+    "Optional native loops of uniradix (see uniradix.native).", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__native(void) {
+    native_compress = sha256_select(&native_compress_name);
+    return PyModule_Create(&native_module);
+}

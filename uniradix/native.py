@@ -1,0 +1,138 @@
+"""The optional native module `uniradix._native` (C, built from `uniradix/csrc/` at install),
+behind typed, checked wrappers.
+
+It runs two hot loops in one call each, with the GIL released:
+
+- `chain_digests`: the chained SHA-256 page digests of a packed key (`page_hash`'s chain,
+  byte for byte), with its own SHA-256 (on the CPU's SHA extensions where present), and
+  `cbor_chain_digests`, vLLM's `sha256_cbor` chain (`events.hashing`);
+- `copy_row_runs`: one `memmove` per page row of every layer's K and V (or per run of rows
+  contiguous on both sides), for the host tier's CPU copier (`tiers.copiers`), where torch
+  needs a gather into a staging buffer and a scatter, two passes over the bytes.
+
+`HAVE_NATIVE` says whether callers use it: False when the module was not built (no C
+compiler at install: the build is optional) or when the environment sets
+`UNIRADIX_NO_NATIVE=1`; the callers then run their pure-Python (torch, hashlib) paths, which
+compute the same bytes. Callers read `HAVE_NATIVE` at each call, so a test can switch it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from types import ModuleType
+
+import numpy as np
+import torch
+
+_module: ModuleType | None
+try:
+    from uniradix import _native as _module
+except ImportError:  # built without a C compiler: the pure-Python paths run
+    _module = None
+
+DISABLED = os.environ.get("UNIRADIX_NO_NATIVE", "") not in ("", "0")
+BUILT = _module is not None
+HAVE_NATIVE = BUILT and not DISABLED
+DIGEST_BYTES = 32
+
+
+def _get() -> ModuleType:
+    if _module is None:
+        raise RuntimeError("uniradix._native was not built (see README: native module)")
+    return _module
+
+
+def sha256_implementation() -> str:
+    """The SHA-256 compression the native chain runs: "sha_ni" or "portable"."""
+    return str(_get().sha256_implementation())
+
+
+def sha256(data: bytes, portable: bool = False) -> bytes:
+    """SHA-256 of `data` by the native code (`portable`: without the SHA extensions); for
+    tests against `hashlib`."""
+    return bytes(_get().sha256(data, portable))
+
+
+def chain_digests(units: bytes, page_size: int, prior: bytes | None, bigram: bool) -> bytes:
+    """`page_hash.chain_digests` computed natively: the 32-byte digest of every whole page of
+    `units` (packed int64 little-endian units), chained from `prior`, concatenated."""
+    if page_size < 1:
+        raise ValueError(f"page_size must be >= 1, got {page_size}")
+    if prior is not None and len(prior) != DIGEST_BYTES:
+        raise ValueError(f"prior digest must be {DIGEST_BYTES} bytes, got {len(prior)}")
+    return bytes(_get().chain_digests(units, page_size, prior, bigram))
+
+
+def cbor_chain_digests(
+    units: bytes, page_size: int, prior: bytes, parts: tuple[bytes, bytes, bytes, bytes]
+) -> bytes:
+    """vLLM's `sha256_cbor` chain (`events.hashing.VllmCborHasher`) computed natively: page
+    `p`'s digest is SHA-256 of `lead || prior || array_head || its units as CBOR unsigned
+    integers || (first_tail if p == 0 else tail)`, `parts` being
+    `(lead, array_head, first_tail, tail)`. Units must be >= 0 (the caller checks)."""
+    if page_size < 1:
+        raise ValueError(f"page_size must be >= 1, got {page_size}")
+    if len(prior) != DIGEST_BYTES:
+        raise ValueError(f"prior digest must be {DIGEST_BYTES} bytes, got {len(prior)}")
+    return bytes(_get().cbor_chain_digests(units, page_size, prior, *parts))
+
+
+def copy_row_runs(
+    pairs: Sequence[tuple[torch.Tensor, torch.Tensor]],
+    runs: np.ndarray,
+    streaming: bool | None = None,
+) -> int:
+    """For each `(source, destination)` pair of 2-D CPU tensors with contiguous rows of the
+    same bytes, copies rows `s .. s+k-1` of the source to rows `d .. d+k-1` of the
+    destination for every row `(s, d, k)` of `runs` (`[n, 3]` integers, e.g.
+    `row_runs.common_runs`). Returns the bytes copied. Raises ValueError for a tensor not on
+    the CPU, not 2-D, with non-contiguous rows, of another dtype or row length than its
+    pair, or a run out of range of any pair.
+
+    `streaming`: write with non-temporal stores (bypassing the caches), or not; None lets
+    the size decide (on for copies of 8 MiB or more in rows of 1 KiB or more, on x86-64)."""
+    runs = np.ascontiguousarray(runs, dtype=np.int64)
+    if runs.ndim != 2 or runs.shape[1] != 3:
+        raise ValueError(
+            f"runs must be [n, 3] (source row, destination row, length), got {runs.shape}"
+        )
+    arrays = [_byte_rows(src, dst, i) for i, (src, dst) in enumerate(pairs)]
+    if not arrays or not len(runs):
+        return 0
+    src_rows = min(int(s.shape[0]) for s, _ in arrays)
+    dst_rows = min(int(d.shape[0]) for _, d in arrays)
+    starts_s, starts_d, lengths = runs[:, 0], runs[:, 1], runs[:, 2]
+    bad = (lengths < 0) | (starts_s < 0) | (starts_d < 0)
+    bad |= (starts_s + lengths > src_rows) | (starts_d + lengths > dst_rows)
+    if bad.any():
+        s, d, k = runs[int(np.argmax(bad))].tolist()
+        raise ValueError(
+            f"run of {k} rows from source row {s} to destination row {d} is out of range "
+            f"({src_rows} source rows, {dst_rows} destination rows)"
+        )
+    _get().copy_row_runs(arrays, runs, -1 if streaming is None else int(streaming))
+    return int(lengths.sum()) * sum(int(src.shape[1]) for src, _ in arrays)
+
+
+def _byte_rows(src: torch.Tensor, dst: torch.Tensor, index: int) -> tuple[np.ndarray, np.ndarray]:
+    """The pair as 2-D uint8 arrays over the same memory (a view, no copy)."""
+    for what, t in (("source", src), ("destination", dst)):
+        if t.device.type != "cpu":
+            raise ValueError(f"pair {index}: the {what} is on {t.device}, not the CPU")
+        if t.dim() != 2:
+            raise ValueError(f"pair {index}: the {what} has {t.dim()} dimensions, not 2")
+        if t.shape[1] > 1 and t.stride(1) != 1:
+            raise ValueError(f"pair {index}: the {what}'s rows are not contiguous ({t.stride()})")
+    if src.dtype != dst.dtype or src.shape[1] != dst.shape[1]:
+        raise ValueError(
+            f"pair {index}: source rows {src.shape[1]} x {src.dtype}, destination rows "
+            f"{dst.shape[1]} x {dst.dtype}"
+        )
+    return _as_bytes(src), _as_bytes(dst)
+
+
+def _as_bytes(t: torch.Tensor) -> np.ndarray:
+    if t.shape[1] == 1 and t.stride(1) != 1:  # a 1-wide row: any stride is contiguous
+        t = t.as_strided(t.shape, (t.stride(0), 1))
+    return t.detach().view(torch.uint8).numpy()
