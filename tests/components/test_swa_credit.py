@@ -9,6 +9,7 @@ import pytest
 from tests.components.test_swa_reuse import evict_order, insert, live_windows, match, swa_cache
 from uniradix import EvictParams
 from uniradix.cache.controller import UnifiedRadixCache
+from uniradix.components import swa_reuse
 from uniradix.components.swa import SWAComponent
 from uniradix.components.swa_credit import COST_EXPONENT, REUSE_WEIGHT, SWACreditEviction
 from uniradix.types import ComponentType
@@ -58,22 +59,50 @@ def test_credit_is_inflation_plus_worth() -> None:
     assert order.credit(new) == pytest.approx(2 * math.pow(4, 1.5))
 
 
-def test_a_served_window_ages_out_as_inflation_rises() -> None:
-    """A served one match (credit 4 * 8 = 32 with 4 ** 1.5 = 8). Each round stores a fresh
-    shallow window (credit L + 8) and evicts one: fresh ones go while L + 8 < 32, and A goes
-    in the fourth round, tied with the fresh window (older first)."""
-    cache = swa_cache("greedy_dual")
-    insert(cache, [1, 2, 3, 4])
-    assert match(cache, [1, 2, 3, 4]) == 4
+def rounds(cache: UnifiedRadixCache, starts: tuple[int, ...]) -> list[int]:
+    """Each round stores a fresh 4-token window and evicts one: the victims' first tokens."""
     victims = []
-    for start in (10, 20, 30, 40):
+    for start in starts:
         insert(cache, [start, start + 1, start + 2, start + 3])
         before = live_windows(cache)
         cache.evict(EvictParams(swa_num_tokens=1))
         cache.check_invariants()
         (gone,) = before - live_windows(cache)
         victims.append(gone)
-    assert victims == [10, 20, 30, 1]
+    return victims
+
+
+@pytest.mark.parametrize(("scan", "victims"), [(1, [10, 20, 30, 1]), (2, [10, 20, 30, 40])])
+def test_a_served_window_ages_out_as_inflation_rises(
+    monkeypatch: pytest.MonkeyPatch, scan: int, victims: list[int]
+) -> None:
+    """A served one match (credit 4 * 8 = 32 with 4 ** 1.5 = 8). Each round stores a fresh
+    window (credit L + 8) and evicts one. Looking at the least credited window only (plain
+    GreedyDual), fresh ones go while L + 8 < 32, and A in the fourth round, tied with the fresh
+    window (older first); looking at two, a never-served window is always there and goes."""
+    monkeypatch.setattr(swa_reuse, "SCAN", scan)
+    cache = swa_cache("greedy_dual")
+    insert(cache, [1, 2, 3, 4])
+    assert match(cache, [1, 2, 3, 4]) == 4
+    assert rounds(cache, (10, 20, 30, 40)) == victims
+
+
+def test_a_served_window_goes_once_the_scan_holds_only_served_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Scan 2: A and B (4 tokens each) served matches (credit 32 each); then a 16-token
+    prompt leaves a live parent [20..31] (depth 12, credit 12 ** 1.5 ~ 41.6) and the leaf
+    [32..35] (depth 16, 64). A and B are the two least credited, both served, so A (stored
+    first) goes; after that a never-served window is always among the two least credited, so
+    the parent and the leaf go before B."""
+    monkeypatch.setattr(swa_reuse, "SCAN", 2)
+    cache = swa_cache("greedy_dual")
+    for start in (1, 10):
+        insert(cache, [start, start + 1, start + 2, start + 3])
+        assert match(cache, [start, start + 1, start + 2, start + 3]) == 4
+    insert(cache, list(range(20, 36)))
+    assert live_windows(cache) == {1, 10, 20, 32}
+    assert evict_order(cache) == [1, 20, 32, 10]
 
 
 def test_credits_follow_splits_and_go_with_the_window() -> None:

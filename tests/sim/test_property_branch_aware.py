@@ -1,6 +1,7 @@
 """Random traffic with the branch-aware, flop-aware and reuse-aware eviction orders (and the
-reuse-aware and greedy-dual SWA orders) and checkpoint placement on full+SWA, full+Mamba and full+SWA+Mamba:
-every pool's invariants after every step, and every slot back at the end (nothing leaked)."""
+reuse-aware and greedy-dual SWA orders) and checkpoint placement on full+SWA, full+Mamba and
+full+SWA+Mamba: every pool's invariants after every step, and every slot back at the end
+(nothing leaked)."""
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
