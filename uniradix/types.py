@@ -58,11 +58,12 @@ class FreeSlots:
 # on every built-in workload at 24-512 Mamba slots and on every Mamba config of the Mooncake
 # trace (benchmarks/results/hybrid_hits_reuse_aware.md).
 DEFAULT_AUX_EVICTION_POLICY = "reuse_aware"
-# The order of SWA windows (`uniradix.components.swa_reuse`): "lru" or "reuse_aware"
-# (unless `aux_eviction_policy` is "branch_aware", which orders SWA windows itself).
-# `reuse_aware` wins or ties `lru` on every built-in workload and on the Mooncake trace
-# (benchmarks/results/hybrid_hits_swa_reuse.md); full-attention-only caches have no SWA.
-DEFAULT_SWA_EVICTION_POLICY = "reuse_aware"
+# The order of SWA windows (`uniradix.components.swa_reuse`, `swa_credit`): "lru",
+# "reuse_aware" or "greedy_dual" (unless `aux_eviction_policy` is "branch_aware", which orders
+# SWA windows itself). `greedy_dual` wins or ties `reuse_aware` (which wins or ties `lru`) on
+# every built-in workload and on every SWA config of the Mooncake trace
+# (benchmarks/results/hybrid_hits_swa_greedy_dual.md); full-attention-only caches have no SWA.
+DEFAULT_SWA_EVICTION_POLICY = "greedy_dual"
 
 
 @dataclass(frozen=True, slots=True)
