@@ -144,7 +144,7 @@ def main() -> int:
     hits, _, _ = full_only_hits(limit)
     full = run_replay(replace(base, config="full")).summary["hit_rate"]
     print(f"trace first {limit or 'all'} requests, {args.config}, full-only {full:.4f}")
-    print("| W | " + " | ".join(args.policies) + " | oracle (Belady) |")
+    print("| W | " + "".join(f"{p} | " for p in args.policies) + "oracle (Belady) |")
     print("|---|" + "---|" * (len(args.policies) + 1))
     for window in args.windows:
         options = sized(base, args.config, window, args.scale)
@@ -160,7 +160,7 @@ def main() -> int:
         finally:
             Scheduler._admit, SWAComponent.eviction_candidates = saved  # type: ignore[method-assign]
         assert not any(s["leaked"].values()), s["leaked"]
-        print(f"| {window} | " + " | ".join(ratios) + f" | {s['hit_rate'] / full:.3f} |")
+        print(f"| {window} | " + "".join(f"{r} | " for r in ratios) + f"{s['hit_rate'] / full:.3f} |")
         print(f"oracle victim choices: {oracle.victims}", flush=True)
     return 0
 
