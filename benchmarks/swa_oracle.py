@@ -160,7 +160,8 @@ def main() -> int:
         finally:
             Scheduler._admit, SWAComponent.eviction_candidates = saved  # type: ignore[method-assign]
         assert not any(s["leaked"].values()), s["leaked"]
-        print(f"| {window} | " + "".join(f"{r} | " for r in ratios) + f"{s['hit_rate'] / full:.3f} |")
+        cells = "".join(f"{r} | " for r in ratios)
+        print(f"| {window} | {cells}{s['hit_rate'] / full:.3f} |")
         print(f"oracle victim choices: {oracle.victims}", flush=True)
     return 0
 
