@@ -4,13 +4,14 @@ which each hybrid config reaches 0.95x full-only.
 
     .venv/bin/python -m benchmarks.hybrid_hits --label before [--sources trace multi_turn ...]
         [--policy lru] [--swa-policy reuse_aware] [--placement] [--pool-search]
-        [--mamba-slots 512] [--max-requests 2000] [--configs swa hybrid]
+        [--mamba-slots 512] [--max-requests 2000] [--configs swa hybrid] [--swa-floor]
         [--out benchmarks/results]
 
 Sizes: page 16; full KV = a quarter of the working set (the tokens an unbounded cache would
 store: prompt tokens minus ideal hits), but at least twice the longest request so no request
 is rejected; SWA pool = full / 4 (window 1024 and 4096), raised to a prefill chunk plus two
-windows (at most the full pool) where that is more (small workloads); 512 Mamba slots.
+windows (at most the full pool) where that is more (small workloads), or just that with
+`--swa-floor`; 512 Mamba slots.
 `--pool-search` doubles the auxiliary pool (SWA tokens, Mamba slots; both for
 full+SWA+Mamba) up to 4x until the config reaches 0.95x full-only. Writes
 `hybrid_hits_<label>.json` and `.md`; `--merge A.json B.json --label L` writes one labelled
@@ -64,11 +65,17 @@ def run(options: ReplayOptions) -> dict[str, Any]:
 
 
 def sized(
-    base: ReplayOptions, config: str, window: int | None, scale: int, slots: int = MAMBA_SLOTS
+    base: ReplayOptions,
+    config: str,
+    window: int | None,
+    scale: int,
+    slots: int = MAMBA_SLOTS,
+    swa_floor: bool = False,
 ) -> ReplayOptions:
+    """`base` at issue 14's sizes; `swa_floor`: the SWA pool at its floor, not a quarter."""
     # An SWA pool must hold a prefill chunk and two windows, else the scheduler stalls.
     floor = base.chunk_size + 2 * (window or WINDOWS[0])
-    swa = min(base.full_tokens, max(base.full_tokens // 4, floor))
+    swa = min(base.full_tokens, floor if swa_floor else max(base.full_tokens // 4, floor))
     swa *= scale if config in ("swa", "hybrid") else 1
     slots *= scale if config in ("mamba", "hybrid") else 1
     return replace(
@@ -95,6 +102,9 @@ def main() -> int:
     parser.add_argument("--pool-search", action="store_true")
     parser.add_argument("--mamba-slots", type=int, default=MAMBA_SLOTS, help="at scale 1")
     parser.add_argument("--no-trace-search", action="store_true", help="no pool search on it")
+    parser.add_argument(
+        "--swa-floor", action="store_true", help="SWA pool at a prefill chunk plus two windows"
+    )
     parser.add_argument("--out", default="benchmarks/results")
     parser.add_argument("--compare", nargs="+", help="write hybrid_hits.md from these JSONs")
     parser.add_argument("--merge", nargs="+", help="one labelled run from these runs' JSONs")
@@ -129,7 +139,7 @@ def main() -> int:
             scale, found = 1, None
             first: dict[str, Any] | None = None
             while True:
-                s = run(sized(base, config, window, scale, args.mamba_slots))
+                s = run(sized(base, config, window, scale, args.mamba_slots, args.swa_floor))
                 ratio = s["hit_rate"] / full["hit_rate"] if full["hit_rate"] else 1.0
                 first = first or {**s, "ratio": ratio}
                 if ratio >= TARGET:
@@ -138,14 +148,18 @@ def main() -> int:
                 if found or not search or scale >= MAX_SCALE:
                     break
                 scale *= 2
-            opts = sized(base, config, window, found or scale, args.mamba_slots)
+            opts = sized(base, config, window, found or scale, args.mamba_slots, args.swa_floor)
             row = {
                 "source": source,
                 "config": config,
                 "window": window,
                 "working_set_tokens": working,
                 "full_tokens": full_tokens,
-                "swa_tokens": sized(base, config, window, 1).swa_tokens if window else None,
+                "swa_tokens": (
+                    sized(base, config, window, 1, swa_floor=args.swa_floor).swa_tokens
+                    if window
+                    else None
+                ),
                 "mamba_slots": args.mamba_slots,
                 "full_hit_rate": full["hit_rate"],
                 "hit_rate": first["hit_rate"],

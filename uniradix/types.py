@@ -58,11 +58,12 @@ class FreeSlots:
 # on every built-in workload at 24-512 Mamba slots and on every Mamba config of the Mooncake
 # trace (benchmarks/results/hybrid_hits_reuse_aware.md).
 DEFAULT_AUX_EVICTION_POLICY = "reuse_aware"
-# The order of SWA windows (`uniradix.components.swa_reuse`): "lru" or "reuse_aware"
-# (unless `aux_eviction_policy` is "branch_aware", which orders SWA windows itself).
-# `reuse_aware` wins or ties `lru` on every built-in workload and on the Mooncake trace
-# (benchmarks/results/hybrid_hits_swa_reuse.md); full-attention-only caches have no SWA.
-DEFAULT_SWA_EVICTION_POLICY = "reuse_aware"
+# The order of SWA windows (`uniradix.components.swa_reuse`, `swa_credit`): "lru",
+# "reuse_aware" or "greedy_dual" (unless `aux_eviction_policy` is "branch_aware", which orders
+# SWA windows itself). `greedy_dual` wins or ties `reuse_aware` (which wins or ties `lru`) on
+# every built-in workload and on every SWA config of the Mooncake trace
+# (benchmarks/results/hybrid_hits_swa_greedy_dual.md); full-attention-only caches have no SWA.
+DEFAULT_SWA_EVICTION_POLICY = "greedy_dual"
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,8 +75,8 @@ class CacheSettings:
     `mamba_max_states_per_path` caps the states kept along one root-to-node path (None: no
     cap). `aux_eviction_policy` orders the eviction of SWA windows and Mamba states ("lru",
     "branch_aware", "flop_aware" or "reuse_aware", see `uniradix.components.aux_eviction`);
-    `swa_eviction_policy` orders SWA windows ("lru" or "reuse_aware",
-    `uniradix.components.swa_reuse`) unless the aux policy is "branch_aware".
+    `swa_eviction_policy` orders SWA windows ("lru", "reuse_aware" or "greedy_dual",
+    `uniradix.components.swa_reuse` and `swa_credit`) unless the aux policy is "branch_aware".
     """
 
     page_size: int = 1

@@ -29,7 +29,14 @@ def make(
     hybrid: bool = False, entries: int = ENTRIES
 ) -> tuple[UnifiedRadixCache, TokenSlotAllocator]:
     pool = TokenSlotAllocator(entries)
-    sizes = {"sliding_window": 64, "swa_tokens": 2048, "mamba_slots": 8} if hybrid else {}
+    # LRU order of SWA windows: the tests pick victims by their place in the LRU list.
+    sizes: dict[str, object] = {
+        "sliding_window": 64,
+        "swa_tokens": 2048,
+        "mamba_slots": 8,
+        "swa_eviction_policy": "lru",
+    }
+    sizes = sizes if hybrid else {}
     config = CacheConfig(full_tokens=2048, max_context_len=1024, **sizes)  # type: ignore[arg-type]
     return build_cache(config, extra_components=[(NAME, pool)]), pool
 
@@ -206,6 +213,7 @@ def test_cascade_spares_covered_entries_when_the_swa_trigger_is_not_covered(
         sliding_window=16,
         swa_tokens=2048,
         enable_session_cache=with_sessions,
+        swa_eviction_policy="lru",  # the victim is picked by its place in the LRU list
     )
     cache = build_cache(config, extra_components=[(NAME, pool)])
     leaf, _ = put(cache, pool, list(range(640)))

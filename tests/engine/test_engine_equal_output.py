@@ -181,21 +181,23 @@ def test_branch_aware_eviction_and_checkpoint_placement_generate_the_same(
         assert result.mamba_tombstones > 0
 
 
+@pytest.mark.parametrize("swa_policy", ["reuse_aware", "greedy_dual"])
 @pytest.mark.parametrize("aux_policy", ["flop_aware", "reuse_aware"])
 @pytest.mark.parametrize("placement", [False, True])
 @pytest.mark.parametrize("page_size", [1, 4])
 @pytest.mark.parametrize("config", ["swa", "hybrid"])
 def test_reuse_aware_swa_order_generates_the_same(
-    config: str, page_size: int, placement: bool, aux_policy: str, device: str
+    config: str, page_size: int, placement: bool, aux_policy: str, swa_policy: str, device: str
 ) -> None:
-    """The reuse-aware eviction order of SWA windows: identical tokens, SWA windows evicted."""
+    """The reuse-aware and greedy-dual eviction orders of SWA windows: identical tokens, SWA
+    windows evicted."""
     model = model_for(config, device)
     prompts = shared_prompts()
     cfg = engine_config(
         config,
         page_size,
         aux_eviction_policy=aux_policy,
-        swa_eviction_policy="reuse_aware",
+        swa_eviction_policy=swa_policy,
         checkpoint_placement=placement,
         checkpoint_grid=8,
     )

@@ -1,6 +1,7 @@
 """Random traffic with the branch-aware, flop-aware and reuse-aware eviction orders (and the
-reuse-aware SWA order) and checkpoint placement on full+SWA, full+Mamba and full+SWA+Mamba:
-every pool's invariants after every step, and every slot back at the end (nothing leaked)."""
+reuse-aware and greedy-dual SWA orders) and checkpoint placement on full+SWA, full+Mamba and
+full+SWA+Mamba: every pool's invariants after every step, and every slot back at the end
+(nothing leaked)."""
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -16,7 +17,7 @@ from uniradix.sim.scheduler import Scheduler, SchedulerConfig
 @given(
     config=st.sampled_from(["swa", "mamba", "hybrid"]),
     policy=st.sampled_from(["lru", "branch_aware", "flop_aware", "reuse_aware"]),
-    swa_policy=st.sampled_from(["lru", "reuse_aware"]),
+    swa_policy=st.sampled_from(["lru", "reuse_aware", "greedy_dual"]),
     grid=st.sampled_from([None, 2, 4, 8]),
     prompts=st.lists(st.lists(st.integers(0, 2), min_size=1, max_size=40), min_size=1, max_size=8),
     outputs=st.lists(st.integers(1, 12), min_size=8, max_size=8),

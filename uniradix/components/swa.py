@@ -31,7 +31,8 @@ import numpy as np
 
 from uniradix.components.aux_eviction import BranchAwareEviction, check_aux_eviction_policy
 from uniradix.components.base import EVICTED_MARK, TreeComponent, mark_evicted
-from uniradix.components.swa_reuse import SWAReuseEviction, check_swa_eviction_policy
+from uniradix.components.swa_credit import swa_order
+from uniradix.components.swa_reuse import check_swa_eviction_policy
 from uniradix.memory.pools import CachePools
 from uniradix.memory.swa_allocator import SWASlotAllocator
 from uniradix.tree.core import MatchWalk, TreeCore, Validator
@@ -71,12 +72,8 @@ class SWAComponent(TreeComponent):
             else None
         )
         # `branch_aware` (an aux policy) orders SWA windows itself; else `swa_eviction_policy`.
-        self._reuse = (
-            SWAReuseEviction(self)
-            if check_swa_eviction_policy(settings.swa_eviction_policy) == "reuse_aware"
-            and self._order is None
-            else None
-        )
+        policy = check_swa_eviction_policy(settings.swa_eviction_policy)
+        self._reuse = swa_order(self, policy) if self._order is None else None
 
     def reset(self) -> None:
         super().reset()
@@ -129,7 +126,8 @@ class SWAComponent(TreeComponent):
         match ended at `node`, so these windows served a hit."""
         lru, prev, covered = self.lru, self.lru.head, 0
         limit = self.window + self.settings.page_size
-        mark = self._reuse.served if served and self._reuse is not None else None
+        order = self._reuse
+        mark = None if order is None else order.served if served else order.refreshed
         for n in self.tree.path_to_root(node):
             if covered >= limit:
                 break
@@ -148,8 +146,8 @@ class SWAComponent(TreeComponent):
         if c.value is not None:
             p.value, c.value = c.value[:split_len], c.value[split_len:]
             self.lru.insert_after(child, parent)
-            if self._reuse is not None and self._reuse.was_served(child):
-                self._reuse.served(parent)
+            if self._reuse is not None:
+                self._reuse.split(parent, child)
         # A lock boundary marks the topmost locked node, which is now the parent.
         if c.metadata and _UUID in c.metadata:
             p.metadata = {_UUID: c.metadata.pop(_UUID)}
@@ -217,6 +215,8 @@ class SWAComponent(TreeComponent):
         node.data[self.index].value = swa
         self._credit(node, int(swa.shape[0]))
         self.lru.insert_mru(node)
+        if self._reuse is not None:
+            self._reuse.refreshed(node)
 
     def commit_insert(
         self,

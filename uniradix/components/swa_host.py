@@ -87,6 +87,8 @@ class HostSWAComponent(AuxHostComponent, SWAComponent):
         self._debit(node, int(d.value.shape[0]))
         d.value = None
         self.lru.remove(node)
+        if self._reuse is not None:
+            self._reuse.forget(node)
         self.host.update(node)
 
     # ------------------------------------------------------------------ hooks

@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from uniradix.components.aux_eviction import EvictingComponent
 from uniradix.tree.node import TreeNode
 
-SWA_EVICTION_POLICIES = ("lru", "reuse_aware")
+SWA_EVICTION_POLICIES = ("lru", "reuse_aware", "greedy_dual")
 SCAN: int | None = 64  # least recent windows searched for one without evidence (None: all)
 
 
@@ -43,7 +43,8 @@ def check_swa_eviction_policy(name: object) -> str:
 
 class SWAReuseEviction:
     """`reuse_aware` order of an SWA component; the component calls `served` for the nodes
-    a match ended under and `forget` when a node's window is evicted."""
+    a match ended under, `refreshed` for those an insert stored or touched, `split` when a
+    listed node is split, and `forget` when a node's window is evicted."""
 
     def __init__(self, component: EvictingComponent) -> None:
         self.component = component
@@ -54,6 +55,14 @@ class SWAReuseEviction:
 
     def was_served(self, node: TreeNode) -> bool:
         return node in self._served
+
+    def refreshed(self, node: TreeNode) -> None:
+        """An insert stored or touched `node`'s window: no evidence of reuse (LRU order)."""
+
+    def split(self, parent: TreeNode, child: TreeNode) -> None:
+        """`parent` was split off `child`'s window: it served what the child served."""
+        if child in self._served:
+            self._served.add(parent)
 
     def forget(self, node: TreeNode) -> None:
         self._served.discard(node)

@@ -1,0 +1,133 @@
+"""The `greedy_dual` eviction order of SWA windows, with exact victims: deeper windows and
+windows that served matches outlive newer shallow ones, and a window nobody touches ages out
+as GreedyDual's inflation rises past its credit."""
+
+import math
+
+import pytest
+
+from tests.components.test_swa_reuse import evict_order, insert, live_windows, match, swa_cache
+from uniradix import EvictParams
+from uniradix.cache.controller import UnifiedRadixCache
+from uniradix.components import swa_reuse
+from uniradix.components.swa import SWAComponent
+from uniradix.components.swa_credit import COST_EXPONENT, REUSE_WEIGHT, SWACreditEviction
+from uniradix.types import ComponentType
+
+
+def order_of(cache: UnifiedRadixCache) -> SWACreditEviction:
+    swa = cache.component(ComponentType.SWA)
+    assert isinstance(swa, SWAComponent)
+    order = swa._reuse
+    assert isinstance(order, SWACreditEviction)
+    return order
+
+
+@pytest.mark.parametrize(
+    ("policy", "order"),
+    [("lru", [1, 10, 14, 20]), ("reuse_aware", [1, 10, 14, 20]), ("greedy_dual", [1, 10, 20, 14])],
+)
+def test_a_deeper_window_outlives_a_newer_shallow_one(policy: str, order: list[int]) -> None:
+    """Window 4, page 1. A = [1..4]; then an 8-token prompt [10..17], stored as a live parent
+    [10..13] (depth 4) and the leaf [14..17] (depth 8); then C = [20..23]. The recency orders
+    evict the leaf before C; `greedy_dual` keeps the leaf (a hit there is 8 tokens) past C."""
+    cache = swa_cache(policy)
+    insert(cache, [1, 2, 3, 4])
+    insert(cache, list(range(10, 18)))
+    insert(cache, [20, 21, 22, 23])
+    assert live_windows(cache) == {1, 10, 14, 20}
+    assert evict_order(cache) == order
+
+
+def test_credit_is_inflation_plus_worth() -> None:
+    """The leaf at depth 8 is worth 8 ** 1.5; A, served once, (1 + 3) * 4 ** 1.5; evicting the
+    least credited window (the parent at depth 4, worth 4 ** 1.5) raises the inflation to it,
+    and a window stored after that starts from it."""
+    cache = swa_cache("greedy_dual")
+    insert(cache, [1, 2, 3, 4])
+    assert match(cache, [1, 2, 3, 4]) == 4
+    insert(cache, list(range(10, 18)))
+    order = order_of(cache)
+    by_first = {n.key[0]: n for n in order.component.lru}
+    assert order.credit(by_first[14]) == pytest.approx(math.pow(8, COST_EXPONENT))
+    assert order.credit(by_first[1]) == pytest.approx((1 + REUSE_WEIGHT) * math.pow(4, 1.5))
+    cache.evict(EvictParams(swa_num_tokens=1))
+    assert live_windows(cache) == {1, 14}
+    assert order.inflation == pytest.approx(math.pow(4, 1.5))
+    insert(cache, [20, 21, 22, 23])
+    (new,) = (n for n in order.component.lru if n.key[0] == 20)
+    assert order.credit(new) == pytest.approx(2 * math.pow(4, 1.5))
+
+
+def rounds(cache: UnifiedRadixCache, starts: tuple[int, ...]) -> list[int]:
+    """Each round stores a fresh 4-token window and evicts one: the victims' first tokens."""
+    victims = []
+    for start in starts:
+        insert(cache, [start, start + 1, start + 2, start + 3])
+        before = live_windows(cache)
+        cache.evict(EvictParams(swa_num_tokens=1))
+        cache.check_invariants()
+        (gone,) = before - live_windows(cache)
+        victims.append(gone)
+    return victims
+
+
+@pytest.mark.parametrize(("scan", "victims"), [(1, [10, 20, 30, 1]), (2, [10, 20, 30, 40])])
+def test_a_served_window_ages_out_as_inflation_rises(
+    monkeypatch: pytest.MonkeyPatch, scan: int, victims: list[int]
+) -> None:
+    """A served one match (credit 4 * 8 = 32 with 4 ** 1.5 = 8). Each round stores a fresh
+    window (credit L + 8) and evicts one. Looking at the least credited window only (plain
+    GreedyDual), fresh ones go while L + 8 < 32, and A in the fourth round, tied with the fresh
+    window (older first); looking at two, a never-served window is always there and goes."""
+    monkeypatch.setattr(swa_reuse, "SCAN", scan)
+    cache = swa_cache("greedy_dual")
+    insert(cache, [1, 2, 3, 4])
+    assert match(cache, [1, 2, 3, 4]) == 4
+    assert rounds(cache, (10, 20, 30, 40)) == victims
+
+
+def test_a_served_window_goes_once_the_scan_holds_only_served_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Scan 2: A and B (4 tokens each) served matches (credit 32 each); then a 16-token
+    prompt leaves a live parent [20..31] (depth 12, credit 12 ** 1.5 ~ 41.6) and the leaf
+    [32..35] (depth 16, 64). A and B are the two least credited, both served, so A (stored
+    first) goes; after that a never-served window is always among the two least credited, so
+    the parent and the leaf go before B."""
+    monkeypatch.setattr(swa_reuse, "SCAN", 2)
+    cache = swa_cache("greedy_dual")
+    for start in (1, 10):
+        insert(cache, [start, start + 1, start + 2, start + 3])
+        assert match(cache, [start, start + 1, start + 2, start + 3]) == 4
+    insert(cache, list(range(20, 36)))
+    assert live_windows(cache) == {1, 10, 20, 32}
+    assert evict_order(cache) == [1, 20, 32, 10]
+
+
+def test_credits_follow_splits_and_go_with_the_window() -> None:
+    """A split parent keeps its child's serve count; eviction drops credits and counts (the
+    invariant check names any left behind, and any live window without a credit)."""
+    cache = swa_cache("greedy_dual")
+    insert(cache, [1, 2, 3, 4, 5, 6])
+    assert match(cache, [1, 2, 3, 4, 5, 6]) == 6
+    order = order_of(cache)
+    # stored as a live parent [1, 2] and the leaf [3..6]
+    (leaf,) = (n for n in order.component.lru if n.key[0] == 3)
+    assert order.credit(leaf) == pytest.approx((1 + REUSE_WEIGHT) * math.pow(6, COST_EXPONENT))
+    insert(cache, [1, 2, 3, 4, 9, 9])  # splits the leaf into [3, 4] and [5, 6]
+    (upper,) = (n for n in order.component.lru if n.key[0] == 3)
+    assert upper is not leaf and leaf.key[0] == 5 and order.was_served(upper)
+    # the insert passed over the new parent: refreshed at its depth, 4, with the serve kept
+    assert order.credit(upper) == pytest.approx((1 + REUSE_WEIGHT) * math.pow(4, COST_EXPONENT))
+    cache.check_invariants()
+    evict_order(cache)
+    cache.check_invariants()
+    assert not any(order.credit(n) is not None for n in cache.tree.nodes())
+
+
+@pytest.mark.parametrize(("weight", "exponent"), [(-1.0, 1.5), (3.0, 0.0)])
+def test_bad_weights_are_rejected(weight: float, exponent: float) -> None:
+    cache = swa_cache("greedy_dual")
+    with pytest.raises(ValueError, match=f"reuse_weight={weight}"):
+        SWACreditEviction(order_of(cache).component, weight, exponent)
