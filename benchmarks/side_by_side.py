@@ -6,11 +6,15 @@
 It creates `.peer-venv` with SGLang when missing (`benchmarks/peer/setup_sglang.sh`), runs the
 SGLang side once per tree core as a subprocess there (`benchmarks/peer/sglang_driver.py`),
 runs the uniradix side in this process, and writes `benchmarks/results/side_by_side.json`
-and `.md`. Parts: `streams` (chat, fewshot, random, longchat in batches of 16: 65,536-token
-pool, so eviction runs; longdoc: 8-32k-token prompts, 262,144-token pool; page 1 and 16),
-`mooncake` (the synthetic trace, page 16, pools of 1M and 4M tokens) and
-`scale` (`benchmarks/scale.py`). A configuration uniradix has no adapter for yet
-(`benchmarks/uniradix_side.ADAPTERS`) is reported for SGLang only.
+and `.md`. The sides are interleaved job by job (one SGLang process per core stays up and
+serves jobs in turn; odd jobs run SGLang first), so a change in the machine's load lands on
+both sides of a ratio; `--no-interleave` runs every uniradix job, then every SGLang job.
+
+Parts: `streams` (chat, fewshot, random, longchat in batches of 16: 65,536-token pool, so
+eviction runs; longdoc: 8-32k-token prompts, 262,144-token pool; page 1 and 16), `mooncake`
+(the synthetic trace, page 16, pools of 1M and 4M tokens) and `scale` (`benchmarks/scale.py`).
+A configuration uniradix has no adapter for yet (`benchmarks/uniradix_side.ADAPTERS`) is
+reported for SGLang only.
 """
 
 from __future__ import annotations
@@ -107,8 +111,7 @@ def run_uniradix(job: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def run_sglang(core: str, job_list: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    if not PEER_PYTHON.exists():
-        subprocess.run(["bash", str(REPO / "benchmarks/peer/setup_sglang.sh")], check=True)
+    _ensure_peer()
     with tempfile.TemporaryDirectory() as tmp:
         jobs_file, out_file = Path(tmp, "jobs.json"), Path(tmp, "out.json")
         jobs_file.write_text(json.dumps(job_list))
@@ -124,23 +127,69 @@ def run_sglang(core: str, job_list: list[dict[str, Any]]) -> list[dict[str, Any]
     return results
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--parts", default="streams,mooncake,scale")
-    parser.add_argument("--configs", default=",".join(CONFIGS))
-    parser.add_argument("--cores", default=",".join(CORES))
-    parser.add_argument("--workloads", default="", help="streams to play (default: all)")
-    parser.add_argument("--trace", type=Path, default=TRACE)
-    parser.add_argument("--no-sglang", action="store_true", help="uniradix side only")
-    parser.add_argument("--out", type=Path, default=REPO / "benchmarks/results/side_by_side")
-    args = parser.parse_args(argv)
-    args.parts = args.parts.split(",")
-    args.configs = args.configs.split(",")
-    args.workloads = [w for w in args.workloads.split(",") if w]
-    job_list = jobs(args)
-    results: list[dict[str, Any]] = [{"job": job, "sides": {}} for job in job_list]
+class PeerProcess:
+    """A `.peer-venv` SGLang driver for one tree core, serving jobs one at a time."""
+
+    def __init__(self, core: str) -> None:
+        _ensure_peer()
+        env = {**os.environ, "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND": core}
+        driver = REPO / "benchmarks/peer/sglang_driver.py"
+        self.proc = subprocess.Popen(
+            [str(PEER_PYTHON), "-W", "ignore", str(driver), "--serve"],
+            env=env,
+            cwd=REPO,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def run(self, job: dict[str, Any]) -> dict[str, Any]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(job) + "\n")
+        self.proc.stdin.flush()
+        for line in self.proc.stdout:
+            if line.startswith("RESULT "):
+                result: dict[str, Any] = json.loads(line[len("RESULT ") :])
+                return result
+        raise RuntimeError(f"the SGLang driver exited with {self.proc.wait()}")
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
+def _ensure_peer() -> None:
+    if not PEER_PYTHON.exists():
+        subprocess.run(["bash", str(REPO / "benchmarks/peer/setup_sglang.sh")], check=True)
+
+
+def run_interleaved(results: list[dict[str, Any]], cores: list[str]) -> None:
+    """Fills every entry's sides, job by job: uniradix then SGLang on even jobs, the other
+    way round on odd ones."""
+    peers = {core: PeerProcess(core) for core in cores}
+    try:
+        for i, entry in enumerate(results):
+            job = entry["job"]
+            steps: list[tuple[str, Any]] = [("uniradix", None)]
+            steps += [(f"sglang_{core}", peer) for core, peer in peers.items()]
+            if i % 2:
+                steps.reverse()
+            for name, peer in steps:
+                t0 = time.perf_counter()
+                side = run_uniradix(job) if peer is None else peer.run(job)
+                if side is not None:
+                    entry["sides"][name] = side
+                    print(f"{name} {_label(job)}: {time.perf_counter() - t0:.1f}s", flush=True)
+    finally:
+        for peer in peers.values():
+            peer.close()
+
+
+def run_sequential(
+    results: list[dict[str, Any]], job_list: list[dict[str, Any]], args: argparse.Namespace
+) -> None:
+    """Every uniradix job, then every job of each SGLang core (`--no-interleave`)."""
     for entry in results:
         t0 = time.perf_counter()
         side = run_uniradix(entry["job"])
@@ -151,6 +200,32 @@ def main(argv: list[str] | None = None) -> None:
         for core in args.cores.split(","):
             for entry, side in zip(results, run_sglang(core, job_list), strict=True):
                 entry["sides"][f"sglang_{core}"] = side
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--parts", default="streams,mooncake,scale")
+    parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument("--cores", default=",".join(CORES))
+    parser.add_argument("--workloads", default="", help="streams to play (default: all)")
+    parser.add_argument("--trace", type=Path, default=TRACE)
+    parser.add_argument("--no-sglang", action="store_true", help="uniradix side only")
+    parser.add_argument(
+        "--no-interleave", action="store_true", help="all uniradix jobs, then all SGLang jobs"
+    )
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks/results/side_by_side")
+    args = parser.parse_args(argv)
+    args.parts = args.parts.split(",")
+    args.configs = args.configs.split(",")
+    args.workloads = [w for w in args.workloads.split(",") if w]
+    job_list = jobs(args)
+    results: list[dict[str, Any]] = [{"job": job, "sides": {}} for job in job_list]
+    if not args.no_sglang and not args.no_interleave:
+        run_interleaved(results, args.cores.split(","))
+    else:
+        run_sequential(results, job_list, args)
     doc = {
         "machine": {"platform": platform.platform(), "python": sys.version.split()[0]},
         "command": "python3 -m benchmarks.side_by_side " + " ".join(argv or sys.argv[1:]),

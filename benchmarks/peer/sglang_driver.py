@@ -1,6 +1,11 @@
 """The SGLang 0.5.23 side of the side-by-side benchmark. Runs only inside `.peer-venv`.
 
     .peer-venv/bin/python benchmarks/peer/sglang_driver.py JOBS.json OUT.json
+    .peer-venv/bin/python benchmarks/peer/sglang_driver.py --serve
+
+With `--serve` it runs one job per JSON line read from stdin and answers each with one line
+`RESULT <json>` on stdout (other output SGLang may print is not prefixed), so the caller can
+interleave its own side job by job; EOF ends it.
 
 JOBS.json is a list of jobs, each `{"kind": "stream", "config": "full"|"full+swa"|
 "full+mamba", "page_size": P, "pool_tokens": N, "stream": StreamSpec dict}` or
@@ -257,7 +262,21 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def serve() -> None:
+    for line in sys.stdin:
+        if not line.strip():
+            break
+        job = json.loads(line)
+        result = run_job(job)
+        result["job"] = job
+        result["stubbed_modules"] = STUBBED
+        print("RESULT " + json.dumps(result), flush=True)
+
+
 def main() -> None:
+    if sys.argv[1:] == ["--serve"]:
+        serve()
+        return
     jobs = json.loads(Path(sys.argv[1]).read_text())
     results = []
     for job in jobs:
