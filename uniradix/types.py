@@ -148,8 +148,12 @@ class InsertParams:
     extra_values: Mapping[str, torch.Tensor] | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class InsertResult:
+class InsertResult(NamedTuple):
+    """What an insert did: `prefix_len` units of the key were cached already, the key ends
+    at `last_device_node`, and `mamba_exist` says the tree held a Mamba state there already
+    (the caller keeps, and must free, the slot it passed). (A NamedTuple, as `MatchResult`:
+    built on every insert.)"""
+
     prefix_len: int
     last_device_node: TreeNode
     mamba_exist: bool = False

@@ -89,16 +89,20 @@ class MambaComponent(TreeComponent):
     match_requires_value = True  # a match resumes from a state: it ends on a node with one
 
     def finalize_match(self, walk: MatchWalk, params: MatchPrefixParams) -> dict[str, Any]:
-        accepted = walk.path[: walk.num_accepted]
-        if accepted:
-            self.lru.move_to_mru(accepted[-1])
-            if self._credits is not None:
-                self._credits.touch(accepted[-1], resumed=True)
-        device_len = 0
-        for n in accepted:  # a loop, not a generator: runs per match
-            device_len += n.num_tokens
+        num_accepted, path = walk.num_accepted, walk.path
         grid = self.checkpoint_grid
         aligned = walk.matched_len // grid * grid
+        if not num_accepted:
+            return {"mamba_branching_seqlen": aligned or None}
+        anchor = path[num_accepted - 1]
+        self.lru.move_to_mru(anchor)
+        if self._credits is not None:
+            self._credits.touch(anchor, resumed=True)
+        if num_accepted == len(path):  # the whole walk is usable: nothing past it to branch at
+            return {"mamba_branching_seqlen": None}
+        device_len = 0
+        for i in range(num_accepted):  # a loop, not a generator: runs per match
+            device_len += path[i].num_tokens
         return {"mamba_branching_seqlen": aligned if aligned > device_len else None}
 
     # ------------------------------------------------------------------ split

@@ -55,8 +55,20 @@ class LRUList:
         self.size -= 1
 
     def move_to_mru(self, node: TreeNode) -> None:
-        self.remove(node)
-        self.insert_mru(node)
+        """`remove` then `insert_mru`, inline: runs on every match that resumes a state."""
+        i, head = self.index, self.head
+        d = node.data[i]
+        prev, nxt = d.lru_prev, d.lru_next
+        assert prev is not None and nxt is not None, f"{node} is not in LRU list {i}"
+        if prev is head:
+            return
+        prev.data[i].lru_next = nxt
+        nxt.data[i].lru_prev = prev
+        first = head.data[i].lru_next
+        assert first is not None
+        d.lru_prev, d.lru_next = head, first
+        head.data[i].lru_next = node
+        first.data[i].lru_prev = node
 
     def least_recent_unlocked(self, before: TreeNode | None = None) -> TreeNode | None:
         """The least recent node with `lock_ref == 0`, searching from `before` (exclusive)
