@@ -68,7 +68,7 @@ class Driver:
     ) -> None:
         env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1"}
         pin = ["taskset", "-c", str(cpu)] if cpu is not None else []
-        argv = [str(page), str(args.requests), str(args.seed), args.config]
+        argv = [str(page), str(args.requests), str(args.seed), args.config, args.workload]
         self.proc = subprocess.Popen(
             [*pin, sys.executable, str(DRIVER), *argv],
             env=env,
@@ -77,7 +77,9 @@ class Driver:
             text=True,
             cwd=tree,
         )
-        imported = Path(self._read()["uniradix"]).resolve().parent.parent
+        hello = self._read()
+        self.num_requests: int = hello["requests"]
+        imported = Path(hello["uniradix"]).resolve().parent.parent
         if imported != tree.resolve():
             raise RuntimeError(f"the driver imported uniradix from {imported}, not {tree}")
 
@@ -114,7 +116,8 @@ def one_round(
             {op: {} for op in OPS},
             {op: {} for op in OPS},
         )
-        for chunk in range((args.requests - args.warmup + args.chunk - 1) // args.chunk):
+        num = min(args.requests, head.num_requests)
+        for chunk in range((num - args.warmup + args.chunk - 1) // args.chunk):
             order = ((0, ref), (1, head)) if chunk % 2 == 0 else ((1, head), (0, ref))
             for side, driver in order:
                 for op, pairs in driver.run(args.chunk).items():
@@ -139,6 +142,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--page-sizes", type=int, nargs="+", default=[1, 16])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
+        "--workload",
+        default="",
+        help="a side-by-side stream (chat, fewshot, random, longchat, longdoc) instead of the "
+        "driver's own multi-turn chats; --warmup counts its requests too",
+    )
+    parser.add_argument(
         "--config", default="full", choices=["full", "full+swa", "full+mamba"], help="cache kind"
     )
     parser.add_argument("--cpu", type=int, default=None, help="pin both drivers to this CPU")
@@ -147,8 +156,9 @@ def main(argv: list[str] | None = None) -> None:
         raise ValueError(f"need 0 <= warmup < requests and chunk >= 1, got {args}")
     trees = (worktree_of(args.ref), ROOT)
     print(
-        f"{args.config}: this checkout vs {args.ref} ({trees[0]}): {args.rounds} rounds of "
-        f"{args.requests} requests ({args.warmup} warm-up), lock-step chunks of {args.chunk}, "
+        f"{args.config} {args.workload or 'chat turns'}: this checkout vs {args.ref} "
+        f"({trees[0]}): {args.rounds} rounds of {args.requests} requests ({args.warmup} "
+        f"warm-up), lock-step chunks of {args.chunk}, "
         f"median of paired per-request ratios"
     )
     print("| page | " + " | ".join(OPS) + " |")

@@ -97,8 +97,8 @@ def _distinct_pages(firsts: Slots, page_size: int, num_pages: int) -> bool:
     pages of the pool. Then their free may skip the allocator's per-slot sort and dedup
     (`node_value`): one sort of the pages here, 1/page_size of the work. Otherwise the
     allocator checks them as any caller's slots (and raises or dedups as it always did)."""
-    # Stable (timsort): near linear on the runs of pages an allocation hands out.
-    pages = np.sort(firsts // page_size, kind="stable")
+    pages = firsts // page_size  # a new array: sorted in place, not through np.sort's copy
+    pages.sort(kind="stable")  # timsort: near linear on the runs of pages allocations hand out
     if pages[0] < 1 or pages[-1] > num_pages:
         return False
     return bool(np.count_nonzero(pages[1:] - pages[:-1]) == pages.shape[0] - 1)

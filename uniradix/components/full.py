@@ -37,7 +37,7 @@ class FullComponent(TreeComponent):
         if is_new_leaf:
             assert leaf_value is not None
             node.data[self.index].value = leaf_value
-            self._credit(node, int(leaf_value.shape[0]))
+            self.evictable_tokens += leaf_value.shape[0]  # a new leaf: nothing locks it yet
 
     def eviction_priority(self, is_leaf: bool) -> int:
         return 0 if is_leaf else 2

@@ -127,19 +127,21 @@ class MambaComponent(TreeComponent):
         fresh = d.value is None
         if fresh:
             d.value = np.array(value.tolist(), dtype=np.int64)  # checked: one int64 slot
-            self._credit(node, 1)
+            if d.lock_ref > 0:  # `_credit(node, 1)` inline: runs on every insert
+                self.protected_tokens += 1
+            else:
+                self.evictable_tokens += 1
             self.lru.insert_mru(node)
         else:
             self.lru.move_to_mru(node)
         if self._credits is not None:
             self._credits.touch(node)
-        if fresh:
+        if fresh and self.max_states_per_path is not None:
             self._cap_path_states(node, actions)
 
     def _cap_path_states(self, tail: TreeNode, actions: list[FreeSlots]) -> None:
         cap = self.max_states_per_path
-        if cap is None:
-            return
+        assert cap is not None
         holders = [n for n in self.tree.path_to_root(tail) if self.has_value(n)]
         excess = len(holders) - cap
         for node in reversed(holders):

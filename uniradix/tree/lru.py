@@ -31,7 +31,15 @@ class LRUList:
         return node.data[self.index].lru_prev is not None
 
     def insert_mru(self, node: TreeNode) -> None:
-        self.insert_after(self.head, node)
+        """`insert_after(head, node)` inline: runs on every state a Mamba insert keeps."""
+        i, head = self.index, self.head
+        first = head.data[i].lru_next
+        assert first is not None
+        d = node.data[i]
+        d.lru_prev, d.lru_next = head, first
+        head.data[i].lru_next = node
+        first.data[i].lru_prev = node
+        self.size += 1
 
     def insert_after(self, prev: TreeNode, node: TreeNode) -> None:
         """Links `node` (not in the list) right behind `prev` in recency."""
