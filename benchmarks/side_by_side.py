@@ -6,9 +6,10 @@
 It creates `.peer-venv` with SGLang when missing (`benchmarks/peer/setup_sglang.sh`), runs the
 SGLang side once per tree core as a subprocess there (`benchmarks/peer/sglang_driver.py`),
 runs the uniradix side in this process, and writes `benchmarks/results/side_by_side.json`
-and `.md`. The sides are interleaved job by job (one SGLang process per core stays up and
-serves jobs in turn; odd jobs run SGLang first), so a change in the machine's load lands on
-both sides of a ratio; `--no-interleave` runs every uniradix job, then every SGLang job.
+and `.md`. The sides play each stream in lock step (one SGLang process per core stays up
+and plays `--chunk` batches when its turn comes, the order flipping every chunk), so a
+change in the machine's load lands on both sides of a ratio; `--no-interleave` runs every
+uniradix job, then every SGLang job.
 
 Parts: `streams` (chat, fewshot, random, longchat in batches of 16: 65,536-token pool, so
 eviction runs; longdoc: 8-32k-token prompts, 262,144-token pool; page 1 and 16), `mooncake`
@@ -30,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.ops import measure
+from benchmarks.ops import Measurement, measure
 from benchmarks.report import render
 from benchmarks.scale import run_scale
 from benchmarks.streams import StreamSpec, requests
@@ -128,7 +129,8 @@ def run_sglang(core: str, job_list: list[dict[str, Any]]) -> list[dict[str, Any]
 
 
 class PeerProcess:
-    """A `.peer-venv` SGLang driver for one tree core, serving jobs one at a time."""
+    """A `.peer-venv` SGLang driver for one tree core, serving commands one at a time (see
+    `sglang_driver.serve`)."""
 
     def __init__(self, core: str) -> None:
         _ensure_peer()
@@ -143,14 +145,14 @@ class PeerProcess:
             text=True,
         )
 
-    def run(self, job: dict[str, Any]) -> dict[str, Any]:
+    def ask(self, command: dict[str, Any]) -> dict[str, Any]:
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(json.dumps(job) + "\n")
+        self.proc.stdin.write(json.dumps(command) + "\n")
         self.proc.stdin.flush()
         for line in self.proc.stdout:
             if line.startswith("RESULT "):
-                result: dict[str, Any] = json.loads(line[len("RESULT ") :])
-                return result
+                answer: dict[str, Any] = json.loads(line[len("RESULT ") :])
+                return answer
         raise RuntimeError(f"the SGLang driver exited with {self.proc.wait()}")
 
     def close(self) -> None:
@@ -164,26 +166,53 @@ def _ensure_peer() -> None:
         subprocess.run(["bash", str(REPO / "benchmarks/peer/setup_sglang.sh")], check=True)
 
 
-def run_interleaved(results: list[dict[str, Any]], cores: list[str]) -> None:
-    """Fills every entry's sides, job by job: uniradix then SGLang on even jobs, the other
-    way round on odd ones."""
-    peers = {core: PeerProcess(core) for core in cores}
+def run_interleaved(results: list[dict[str, Any]], cores: list[str], chunk: int) -> None:
+    """Fills every entry's sides. A stream job is played by every side in lock step, `chunk`
+    batches at a time, the sides taking turns (the order flips every chunk), so a change in
+    the machine's load lands on all of them alike; a scale job runs whole, side after side."""
+    peers = {f"sglang_{core}": PeerProcess(core) for core in cores}
     try:
-        for i, entry in enumerate(results):
+        for entry in results:
             job = entry["job"]
-            steps: list[tuple[str, Any]] = [("uniradix", None)]
-            steps += [(f"sglang_{core}", peer) for core, peer in peers.items()]
-            if i % 2:
-                steps.reverse()
-            for name, peer in steps:
-                t0 = time.perf_counter()
-                side = run_uniradix(job) if peer is None else peer.run(job)
+            t0 = time.perf_counter()
+            if job["kind"] == "scale" or ADAPTERS.get(job["config"]) is None:
+                for name, peer in peers.items():
+                    entry["sides"][name] = peer.ask({"job": job})
+                side = run_uniradix(job)
                 if side is not None:
-                    entry["sides"][name] = side
-                    print(f"{name} {_label(job)}: {time.perf_counter() - t0:.1f}s", flush=True)
+                    entry["sides"]["uniradix"] = side
+            else:
+                entry["sides"].update(_lock_step(job, peers, chunk))
+            print(f"{_label(job)}: {time.perf_counter() - t0:.1f}s", flush=True)
     finally:
         for peer in peers.values():
             peer.close()
+
+
+def _lock_step(
+    job: dict[str, Any], peers: dict[str, PeerProcess], chunk: int
+) -> dict[str, dict[str, Any]]:
+    spec, ps, pool = StreamSpec(**job["stream"]), job["page_size"], job["pool_tokens"]
+    build = ADAPTERS[job["config"]]
+    own = Measurement(
+        lambda: build(ps, pool), lambda: requests(spec), heap=job["heap"], batch=spec.batch
+    )
+    for peer in peers.values():
+        peer.ask({"start": job})
+    turns: list[tuple[str, Any]] = [("uniradix", own), *peers.items()]
+    done: set[str] = set()
+    flip = False
+    while len(done) < len(turns):
+        for name, side in reversed(turns) if flip else turns:
+            if name in done:
+                continue
+            finished = side.step(chunk) if name == "uniradix" else side.ask({"step": chunk})["done"]
+            if finished:
+                done.add(name)
+        flip = not flip
+    out = {name: peer.ask({"finish": True}) for name, peer in peers.items()}
+    out["uniradix"] = own.finish()
+    return out
 
 
 def run_sequential(
@@ -215,6 +244,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--no-interleave", action="store_true", help="all uniradix jobs, then all SGLang jobs"
     )
+    parser.add_argument("--chunk", type=int, default=20, help="batches per lock-step turn")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks/results/side_by_side")
     args = parser.parse_args(argv)
     args.parts = args.parts.split(",")
@@ -223,7 +253,7 @@ def main(argv: list[str] | None = None) -> None:
     job_list = jobs(args)
     results: list[dict[str, Any]] = [{"job": job, "sides": {}} for job in job_list]
     if not args.no_sglang and not args.no_interleave:
-        run_interleaved(results, args.cores.split(","))
+        run_interleaved(results, args.cores.split(","), args.chunk)
     else:
         run_sequential(results, job_list, args)
     doc = {
