@@ -196,8 +196,9 @@ class UnifiedRadixCache:
         """Caches `params.key` -> `params.value`; frees the value's duplicate slots."""
         key = params.key
         num_units = self._aligned_len(key)
-        value = checked_value(params, self.page_size)[:num_units]
-        key_len = len(key)
+        value = checked_value(params, self.page_size)
+        key_len = value.shape[0]  # checked: one slot per unit of the key
+        value = value[:num_units]
         if not 0 <= params.prev_prefix_len <= key_len:
             raise ValueError(f"prev_prefix_len={params.prev_prefix_len} outside [0, {key_len}]")
         for c in self._insert_checkers:

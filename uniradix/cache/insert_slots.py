@@ -67,7 +67,8 @@ def duplicate_frees(
     num = dup.shape[0]
     if not num:
         return []
-    own = span_slots(node, num_units)[start:end]
+    tree_slots = node.data[0].value if node.num_tokens == num_units else None
+    own = (span_slots(node, num_units) if tree_slots is None else tree_slots)[start:end]
     k = max(0, min(swa_cursor - offset - start, num))
     if k == 0 and page_size > 1 and (offset + start) % page_size == 0 and num % page_size == 0:
         # Page-aligned whole pages on both sides (the caller's: `checked_value`; the tree's:

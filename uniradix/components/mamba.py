@@ -55,6 +55,7 @@ class MambaComponent(TreeComponent):
         if settings.is_eagle:
             raise ValueError("EAGLE bigram keys are not supported with a Mamba component")
         self.checkpoint_grid = math.lcm(chunk, settings.page_size)
+        self._slot_values: dict[int, Slots] = {}
         self.max_states_per_path = cap
         self.lru = LRUList(index, tree.num_components)
         policy = check_aux_eviction_policy(settings.aux_eviction_policy)
@@ -126,7 +127,7 @@ class MambaComponent(TreeComponent):
         d = node.data[self.index]
         fresh = d.value is None
         if fresh:
-            d.value = np.array(value.tolist(), dtype=np.int64)  # checked: one int64 slot
+            d.value = self._state_value(value.tolist()[0])  # checked: one int64 slot
             if d.lock_ref > 0:  # `_credit(node, 1)` inline: runs on every insert
                 self.protected_tokens += 1
             else:
@@ -138,6 +139,15 @@ class MambaComponent(TreeComponent):
             self._credits.touch(node)
         if fresh and self.max_states_per_path is not None:
             self._cap_path_states(node, actions)
+
+    def _state_value(self, slot: int) -> Slots:
+        """The node value holding state `slot`: one read-only array per slot, made on first
+        use (a slot is on one node at a time; a value is never written, only freed)."""
+        value = self._slot_values.get(slot)
+        if value is None:
+            value = self._slot_values[slot] = np.array([slot], dtype=np.int64)
+            value.flags.writeable = False
+        return value
 
     def _cap_path_states(self, tail: TreeNode, actions: list[FreeSlots]) -> None:
         cap = self.max_states_per_path

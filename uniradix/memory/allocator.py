@@ -113,11 +113,10 @@ class TokenSlotAllocator:
         # np.unique/any cost ~15 µs on small arrays; sort + count_nonzero does the same in ~4.
         # A stable sort (timsort) is near linear on what is freed here, runs of pages handed
         # out together: ~25x faster than the default quicksort on 20k slots of a long prompt.
-        if self.page_size > 1:
-            pages = slots // self.page_size
-            pages.sort(kind="stable")
-        else:
-            pages = np.sort(slots, kind="stable")  # a copy: the caller's array stays as it was
+        # A new array either way, sorted in place (np.sort's wrapper costs ~1 µs a call); the
+        # caller's array stays as it was.
+        pages = slots // self.page_size if self.page_size > 1 else slots.copy()
+        pages.sort(kind="stable")
         if pages.size > 1:
             distinct = pages[1:] != pages[:-1]
             if np.count_nonzero(distinct) != pages.size - 1:
