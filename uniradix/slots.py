@@ -4,6 +4,8 @@ slots, and the params and results of `uniradix.types` hold both slots and nodes.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import numpy.typing as npt
 
@@ -13,6 +15,16 @@ Slots = npt.NDArray[np.int64]
 Index bookkeeping stays on the host whatever the pool's device (numpy slices and
 concatenates in a fraction of torch's per-call cost); results handed to callers are torch
 tensors on the pool's device."""
+
+
+@functools.cache
+def int64_operand(x: int) -> npt.NDArray[np.int64]:
+    """`x` as a read-only 0-d int64 array: a ufunc operand that skips the conversion and the
+    promotion rules a Python int goes through (about half a ufunc call's cost on these
+    arrays of a few thousand slots)."""
+    operand = np.array(x, dtype=np.int64)
+    operand.flags.writeable = False
+    return operand
 
 
 def whole_pages(slots: Slots, page_size: int) -> bool:
@@ -25,9 +37,12 @@ def whole_pages(slots: Slots, page_size: int) -> bool:
 
     (Flat passes over the slots: broadcasting against `page_size`-wide rows costs several
     times more at page 16, and count_nonzero is several times cheaper than .any().)"""
+    one = int64_operand(1)
     steps = slots[1:] - slots[:-1]
-    steps[page_size - 1 :: page_size] = 1
+    steps[page_size - 1 :: page_size] = one
     starts = slots[::page_size]
-    power_of_two = page_size & (page_size - 1) == 0
-    misaligned = starts & (page_size - 1) if power_of_two else starts % page_size
-    return not (np.count_nonzero(steps != 1) or np.count_nonzero(misaligned))
+    if page_size & (page_size - 1) == 0:
+        misaligned = starts & int64_operand(page_size - 1)
+    else:
+        misaligned = starts % int64_operand(page_size)
+    return not (np.count_nonzero(steps != one) or np.count_nonzero(misaligned))

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from uniradix.cache.paths import span_slots
-from uniradix.slots import whole_pages
+from uniradix.slots import int64_operand, whole_pages
 from uniradix.tree.node import TreeNode
 from uniradix.types import FreeKind, FreeSlots, InsertParams, Slots
 
@@ -98,7 +98,7 @@ def _distinct_pages(firsts: Slots, page_size: int, num_pages: int) -> bool:
     pages of the pool. Then their free may skip the allocator's per-slot sort and dedup
     (`node_value`): one sort of the pages here, 1/page_size of the work. Otherwise the
     allocator checks them as any caller's slots (and raises or dedups as it always did)."""
-    pages = firsts // page_size  # a new array: sorted in place, not through np.sort's copy
+    pages = firsts // int64_operand(page_size)  # a new array: sorted in place (no np.sort copy)
     pages.sort(kind="stable")  # timsort: near linear on the runs of pages allocations hand out
     if pages[0] < 1 or pages[-1] > num_pages:
         return False
