@@ -19,7 +19,11 @@ Stream: multi-turn chats of full attention (a shared system prompt, turns growin
 history by 60-400 tokens), `--requests` requests, a pool a quarter of the stream's distinct
 tokens, so eviction runs.
 
-Run: `python -m benchmarks.against_ref e7fa5f5^ [--rounds 5] [--page-sizes 1 16] [--cpu 1]`
+`--config full+swa` / `full+mamba` serves the same stream with an SWA window or Mamba states
+(see `against_ref_driver.py`).
+
+Run: `python -m benchmarks.against_ref e7fa5f5^ [--rounds 5] [--page-sizes 1 16] [--cpu 1]
+[--config full+mamba]`
 """
 
 from __future__ import annotations
@@ -59,18 +63,23 @@ def worktree_of(ref: str) -> Path:
 class Driver:
     """One driver process replaying the stream through the uniradix of `tree`."""
 
-    def __init__(self, tree: Path, page: int, requests: int, seed: int, cpu: int | None) -> None:
+    def __init__(
+        self, tree: Path, page: int, args: argparse.Namespace, cpu: int | None = None
+    ) -> None:
         env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1"}
         pin = ["taskset", "-c", str(cpu)] if cpu is not None else []
+        argv = [str(page), str(args.requests), str(args.seed), args.config, args.workload]
         self.proc = subprocess.Popen(
-            [*pin, sys.executable, str(DRIVER), str(page), str(requests), str(seed)],
+            [*pin, sys.executable, str(DRIVER), *argv],
             env=env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
             cwd=tree,
         )
-        imported = Path(self._read()["uniradix"]).resolve().parent.parent
+        hello = self._read()
+        self.num_requests: int = hello["requests"]
+        imported = Path(hello["uniradix"]).resolve().parent.parent
         if imported != tree.resolve():
             raise RuntimeError(f"the driver imported uniradix from {imported}, not {tree}")
 
@@ -99,7 +108,7 @@ def one_round(
     trees: tuple[Path, Path], page: int, args: argparse.Namespace
 ) -> dict[str, float | None]:
     """Per op: the median over requests of (this checkout's ns / the ref's ns)."""
-    ref, head = (Driver(t, page, args.requests, args.seed, args.cpu) for t in trees)
+    ref, head = (Driver(t, page, args, args.cpu) for t in trees)
     try:
         ref.run(args.warmup)
         head.run(args.warmup)
@@ -107,7 +116,8 @@ def one_round(
             {op: {} for op in OPS},
             {op: {} for op in OPS},
         )
-        for chunk in range((args.requests - args.warmup + args.chunk - 1) // args.chunk):
+        num = min(args.requests, head.num_requests)
+        for chunk in range((num - args.warmup + args.chunk - 1) // args.chunk):
             order = ((0, ref), (1, head)) if chunk % 2 == 0 else ((1, head), (0, ref))
             for side, driver in order:
                 for op, pairs in driver.run(args.chunk).items():
@@ -131,14 +141,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--chunk", type=int, default=50, help="requests per lock-step chunk")
     parser.add_argument("--page-sizes", type=int, nargs="+", default=[1, 16])
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--workload",
+        default="",
+        help="a side-by-side stream (chat, fewshot, random, longchat, longdoc) instead of the "
+        "driver's own multi-turn chats; --warmup counts its requests too",
+    )
+    parser.add_argument(
+        "--config", default="full", choices=["full", "full+swa", "full+mamba"], help="cache kind"
+    )
     parser.add_argument("--cpu", type=int, default=None, help="pin both drivers to this CPU")
     args = parser.parse_args(argv)
     if not 0 <= args.warmup < args.requests or args.chunk < 1:
         raise ValueError(f"need 0 <= warmup < requests and chunk >= 1, got {args}")
     trees = (worktree_of(args.ref), ROOT)
     print(
-        f"this checkout vs {args.ref} ({trees[0]}): {args.rounds} rounds of {args.requests} "
-        f"requests ({args.warmup} warm-up), lock-step chunks of {args.chunk}, "
+        f"{args.config} {args.workload or 'chat turns'}: this checkout vs {args.ref} "
+        f"({trees[0]}): {args.rounds} rounds of {args.requests} requests ({args.warmup} "
+        f"warm-up), lock-step chunks of {args.chunk}, "
         f"median of paired per-request ratios"
     )
     print("| page | " + " | ".join(OPS) + " |")

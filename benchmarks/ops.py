@@ -66,32 +66,56 @@ def summarize(times_ns: dict[str, list[int]]) -> dict[str, dict[str, float]]:
     return out
 
 
+class Player:
+    """Plays a stream batch by batch (see `play`), so that two sides can take turns on the
+    same machine: `step` serves the next batches, `finish` gives `play`'s result."""
+
+    def __init__(self, adapter: CacheAdapter, stream: Iterable[Request], batch: int = 1) -> None:
+        self.adapter = adapter
+        self.times: dict[str, list[int]] = {op: [] for op in OPS}
+        self.totals = {"prompt": 0, "hit": 0, "failed": 0, "num": 0, "wall_ns": 0}
+        self.digest = StreamDigest()
+        self._requests = iter(stream)
+        self._batch = batch
+
+    def step(self, num_batches: int) -> bool:
+        """Serves up to `num_batches` more batches; True once the stream is played out."""
+        for _ in range(num_batches):
+            pending: list[Request] = []
+            for req in self._requests:
+                self.digest.update(req)
+                pending.append(req)
+                if len(pending) == self._batch:
+                    break
+            if not pending:
+                return True
+            serve_batch(self.adapter, pending, self.times, self.totals)
+            if len(pending) < self._batch:
+                return True
+        return False
+
+    def finish(self) -> dict[str, Any]:
+        """Checks the cache's invariants; returns timings, hit rate and counts."""
+        self.adapter.check()
+        totals, prompt_tokens = self.totals, self.totals["prompt"]
+        return {
+            "requests": totals["num"],
+            "failed": totals["failed"],
+            "stream_digest": self.digest.hexdigest(),
+            "hit_rate": totals["hit"] / prompt_tokens if prompt_tokens else 0.0,
+            "wall_s": totals["wall_ns"] / 1e9,
+            "cached_tokens": self.adapter.cached_tokens(),
+            "ops": summarize(self.times),
+        }
+
+
 def play(adapter: CacheAdapter, stream: Iterable[Request], batch: int = 1) -> dict[str, Any]:
     """Serves every request of `stream` in order, `batch` at a time (steps 1-3 for each
     request of a batch, then steps 4-7 for each); returns timings, hit rate and counts."""
-    times: dict[str, list[int]] = {op: [] for op in OPS}
-    digest = StreamDigest()
-    totals = {"prompt": 0, "hit": 0, "failed": 0, "num": 0, "wall_ns": 0}
-    pending: list[Request] = []
-    for req in stream:
-        digest.update(req)
-        pending.append(req)
-        if len(pending) == batch:
-            serve_batch(adapter, pending, times, totals)
-            pending = []
-    if pending:
-        serve_batch(adapter, pending, times, totals)
-    adapter.check()
-    prompt_tokens = totals["prompt"]
-    return {
-        "requests": totals["num"],
-        "failed": totals["failed"],
-        "stream_digest": digest.hexdigest(),
-        "hit_rate": totals["hit"] / prompt_tokens if prompt_tokens else 0.0,
-        "wall_s": totals["wall_ns"] / 1e9,
-        "cached_tokens": adapter.cached_tokens(),
-        "ops": summarize(times),
-    }
+    player = Player(adapter, stream, batch)
+    while not player.step(1 << 30):
+        pass
+    return player.finish()
 
 
 def serve_batch(
@@ -178,6 +202,48 @@ def _rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+class Measurement:
+    """`measure` in steps: the timed pass is played with `step` (so two sides can take turns
+    on the machine, chunk by chunk), `finish` adds the heap pass and returns the result."""
+
+    def __init__(
+        self,
+        make_adapter: Callable[[], CacheAdapter],
+        stream: Callable[[], Iterable[Request]],
+        heap: bool = True,
+        batch: int = 1,
+    ) -> None:
+        self._make, self._stream, self._heap, self._batch = make_adapter, stream, heap, batch
+        adapter = make_adapter()
+        gc.collect()
+        self._rss0 = _rss_bytes()
+        self._player = Player(adapter, stream(), batch)
+
+    def step(self, num_batches: int) -> bool:
+        return self._player.step(num_batches)
+
+    def finish(self) -> dict[str, Any]:
+        while not self._player.step(1 << 30):
+            pass
+        out = self._player.finish()
+        out["rss_growth_mb"] = (_rss_bytes() - self._rss0) / 2**20
+        if not self._heap:
+            return out
+        del self._player
+        gc.collect()
+        adapter = self._make()
+        gc.collect()
+        tracemalloc.start()
+        base = tracemalloc.get_traced_memory()[0]
+        traced = play(adapter, self._stream(), self._batch)
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - base
+        tracemalloc.stop()
+        cached = traced["cached_tokens"]
+        out["heap_bytes_per_cached_token"] = grown / cached if cached else 0.0
+        return out
+
+
 def measure(
     make_adapter: Callable[[], CacheAdapter],
     stream: Callable[[], Iterable[Request]],
@@ -188,23 +254,4 @@ def measure(
     the Python heap the cache grew by (pools are built before tracing starts, torch storage
     is invisible to tracemalloc on both sides) per token cached at the end. RSS growth over
     the timed pass is reported too: it also sees native heaps such as SGLang's Rust core."""
-    adapter = make_adapter()
-    gc.collect()
-    rss0 = _rss_bytes()
-    out = play(adapter, stream(), batch)
-    out["rss_growth_mb"] = (_rss_bytes() - rss0) / 2**20
-    if not heap:
-        return out
-    del adapter
-    gc.collect()
-    adapter = make_adapter()
-    gc.collect()
-    tracemalloc.start()
-    base = tracemalloc.get_traced_memory()[0]
-    traced = play(adapter, stream(), batch)
-    gc.collect()
-    grown = tracemalloc.get_traced_memory()[0] - base
-    tracemalloc.stop()
-    cached = traced["cached_tokens"]
-    out["heap_bytes_per_cached_token"] = grown / cached if cached else 0.0
-    return out
+    return Measurement(make_adapter, stream, heap, batch).finish()

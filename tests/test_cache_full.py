@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from tests.helpers import alloc, insert_fresh, make_cache, tree_shape
-from uniradix import EvictParams, InsertParams, MatchPrefixParams, RadixKey
+from uniradix import EvictParams, InsertParams, InvariantError, MatchPrefixParams, RadixKey
 
 
 def match(cache, tokens, extra_key=None):
@@ -185,3 +185,33 @@ def test_a_split_refreshes_the_child_like_the_reference():
     assert match(cache, [9, 9]).device_prefix_len == 0
     assert match(cache, [1, 2, 3, 4]).device_prefix_len == 4
     cache.check_invariants({"full": 0})
+
+
+@pytest.mark.parametrize("page_size", [2, 16])
+def test_paged_duplicates_skip_the_trees_own_pages_past_prev_prefix_len(page_size):
+    """A caller may hand back the tree's own pages past `prev_prefix_len`; one slot per page
+    tells them apart from duplicates (both sides are whole pages), and only duplicates go."""
+    ps = page_size
+    cache = make_cache(full_tokens=16 * ps, page_size=ps)
+    a = cache.pools.kv_allocator
+    key = list(range(1, 3 * ps + 1))
+    _, tree_slots = insert_fresh(cache, key)
+    fresh = alloc(cache, 2 * ps)
+    # pages: the tree's own, a duplicate, the tree's own again (its third page), ...
+    value = torch.cat([tree_slots[:ps], fresh[:ps], tree_slots[2 * ps :]])
+    before = a.available_size()
+    r = cache.insert(InsertParams(RadixKey(key), value))
+    assert r.prefix_len == 3 * ps
+    assert a.available_size() == before + ps  # only the one duplicate page
+    assert match(cache, key).device_indices.tolist() == tree_slots.tolist()
+    cache.pools.kv_allocator.free(fresh[ps:])
+    cache.check_invariants({"full": 0})
+
+
+def test_a_tree_value_that_is_not_whole_pages_breaks_the_invariants():
+    cache = make_cache(full_tokens=64, page_size=4)
+    insert_fresh(cache, list(range(8)))
+    (node,) = cache.tree.root.children.values()
+    node.data[0].value = node.data[0].value[[0, 1, 3, 2, 4, 5, 6, 7]]  # one page shuffled
+    with pytest.raises(InvariantError, match="not whole pages"):
+        cache.check_invariants({"full": 0})

@@ -1,8 +1,10 @@
-"""`Slots`, the array type of pool slot indices. Its own module at the bottom of the layers:
-tree nodes (`uniradix.tree.node`) hold slots, and the params and results of
-`uniradix.types` hold both slots and nodes."""
+"""`Slots`, the array type of pool slot indices, and `whole_pages`, the page test of slot
+arrays. Its own module at the bottom of the layers: tree nodes (`uniradix.tree.node`) hold
+slots, and the params and results of `uniradix.types` hold both slots and nodes."""
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 import numpy.typing as npt
@@ -13,3 +15,34 @@ Slots = npt.NDArray[np.int64]
 Index bookkeeping stays on the host whatever the pool's device (numpy slices and
 concatenates in a fraction of torch's per-call cost); results handed to callers are torch
 tensors on the pool's device."""
+
+
+@functools.cache
+def int64_operand(x: int) -> npt.NDArray[np.int64]:
+    """`x` as a read-only 0-d int64 array: a ufunc operand that skips the conversion and the
+    promotion rules a Python int goes through (about half a ufunc call's cost on these
+    arrays of a few thousand slots)."""
+    operand = np.array(x, dtype=np.int64)
+    operand.flags.writeable = False
+    return operand
+
+
+def whole_pages(slots: Slots, page_size: int) -> bool:
+    """Whether `slots` (a multiple of `page_size` long, at least one page) is whole pages:
+    each run of `page_size` is `p * page_size + 0 .. page_size - 1` for some page `p`, i.e.
+    every run starts on a page boundary and inside a run each slot follows the one before::
+
+        slots  32 33 34 35 | 8 9 10 11      (page_size 4: pages 8 and 2)
+        steps    1  1  1  *  1 1  1         (* a run's last step: any value)
+
+    (Flat passes over the slots: broadcasting against `page_size`-wide rows costs several
+    times more at page 16, and count_nonzero is several times cheaper than .any().)"""
+    one = int64_operand(1)
+    steps = slots[1:] - slots[:-1]
+    steps[page_size - 1 :: page_size] = one
+    starts = slots[::page_size]
+    if page_size & (page_size - 1) == 0:
+        misaligned = starts & int64_operand(page_size - 1)
+    else:
+        misaligned = starts % int64_operand(page_size)
+    return not (np.count_nonzero(steps != one) or np.count_nonzero(misaligned))

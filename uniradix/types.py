@@ -39,14 +39,18 @@ class FreeKind(enum.Enum):
     SWA_MOVE = "swa_move"
     MAMBA = "mamba"  # Mamba state slots
 
+    # Members are singletons compared by identity: hash them so too (Enum's own __hash__ is
+    # Python code, and the cache looks up each free's pool by its kind).
+    __hash__ = object.__hash__
 
-@dataclass(frozen=True, slots=True)
-class FreeSlots:
+
+class FreeSlots(NamedTuple):
     """An instruction from the tree to the cache: give these slots back to their pool.
 
     `node_value` marks the slots of one tree node's value: distinct whole pages by
     construction (checked by `check_invariants`), so the allocator skips re-deriving that
-    (a sort of the whole array) and only checks that every page is still allocated."""
+    (a sort of the whole array) and only checks that every page is still allocated. (A
+    NamedTuple, as `MatchResult`: one is built for every free of an insert or eviction.)"""
 
     kind: FreeKind | str  # a str: the extra pool of that name (`CachePools.extra`)
     indices: Slots
@@ -149,8 +153,12 @@ class InsertParams:
     extra_values: Mapping[str, torch.Tensor] | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class InsertResult:
+class InsertResult(NamedTuple):
+    """What an insert did: `prefix_len` units of the key were cached already, the key ends
+    at `last_device_node`, and `mamba_exist` says the tree held a Mamba state there already
+    (the caller keeps, and must free, the slot it passed). (A NamedTuple, as `MatchResult`:
+    built on every insert.)"""
+
     prefix_len: int
     last_device_node: TreeNode
     mamba_exist: bool = False

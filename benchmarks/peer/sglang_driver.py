@@ -1,6 +1,12 @@
 """The SGLang 0.5.23 side of the side-by-side benchmark. Runs only inside `.peer-venv`.
 
     .peer-venv/bin/python benchmarks/peer/sglang_driver.py JOBS.json OUT.json
+    .peer-venv/bin/python benchmarks/peer/sglang_driver.py --serve
+
+With `--serve` it reads one JSON command per line from stdin and answers each with one line
+`RESULT <json>` on stdout (other output SGLang may print is not prefixed): a whole job, or a
+stream job played in chunks the caller interleaves with its own side (see `serve`); EOF ends
+it.
 
 JOBS.json is a list of jobs, each `{"kind": "stream", "config": "full"|"full+swa"|
 "full+mamba", "page_size": P, "pool_tokens": N, "stream": StreamSpec dict}` or
@@ -21,6 +27,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +64,7 @@ from sglang.srt.mem_cache.unified_cache.components import ComponentType  # noqa:
 from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache  # noqa: E402
 from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler  # noqa: E402
 
-from benchmarks.ops import measure  # noqa: E402
+from benchmarks.ops import Measurement  # noqa: E402
 from benchmarks.streams import StreamSpec, requests  # noqa: E402
 
 DTYPE = torch.bfloat16
@@ -231,33 +238,71 @@ def _array(tokens: list[int]) -> Any:
     return array("q", tokens)
 
 
-def run_job(job: dict[str, Any]) -> dict[str, Any]:
+def _maker(job: dict[str, Any], built: list[str]) -> Callable[[int], SGLangAdapter]:
     config, ps = job["config"], job["page_size"]
-    built: list[str] = []
 
     def make(pool_tokens: int) -> SGLangAdapter:
         cache = build_cache(config, ps, pool_tokens)
         built.append(type(cache.tree_core).__name__)
         return SGLangAdapter(cache, ps)
 
+    return make
+
+
+def start_job(job: dict[str, Any], built: list[str]) -> Measurement:
+    """A stream job's measurement, ready to `step` (see `benchmarks.ops.Measurement`)."""
+    make, spec, pool = _maker(job, built), StreamSpec(**job["stream"]), job["pool_tokens"]
+    return Measurement(
+        lambda: make(pool), lambda: requests(spec), heap=job.get("heap", True), batch=spec.batch
+    )
+
+
+def run_job(job: dict[str, Any]) -> dict[str, Any]:
+    built: list[str] = []
     if job["kind"] == "scale":
         from benchmarks.scale import run_scale
 
-        out = run_scale(make, job)
+        out = run_scale(_maker(job, built), job)
     else:
-        spec = StreamSpec(**job["stream"])
-        pool = job["pool_tokens"]
-        out = measure(
-            lambda: make(pool),
-            lambda: requests(spec),
-            heap=job.get("heap", True),
-            batch=spec.batch,
-        )
+        out = start_job(job, built).finish()
     out["tree_core_class"] = built[0]
     return out
 
 
+def serve() -> None:
+    """One JSON command per line, one `RESULT <json>` line per command: `{"job": J}` runs a
+    whole job; `{"start": J}` starts a stream job, `{"step": N}` plays its next N batches
+    (answering whether it is done), `{"finish": true}` ends it and answers its result."""
+    current: tuple[dict[str, Any], Measurement, list[str]] | None = None
+    for line in sys.stdin:
+        if not line.strip():
+            break
+        command = json.loads(line)
+        answer: dict[str, Any]
+        if "job" in command:
+            answer = run_job(command["job"])
+            answer["job"] = command["job"]
+        elif "start" in command:
+            built: list[str] = []
+            current = (command["start"], start_job(command["start"], built), built)
+            answer = {"started": True}
+        elif "step" in command:
+            assert current is not None, "step before start"
+            answer = {"done": current[1].step(int(command["step"]))}
+        else:
+            assert current is not None, "finish before start"
+            job, measurement, built = current
+            answer = measurement.finish()
+            answer["job"], answer["tree_core_class"] = job, built[0]
+            current = None
+        answer["stubbed_modules"] = STUBBED
+        print("RESULT " + json.dumps(answer), flush=True)
+
+
 def main() -> None:
+    if sys.argv[1:] == ["--serve"]:
+        serve()
+        return
     jobs = json.loads(Path(sys.argv[1]).read_text())
     results = []
     for job in jobs:

@@ -36,3 +36,21 @@ def test_least_recent_unlocked_skips_locked_nodes():
     assert lru.least_recent_unlocked(before=c) is None
     lru.remove(b)
     assert lru.least_recent_unlocked(before=b) is c  # a cursor that left restarts at the tail
+
+
+def test_move_to_mru_of_the_head_and_of_the_tail_keeps_every_link():
+    lru = LRUList(index=0, num_components=1)
+    a, b, c = nodes(3)
+    for n in (a, b, c):
+        lru.insert_mru(n)  # order c, b, a
+    lru.move_to_mru(c)  # already the most recent
+    assert order(lru) == [2, 1, 0] and len(lru) == 3
+    lru.move_to_mru(a)  # the least recent
+    assert order(lru) == [0, 2, 1] and len(lru) == 3
+    assert lru.least_recent_unlocked() is b
+    backwards = []
+    node = lru.tail.data[0].lru_prev
+    while node is not lru.head:
+        backwards.append(node.id)
+        node = node.data[0].lru_prev
+    assert backwards == [1, 2, 0]

@@ -18,7 +18,6 @@ A request matched with `req=` but never admitted gives its slots back with
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 import numpy as np
 import torch
@@ -29,7 +28,7 @@ from uniradix.cache.eviction import evict_components
 from uniradix.cache.insert_slots import checked_value, duplicate_frees
 from uniradix.cache.lock_receipts import LockReceipts
 from uniradix.cache.mamba_requests import MambaRequests, NoMambaRequests
-from uniradix.cache.paths import concat_values, span_slots
+from uniradix.cache.paths import concat_values
 from uniradix.components.base import TreeComponent, overriding
 from uniradix.components.registry import (
     DEFAULT_REGISTRY,
@@ -119,6 +118,7 @@ class UnifiedRadixCache:
         self._on_cpu = self.device.type == "cpu"
         self._num_pages = pools.kv_allocator.capacity // settings.page_size  # full-KV pages
         self._empty: Slots = np.empty(0, dtype=np.int64)
+        self._no_indices = self.to_device(self._empty)  # what a match that found nothing returns
         self.tree.root.data[0].value = self._empty
         self.mamba_requests = (
             MambaRequests(self) if ComponentType.MAMBA in self._by_type else NoMambaRequests()
@@ -174,17 +174,20 @@ class UnifiedRadixCache:
                 validators.append(validator)
         walk = self.tree.match(params.key, num_units, validators, self._match_required)
         accepted = walk.path[: walk.num_accepted]
-        self.tree.touch_path(accepted)
-        slots = concat_values([n.data[0].value for n in accepted])
-        last = accepted[-1] if accepted else self.tree.root
-        indices = self.to_device(slots)
-        if self._finalizers:
-            extra: dict[str, Any] = {}
-            for c in self._finalizers:
-                extra.update(c.finalize_match(walk, params))
-            result = MatchResult(indices, len(slots), last, walk.matched_len, **extra)
-        else:
-            result = MatchResult(indices, len(slots), last, walk.matched_len)
+        if accepted:
+            self.tree.touch_path(accepted)
+            slots = concat_values([n.data[0].value for n in accepted])
+            indices, num_slots, last = self.to_device(slots), len(slots), accepted[-1]
+        else:  # nothing usable (most Mamba misses): the shared empty tensor, no conversion
+            indices, num_slots, last = self._no_indices, 0, self.tree.root
+        finalizers = self._finalizers
+        if not finalizers:
+            result = MatchResult(indices, num_slots, last, walk.matched_len)
+        else:  # one component reporting fields (Mamba) needs no merging
+            extra = finalizers[0].finalize_match(walk, params)
+            for c in finalizers[1:]:
+                extra = {**extra, **c.finalize_match(walk, params)}
+            result = MatchResult(indices, num_slots, last, walk.matched_len, **extra)
         self.mamba_requests.after_match(params, result)
         return result
 
@@ -193,15 +196,16 @@ class UnifiedRadixCache:
         """Caches `params.key` -> `params.value`; frees the value's duplicate slots."""
         key = params.key
         num_units = self._aligned_len(key)
-        value = checked_value(params, self.page_size)[:num_units]
-        key_len = len(key)
+        value = checked_value(params, self.page_size)
+        key_len = value.shape[0]  # checked: one slot per unit of the key
+        value = value[:num_units]
         if not 0 <= params.prev_prefix_len <= key_len:
             raise ValueError(f"prev_prefix_len={params.prev_prefix_len} outside [0, {key_len}]")
         for c in self._insert_checkers:
             c.check_insert(value, params)
         actions: list[FreeSlots] = []
-        prev, swa_cursor = params.prev_prefix_len, params.swa_evicted_seqlen
-        aux, sink = self._overlapping, self.event_sink
+        prev, aux, sink = params.prev_prefix_len, self._overlapping, self.event_sink
+        free_args = (value, params.swa_evicted_seqlen, self.page_size, self._num_pages)
 
         def on_overlap(node: TreeNode, offset: int, num: int) -> None:
             # An insert over a demoted (host-only) node revives its device copy.
@@ -215,19 +219,7 @@ class UnifiedRadixCache:
                 sink.on_stored(node, MEDIUM_GPU)
             start = max(0, prev - offset)
             if start < adopted_from:
-                tree_slots = span_slots(node, num)
-                actions.extend(
-                    duplicate_frees(
-                        tree_slots,
-                        offset,
-                        start,
-                        adopted_from,
-                        value,
-                        swa_cursor,
-                        self.page_size,
-                        self._num_pages,
-                    )
-                )
+                actions.extend(duplicate_frees(node, num, offset, start, adopted_from, *free_args))
 
         target, prefix_len, is_new = self.tree.insert(
             key, num_units, on_overlap, params.inserted_len, params.priority

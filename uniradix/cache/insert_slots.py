@@ -11,11 +11,12 @@ have already lost their SWA peers, so only their full side is freed::
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 import torch
 
+from uniradix.cache.paths import span_slots
+from uniradix.slots import int64_operand, whole_pages
+from uniradix.tree.node import TreeNode
 from uniradix.types import FreeKind, FreeSlots, InsertParams, Slots
 
 
@@ -42,38 +43,16 @@ def checked_value(params: InsertParams, page_size: int) -> Slots:
         raise ValueError(f"value has {value.shape[0]} slots for a key of {num_units} units")
     n = num_units - num_units % page_size
     first = min(max(params.prev_prefix_len, 0) // page_size * page_size, n)
-    if page_size > 1 and first < n and not _whole_pages(value[first:n], page_size):
+    if page_size > 1 and first < n and not whole_pages(value[first:n], page_size):
         raise ValueError(
             f"value is not made of whole pages of {page_size} slots: {value[first:n].tolist()[:32]}"
         )
     return value
 
 
-def _whole_pages(slots: Slots, page_size: int) -> bool:
-    """Whether `slots` (a multiple of `page_size` long) is whole pages: each run of
-    `page_size` is `p * page_size + 0 .. page_size - 1` for some page `p`."""
-    rows = slots.reshape(-1, page_size)
-    offsets = _offsets(page_size)
-    if page_size & (page_size - 1) == 0:
-        # A power of two: the row's page start is its first slot with the low bits cleared,
-        # so one XOR against start | offsets checks alignment and contiguity at once.
-        expected = (rows[:, :1] & ~(page_size - 1)) | offsets
-        return not np.count_nonzero(rows ^ expected)
-    # Each row minus 0..ps-1 is one constant, a multiple of the page size.
-    # (count_nonzero is several times cheaper than .any() on small arrays.)
-    starts = rows - offsets
-    return not (
-        np.count_nonzero(starts - starts[:, :1]) or np.count_nonzero(starts[:, 0] % page_size)
-    )
-
-
-@functools.cache
-def _offsets(page_size: int) -> Slots:
-    return np.arange(page_size, dtype=np.int64)
-
-
 def duplicate_frees(
-    tree_slots: Slots,
+    node: TreeNode,
+    num_units: int,
     offset: int,
     start: int,
     end: int,
@@ -82,21 +61,27 @@ def duplicate_frees(
     page_size: int,
     num_pages: int,
 ) -> list[FreeSlots]:
-    """Frees for the caller's slots of units `[start, end)` of a node at key `offset`, whose
-    slots in the tree are `tree_slots`; the pool has pages `1..num_pages`."""
+    """Frees for the caller's slots of units `[start, end)` of the `num_units` units at key
+    `offset` that end with `node`; the pool has pages `1..num_pages`."""
     dup = value[offset + start : offset + end]
-    not_own = dup != tree_slots[start:end]
-    k = max(0, min(swa_cursor - offset - start, dup.shape[0]))
-    if k == 0 and np.count_nonzero(not_own) == not_own.shape[0]:
-        # The common case: none are the tree's own and none lost their SWA peers.
-        if not dup.shape[0]:
-            return []
-        whole = (
-            page_size > 1
-            and (offset + start) % page_size == 0
-            and _distinct_pages(dup, page_size, num_pages)
-        )
-        return [FreeSlots(FreeKind.KV, dup, node_value=whole)]
+    num = dup.shape[0]
+    if not num:
+        return []
+    tree_slots = node.data[0].value if node.num_tokens == num_units else None
+    own = (span_slots(node, num_units) if tree_slots is None else tree_slots)[start:end]
+    k = max(0, min(swa_cursor - offset - start, num))
+    if k == 0 and page_size > 1 and (offset + start) % page_size == 0 and num % page_size == 0:
+        # Page-aligned whole pages on both sides (the caller's: `checked_value`; the tree's:
+        # node values): a page of `dup` shares no slot with the tree's page at its position
+        # unless their first slots are equal, so one slot per page decides.
+        firsts = dup[::page_size]
+        if np.count_nonzero(firsts != own[::page_size]) == firsts.shape[0]:
+            whole = _distinct_pages(firsts, page_size, num_pages)
+            return [FreeSlots(FreeKind.KV, dup, node_value=whole)]
+    not_own = dup != own
+    if k == 0 and np.count_nonzero(not_own) == num:
+        # None are the tree's own and none lost their SWA peers.
+        return [FreeSlots(FreeKind.KV, dup)]
     frees = []
     for kind, part, mask in (
         (FreeKind.KV_FULL_ONLY, dup[:k], not_own[:k]),
@@ -108,15 +93,13 @@ def duplicate_frees(
     return frees
 
 
-def _distinct_pages(slots: Slots, page_size: int, num_pages: int) -> bool:
-    """Whether page-aligned `slots` of an insert's value (whole pages: `checked_value`) are
-    distinct pages of the pool. Then their free may skip the allocator's per-slot sort and
-    dedup (`node_value`): one sort of the pages here, 1/page_size of the work. Otherwise
-    the allocator checks them as any caller's slots (and raises or dedups as it always did)."""
-    if slots.shape[0] % page_size:
-        return False
-    # Stable (timsort): near linear on the runs of pages an allocation hands out.
-    pages = np.sort(slots[::page_size] // page_size, kind="stable")
+def _distinct_pages(firsts: Slots, page_size: int, num_pages: int) -> bool:
+    """Whether `firsts`, the first slots of whole pages of an insert's value, are distinct
+    pages of the pool. Then their free may skip the allocator's per-slot sort and dedup
+    (`node_value`): one sort of the pages here, 1/page_size of the work. Otherwise the
+    allocator checks them as any caller's slots (and raises or dedups as it always did)."""
+    pages = firsts // int64_operand(page_size)  # a new array: sorted in place (no np.sort copy)
+    pages.sort(kind="stable")  # timsort: near linear on the runs of pages allocations hand out
     if pages[0] < 1 or pages[-1] > num_pages:
         return False
     return bool(np.count_nonzero(pages[1:] - pages[:-1]) == pages.shape[0] - 1)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from uniradix.components.base import TreeComponent
+from uniradix.slots import whole_pages
 from uniradix.tree.node import TreeNode
 from uniradix.types import ComponentType, FreeKind, FreeSlots, InsertParams, Slots
 
@@ -36,7 +37,7 @@ class FullComponent(TreeComponent):
         if is_new_leaf:
             assert leaf_value is not None
             node.data[self.index].value = leaf_value
-            self._credit(node, int(leaf_value.shape[0]))
+            self.evictable_tokens += leaf_value.shape[0]  # a new leaf: nothing locks it yet
 
     def eviction_priority(self, is_leaf: bool) -> int:
         return 0 if is_leaf else 2
@@ -78,7 +79,7 @@ class FullComponent(TreeComponent):
 
     def check_invariants(self, errors: list[str]) -> None:
         super().check_invariants(errors)
-        i = self.index
+        i, ps = self.index, self.tree.page_size
         for node in self.tree.nodes():
             d = node.data[i]
             if d.value is None:
@@ -87,6 +88,9 @@ class FullComponent(TreeComponent):
                 errors.append(
                     f"full: {node} holds {d.value.shape[0]} slots for {node.num_tokens} units"
                 )
+            elif ps > 1 and d.value.shape[0] and not whole_pages(d.value, ps):
+                # Frees of node values and of an insert's duplicates read one slot per page.
+                errors.append(f"full: {node} value is not whole pages: {d.value[:32].tolist()}")
             parent = node.parent
             if (
                 parent is not self.tree.root

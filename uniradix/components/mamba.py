@@ -55,6 +55,7 @@ class MambaComponent(TreeComponent):
         if settings.is_eagle:
             raise ValueError("EAGLE bigram keys are not supported with a Mamba component")
         self.checkpoint_grid = math.lcm(chunk, settings.page_size)
+        self._slot_values: dict[int, Slots] = {}
         self.max_states_per_path = cap
         self.lru = LRUList(index, tree.num_components)
         policy = check_aux_eviction_policy(settings.aux_eviction_policy)
@@ -89,16 +90,20 @@ class MambaComponent(TreeComponent):
     match_requires_value = True  # a match resumes from a state: it ends on a node with one
 
     def finalize_match(self, walk: MatchWalk, params: MatchPrefixParams) -> dict[str, Any]:
-        accepted = walk.path[: walk.num_accepted]
-        if accepted:
-            self.lru.move_to_mru(accepted[-1])
-            if self._credits is not None:
-                self._credits.touch(accepted[-1], resumed=True)
-        device_len = 0
-        for n in accepted:  # a loop, not a generator: runs per match
-            device_len += n.num_tokens
+        num_accepted, path = walk.num_accepted, walk.path
         grid = self.checkpoint_grid
         aligned = walk.matched_len // grid * grid
+        if not num_accepted:
+            return {"mamba_branching_seqlen": aligned or None}
+        anchor = path[num_accepted - 1]
+        self.lru.move_to_mru(anchor)
+        if self._credits is not None:
+            self._credits.touch(anchor, resumed=True)
+        if num_accepted == len(path):  # the whole walk is usable: nothing past it to branch at
+            return {"mamba_branching_seqlen": None}
+        device_len = 0
+        for i in range(num_accepted):  # a loop, not a generator: runs per match
+            device_len += path[i].num_tokens
         return {"mamba_branching_seqlen": aligned if aligned > device_len else None}
 
     # ------------------------------------------------------------------ split
@@ -122,20 +127,31 @@ class MambaComponent(TreeComponent):
         d = node.data[self.index]
         fresh = d.value is None
         if fresh:
-            d.value = np.array(value.tolist(), dtype=np.int64)  # checked: one int64 slot
-            self._credit(node, 1)
+            d.value = self._state_value(value.tolist()[0])  # checked: one int64 slot
+            if d.lock_ref > 0:  # `_credit(node, 1)` inline: runs on every insert
+                self.protected_tokens += 1
+            else:
+                self.evictable_tokens += 1
             self.lru.insert_mru(node)
         else:
             self.lru.move_to_mru(node)
         if self._credits is not None:
             self._credits.touch(node)
-        if fresh:
+        if fresh and self.max_states_per_path is not None:
             self._cap_path_states(node, actions)
+
+    def _state_value(self, slot: int) -> Slots:
+        """The node value holding state `slot`: one read-only array per slot, made on first
+        use (a slot is on one node at a time; a value is never written, only freed)."""
+        value = self._slot_values.get(slot)
+        if value is None:
+            value = self._slot_values[slot] = np.array([slot], dtype=np.int64)
+            value.flags.writeable = False
+        return value
 
     def _cap_path_states(self, tail: TreeNode, actions: list[FreeSlots]) -> None:
         cap = self.max_states_per_path
-        if cap is None:
-            return
+        assert cap is not None
         holders = [n for n in self.tree.path_to_root(tail) if self.has_value(n)]
         excess = len(holders) - cap
         for node in reversed(holders):

@@ -178,7 +178,8 @@ class TreeCore:
             return node, off // UNIT_BYTES, False
         leaf = self._new_node(units[off:n_bytes], ns, node)
         leaf.priority = priority
-        node.children[leaf.child_key(ps)] = leaf
+        # The walk stopped at `page`, the first page of the rest: the leaf's child key.
+        node.children[page if ns is None else (ns, page)] = leaf
         self.leaves.discard(node)
         return leaf, off // UNIT_BYTES, True
 

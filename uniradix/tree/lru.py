@@ -31,7 +31,15 @@ class LRUList:
         return node.data[self.index].lru_prev is not None
 
     def insert_mru(self, node: TreeNode) -> None:
-        self.insert_after(self.head, node)
+        """`insert_after(head, node)` inline: runs on every state a Mamba insert keeps."""
+        i, head = self.index, self.head
+        first = head.data[i].lru_next
+        assert first is not None
+        d = node.data[i]
+        d.lru_prev, d.lru_next = head, first
+        head.data[i].lru_next = node
+        first.data[i].lru_prev = node
+        self.size += 1
 
     def insert_after(self, prev: TreeNode, node: TreeNode) -> None:
         """Links `node` (not in the list) right behind `prev` in recency."""
@@ -55,8 +63,20 @@ class LRUList:
         self.size -= 1
 
     def move_to_mru(self, node: TreeNode) -> None:
-        self.remove(node)
-        self.insert_mru(node)
+        """`remove` then `insert_mru`, inline: runs on every match that resumes a state."""
+        i, head = self.index, self.head
+        d = node.data[i]
+        prev, nxt = d.lru_prev, d.lru_next
+        assert prev is not None and nxt is not None, f"{node} is not in LRU list {i}"
+        if prev is head:
+            return
+        prev.data[i].lru_next = nxt
+        nxt.data[i].lru_prev = prev
+        first = head.data[i].lru_next
+        assert first is not None
+        d.lru_prev, d.lru_next = head, first
+        head.data[i].lru_next = node
+        first.data[i].lru_prev = node
 
     def least_recent_unlocked(self, before: TreeNode | None = None) -> TreeNode | None:
         """The least recent node with `lock_ref == 0`, searching from `before` (exclusive)

@@ -7,6 +7,7 @@ of what a value means; components interpret it.
 
 from __future__ import annotations
 
+from itertools import repeat
 from typing import Any
 
 from uniradix.key import UNIT_BYTES, ChildKey
@@ -73,7 +74,8 @@ class TreeNode:
         self.extra_key = extra_key
         self.parent = parent
         self.children: dict[ChildKey, TreeNode] = {}
-        self.data = [ComponentData() for _ in range(num_components)]
+        # map, not a comprehension: no function frame per node (runs on every new leaf)
+        self.data = list(map(ComponentData, repeat(None, num_components)))
         self.last_access_time = time
         self.creation_time = time
         self.hit_count = 0
