@@ -8,7 +8,11 @@ It runs two hot loops in one call each, with the GIL released:
   `cbor_chain_digests`, vLLM's `sha256_cbor` chain (`events.hashing`);
 - `copy_row_runs`: one `memmove` per page row of every layer's K and V (or per run of rows
   contiguous on both sides), for the host tier's CPU copier (`tiers.copiers`), where torch
-  needs a gather into a staging buffer and a scatter, two passes over the bytes.
+  needs a gather into a staging buffer and a scatter, two passes over the bytes;
+- `free_slots`: the token allocator's checked free (`memory.allocator`): the pages of the
+  given slots proved inside the pool, allocated and distinct, and pushed onto the free
+  stack, in one pass where numpy takes a sort, several comparisons, a gather and a scatter
+  (this one holds the GIL: it is short and mutates the allocator's state).
 
 `HAVE_NATIVE` says whether callers use it: False when the module was not built (no C
 compiler at install: the build is optional) or when the environment sets
@@ -113,6 +117,25 @@ def copy_row_runs(
         )
     _get().copy_row_runs(arrays, runs, -1 if streaming is None else int(streaming))
     return int(lengths.sum()) * sum(int(src.shape[1]) for src, _ in arrays)
+
+
+def free_slots(
+    slots: np.ndarray,
+    page_size: int,
+    in_use: np.ndarray,
+    stack: np.ndarray,
+    top: int,
+    node_value: bool,
+) -> int | None:
+    """Frees the pages holding `slots` (1-D int64) of a `TokenSlotAllocator` whose state is
+    `in_use` (a bool flag per page, page 0 first), `stack` (its free pages) and `top` (how
+    many of them are free), pushing them as `TokenSlotAllocator.free_pages(checked_pages(
+    ...))` does. Returns the new `top`, or None, with nothing changed, when `checked_pages`
+    would raise (a page outside the pool or not allocated, a slot given twice at page size
+    1): the caller then runs it for its error. Raises ValueError for buffers not of those
+    types and shapes, or a page of a node value given twice (its contract)."""
+    new_top = _get().free_slots(slots, page_size, in_use, stack, top, node_value)
+    return None if new_top < 0 else new_top
 
 
 def _byte_rows(src: torch.Tensor, dst: torch.Tensor, index: int) -> tuple[np.ndarray, np.ndarray]:

@@ -18,6 +18,9 @@ PyObject *native_cbor_chain_digests(PyObject *module, PyObject *args);
 PyObject *native_sha256(PyObject *module, PyObject *args);
 PyObject *native_sha256_implementation(PyObject *module, PyObject *unused);
 
+/* page_free.c */
+PyObject *native_free_slots(PyObject *module, PyObject *args);
+
 /* row_copy.c */
 PyObject *native_copy_row_runs(PyObject *module, PyObject *args);
 

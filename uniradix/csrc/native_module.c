@@ -6,9 +6,12 @@
  *   sha256.c;
  * - row_copy.c: copy_row_runs, one copy per row (or per run of rows contiguous on both
  *   sides) of every (source, destination) pair of 2-D byte arrays, for the host tier's CPU
- *   copier.
+ *   copier;
+ * - page_free.c: free_slots, the token allocator's checked free (range, allocated,
+ *   distinct) and push onto its free stack in one pass.
  *
- * They release the GIL while they work and check every index against the buffers they were
+ * The digests and the copy release the GIL while they work (the free holds it: see
+ * page_free.c); all check every index against the buffers they were
  * given, whatever the Python wrapper (`uniradix/native.py`) already checked. This file holds
  * the module table and picks the SHA-256 compression function at import. */
 #include "native.h"
@@ -35,6 +38,11 @@ static PyMethodDef methods[] = {
      "byte arrays, copies rows s..s+k-1 of the source to rows d..d+k-1 of the destination "
      "for every int64 triple (s, d, k) of runs; streaming: non-temporal stores (1), not (0), "
      "or by size (-1)."},
+    {"free_slots", native_free_slots, METH_VARARGS,
+     "free_slots(slots, page_size, in_use, stack, top, node_value) -> int: frees the pages "
+     "holding slots onto the stack (see uniradix.memory.allocator); the new top, or -1, "
+     "changing nothing, when a page is out of range, not allocated or (page size 1) given "
+     "twice."},
     {NULL, NULL, 0, NULL},
 };
 

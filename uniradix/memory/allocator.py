@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from uniradix import native
 from uniradix.slots import int64_operand
 from uniradix.types import Slots
 
@@ -100,8 +101,18 @@ class TokenSlotAllocator:
             slots = indices  # the cache's own frees: already host int64
         else:
             slots = to_numpy(indices)
-        if slots.size:
-            self.free_pages(self.checked_pages(slots, node_value))
+        if not slots.size:
+            return
+        if native.HAVE_NATIVE:  # the same checks and pushes, in one pass
+            top = native.free_slots(
+                slots, self.page_size, self._in_use, self._stack, self._top, node_value
+            )
+            if top is not None:
+                self._top = top
+                return
+        # Without the native module, or for bad input: `checked_pages` raises its error
+        # (the native call changed nothing).
+        self.free_pages(self.checked_pages(slots, node_value))
 
     def checked_pages(self, slots: Slots, node_value: bool = False) -> Slots:
         """The distinct pages holding `slots` (non-empty), all allocated; raises otherwise
