@@ -12,7 +12,8 @@ It runs two hot loops in one call each, with the GIL released:
 - `free_slots`: the token allocator's checked free (`memory.allocator`): the pages of the
   given slots proved inside the pool, allocated and distinct, and pushed onto the free
   stack, in one pass where numpy takes a sort, several comparisons, a gather and a scatter
-  (this one holds the GIL: it is short and mutates the allocator's state).
+  (this one holds the GIL: it is short and mutates the allocator's state), and
+  `count_equal`, an insert's duplicate slots against the tree's own (`cache.insert_slots`).
 
 `HAVE_NATIVE` says whether callers use it: False when the module was not built (no C
 compiler at install: the build is optional) or when the environment sets
@@ -136,6 +137,12 @@ def free_slots(
     types and shapes, or a page of a node value given twice (its contract)."""
     new_top = _get().free_slots(slots, page_size, in_use, stack, top, node_value)
     return None if new_top < 0 else new_top
+
+
+def count_equal(a: np.ndarray, b: np.ndarray) -> int:
+    """At how many positions `a` and `b` (1-D int64, one length) hold the same value:
+    `np.count_nonzero(a == b)` without the mask."""
+    return int(_get().count_equal(a, b))
 
 
 def _byte_rows(src: torch.Tensor, dst: torch.Tensor, index: int) -> tuple[np.ndarray, np.ndarray]:

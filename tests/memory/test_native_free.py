@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from uniradix import native
+from tests.helpers import alloc, make_cache
+from uniradix import InsertParams, RadixKey, native
 from uniradix.memory.allocator import TokenSlotAllocator
 
 
@@ -181,3 +182,46 @@ def test_native_wrapper_refuses_bad_buffers(free_path: str) -> None:
     with pytest.raises(ValueError, match="page_size"):
         native.free_slots(slots, 0, a._in_use, a._stack, a._top, False)
     assert _state(a)[0] == a._stack[: a._top].tolist() and a.available_size() == 4
+
+
+@pytest.mark.parametrize("page_size", [1, 4])
+def test_duplicate_frees_of_inserts_are_the_same_on_both_paths(
+    monkeypatch: pytest.MonkeyPatch, page_size: int
+) -> None:
+    """Inserts of cached keys through the public API: the caller's duplicate slots go back
+    to the pool, the tree's own slots handed back stay, and the free stack ends equal on
+    both paths (the tree's own found by the native comparison as by numpy's)."""
+    stacks = {}
+    for path in ("python", "native") if native.BUILT else ("python",):
+        monkeypatch.setattr(native, "HAVE_NATIVE", path == "native")
+        cache = make_cache(full_tokens=64 * page_size, page_size=page_size)
+        allocator = cache.pools.kv_allocator
+        tokens = list(range(10, 10 + 6 * page_size))
+        first = alloc(cache, len(tokens))
+        cache.insert(InsertParams(RadixKey(tokens), first))
+        again = alloc(cache, len(tokens))  # all duplicates: freed
+        assert cache.insert(InsertParams(RadixKey(tokens), again)).prefix_len == len(tokens)
+        assert not allocator.is_allocated(again).any()
+        # The tree's own first two pages handed back, then duplicates: only those are freed.
+        longer = tokens + list(range(500, 500 + page_size))
+        mixed = torch.cat([first[: 2 * page_size], alloc(cache, len(longer) - 2 * page_size)])
+        cache.insert(InsertParams(RadixKey(longer), mixed))
+        assert allocator.is_allocated(first).all()
+        assert not allocator.is_allocated(mixed[2 * page_size : len(tokens)]).any()
+        cache.check_invariants({"full": 0})
+        stacks[path] = _state(allocator)
+    assert len(set(map(repr, stacks.values()))) == 1
+
+
+def test_native_count_equal(free_path: str) -> None:
+    if free_path != "native":
+        pytest.skip("native only")
+    a = np.arange(10, dtype=np.int64)
+    b = np.where(a % 3 == 0, a, -a)
+    assert native.count_equal(a, b) == 4
+    assert native.count_equal(a[::2], b[::2]) == np.count_nonzero(a[::2] == b[::2])
+    assert native.count_equal(a[::-1], a[::-1]) == 10
+    with pytest.raises(ValueError, match="one length"):
+        native.count_equal(a, b[1:])
+    with pytest.raises(ValueError, match="int64"):
+        native.count_equal(a.astype(np.int32), b.astype(np.int32))

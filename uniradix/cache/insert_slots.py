@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from uniradix import native
 from uniradix.cache.paths import span_slots
 from uniradix.slots import int64_operand, whole_pages
 from uniradix.tree.node import TreeNode
@@ -75,13 +76,13 @@ def duplicate_frees(
         # node values): a page of `dup` shares no slot with the tree's page at its position
         # unless their first slots are equal, so one slot per page decides.
         firsts = dup[::page_size]
-        if np.count_nonzero(firsts != own[::page_size]) == firsts.shape[0]:
+        if _none_equal(firsts, own[::page_size]):
             whole = _distinct_pages(firsts, page_size, num_pages)
             return [FreeSlots(FreeKind.KV, dup, node_value=whole)]
-    not_own = dup != own
-    if k == 0 and np.count_nonzero(not_own) == num:
+    if k == 0 and _none_equal(dup, own):
         # None are the tree's own and none lost their SWA peers.
         return [FreeSlots(FreeKind.KV, dup)]
+    not_own = dup != own
     frees = []
     for kind, part, mask in (
         (FreeKind.KV_FULL_ONLY, dup[:k], not_own[:k]),
@@ -91,6 +92,14 @@ def duplicate_frees(
         if part.shape[0]:
             frees.append(FreeSlots(kind, part))
     return frees
+
+
+def _none_equal(caller: Slots, tree: Slots) -> bool:
+    """Whether no position of `caller` holds the tree's slot at that position (one native
+    pass where present; numpy makes a mask and counts it)."""
+    if native.HAVE_NATIVE:
+        return native.count_equal(caller, tree) == 0
+    return bool(np.count_nonzero(caller != tree) == caller.shape[0])
 
 
 def _distinct_pages(firsts: Slots, page_size: int, num_pages: int) -> bool:

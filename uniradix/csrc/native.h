@@ -20,6 +20,7 @@ PyObject *native_sha256_implementation(PyObject *module, PyObject *unused);
 
 /* page_free.c */
 PyObject *native_free_slots(PyObject *module, PyObject *args);
+PyObject *native_count_equal(PyObject *module, PyObject *args);
 
 /* row_copy.c */
 PyObject *native_copy_row_runs(PyObject *module, PyObject *args);

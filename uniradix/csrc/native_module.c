@@ -8,7 +8,8 @@
  *   sides) of every (source, destination) pair of 2-D byte arrays, for the host tier's CPU
  *   copier;
  * - page_free.c: free_slots, the token allocator's checked free (range, allocated,
- *   distinct) and push onto its free stack in one pass.
+ *   distinct) and push onto its free stack in one pass, and count_equal, an insert's
+ *   duplicate slots against the tree's own.
  *
  * The digests and the copy release the GIL while they work (the free holds it: see
  * page_free.c); all check every index against the buffers they were
@@ -43,6 +44,9 @@ static PyMethodDef methods[] = {
      "holding slots onto the stack (see uniradix.memory.allocator); the new top, or -1, "
      "changing nothing, when a page is out of range, not allocated or (page size 1) given "
      "twice."},
+    {"count_equal", native_count_equal, METH_VARARGS,
+     "count_equal(a, b) -> int: at how many positions two 1-D int64 buffers of one length "
+     "hold the same value."},
     {NULL, NULL, 0, NULL},
 };
 
