@@ -41,8 +41,6 @@ requests that would have resumed at 8200 resume at 8192 and recompute eight toke
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import math
 from collections.abc import Iterator
 
@@ -52,6 +50,7 @@ from uniradix.components.aux_eviction import (
     EvictingComponent,
     prefix_cost,
 )
+from uniradix.components.greedy_dual import GreedyDualCredits
 from uniradix.tree.node import TreeNode
 
 # `reuse_aware`'s weights, measured on the Mooncake trace's first 2,000 requests at 512 slots
@@ -62,14 +61,10 @@ REUSE_WEIGHT = 3.0
 COST_EXPONENT = 1.5
 
 
-class FlopAwareEviction(BranchAwareEviction):
+class FlopAwareEviction(GreedyDualCredits, BranchAwareEviction):
     """`flop_aware` order of a Mamba component (`reuse_aware` with a reuse weight and cost
     exponent); the component calls `touch` whenever a state is stored or used and `forget`
-    when it is evicted.
-
-    Credits sit in a heap with lazy deletion (an entry counts only while it is the node's
-    current credit), so a victim costs O(log n), not a pass over every state; the heap is
-    rebuilt when stale entries outnumber the live ones."""
+    when it is evicted."""
 
     def __init__(
         self, component: EvictingComponent, reuse_weight: float = 0.0, cost_exponent: float = 1.0
@@ -81,11 +76,8 @@ class FlopAwareEviction(BranchAwareEviction):
             )
         self.reuse_weight = reuse_weight
         self.cost_exponent = cost_exponent
-        self.inflation = 0.0  # GreedyDual's L
-        self._credit: dict[TreeNode, float] = {}
+        self._init_credits(WINDOW)
         self._resumes: dict[TreeNode, int] = {}  # matches that resumed from a live state
-        self._heap: list[tuple[float, int, TreeNode]] = []
-        self._pushes = itertools.count()  # ties in credit go by age
 
     def marginal_cost(self, node: TreeNode) -> float:
         """Compute saved by resuming at `node` rather than at the nearest state above it."""
@@ -123,22 +115,15 @@ class FlopAwareEviction(BranchAwareEviction):
         """Sets `node`'s credit; `resumed`: a match resumes from it (one more use)."""
         if resumed and self.reuse_weight:
             self._resumes[node] = self._resumes.get(node, 0) + 1
-        credit = self.inflation + self.value(node)
-        self._credit[node] = credit
-        heapq.heappush(self._heap, (credit, next(self._pushes), node))
-        if len(self._heap) > 2 * len(self._credit) + WINDOW:
-            self._heap = [(c, next(self._pushes), n) for n, c in self._credit.items()]
-            heapq.heapify(self._heap)
+        self._set_credit(node, self.inflation + self.value(node))
 
     def forget(self, node: TreeNode) -> None:
         self._credit.pop(node, None)
         self._resumes.pop(node, None)
 
     def reset(self) -> None:
-        self.inflation = 0.0
-        self._credit.clear()
+        self._clear_credits()
         self._resumes.clear()
-        self._heap.clear()
 
     def check_invariants(self, errors: list[str]) -> None:
         """Credits and use counts are kept for live states only (dropped at eviction), and
@@ -183,22 +168,18 @@ class FlopAwareEviction(BranchAwareEviction):
     def _least_credit(self) -> TreeNode | None:
         """The unlocked state of least credit; raises `inflation` to it. Locked states met on
         the way go back into the heap before returning."""
-        i, heap, locked = self.index, self._heap, []
+        locked = []
         victim = None
-        while heap:
-            entry = heapq.heappop(heap)
+        while (entry := self._pop_live(self.index)) is not None:
             credit, _, node = entry
-            if self._credit.get(node) != credit or node.data[i].value is None:
-                continue  # stale: touched since, or evicted
-            if node.data[i].lock_ref > 0:
+            if node.data[self.index].lock_ref > 0:
                 locked.append(entry)
                 continue
-            heapq.heappush(heap, entry)  # it stays listed until `forget`
+            self._push_back((entry,))  # it stays listed until `forget`
             self.inflation = max(self.inflation, credit)
             victim = node
             break
-        for entry in locked:
-            heapq.heappush(heap, entry)
+        self._push_back(locked)
         return victim
 
 

@@ -41,13 +41,12 @@ built-in workloads are the out-of-sample check (benchmarks/results/hybrid_hits_s
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import math
 from collections.abc import Iterator
 
 from uniradix.components import swa_reuse
 from uniradix.components.aux_eviction import EvictingComponent
+from uniradix.components.greedy_dual import GreedyDualCredits
 from uniradix.components.swa_reuse import SWAReuseEviction
 from uniradix.tree.node import TreeNode
 
@@ -56,9 +55,8 @@ COST_EXPONENT = 1.5
 _SLACK = 64  # stale heap entries allowed beyond twice the live ones before a rebuild
 
 
-class SWACreditEviction(SWAReuseEviction):
-    """`greedy_dual` order of an SWA component. Credits sit in a heap with lazy deletion (an
-    entry counts only while it is the node's current credit), so a victim costs O(log n)."""
+class SWACreditEviction(GreedyDualCredits, SWAReuseEviction):
+    """`greedy_dual` order of an SWA component."""
 
     def __init__(
         self,
@@ -73,11 +71,8 @@ class SWACreditEviction(SWAReuseEviction):
             )
         self.reuse_weight = reuse_weight
         self.cost_exponent = cost_exponent
-        self.inflation = 0.0  # GreedyDual's L
-        self._credit: dict[TreeNode, float] = {}
+        self._init_credits(_SLACK)
         self._serves: dict[TreeNode, int] = {}
-        self._heap: list[tuple[float, int, TreeNode]] = []
-        self._pushes = itertools.count()  # ties in credit go by age
 
     def worth(self, node: TreeNode) -> float:
         """`(1 + reuse_weight * serves) * depth ** cost_exponent` (module docstring)."""
@@ -88,27 +83,20 @@ class SWACreditEviction(SWAReuseEviction):
     def credit(self, node: TreeNode) -> float | None:
         return self._credit.get(node)
 
-    def _set(self, node: TreeNode, credit: float) -> None:
-        self._credit[node] = credit
-        heapq.heappush(self._heap, (credit, next(self._pushes), node))
-        if len(self._heap) > 2 * len(self._credit) + _SLACK:
-            self._heap = [(c, next(self._pushes), n) for n, c in self._credit.items()]
-            heapq.heapify(self._heap)
-
     def served(self, node: TreeNode) -> None:
         super().served(node)
         self._serves[node] = self._serves.get(node, 0) + 1
-        self._set(node, self.inflation + self.worth(node))
+        self._set_credit(node, self.inflation + self.worth(node))
 
     def refreshed(self, node: TreeNode) -> None:
-        self._set(node, self.inflation + self.worth(node))
+        self._set_credit(node, self.inflation + self.worth(node))
 
     def split(self, parent: TreeNode, child: TreeNode) -> None:
         super().split(parent, child)
         if child in self._serves:
             self._serves[parent] = self._serves[child]
         credit = self._credit.get(child)
-        self._set(parent, self.inflation + self.worth(parent) if credit is None else credit)
+        self._set_credit(parent, self.inflation + self.worth(parent) if credit is None else credit)
 
     def forget(self, node: TreeNode) -> None:
         super().forget(node)
@@ -117,10 +105,8 @@ class SWACreditEviction(SWAReuseEviction):
 
     def reset(self) -> None:
         super().reset()
-        self.inflation = 0.0
-        self._credit.clear()
+        self._clear_credits()
         self._serves.clear()
-        self._heap.clear()
 
     def candidates(self) -> Iterator[TreeNode]:
         while (victim := self._least_credit()) is not None:
@@ -130,16 +116,13 @@ class SWACreditEviction(SWAReuseEviction):
         """Among the `swa_reuse.SCAN` unlocked nodes of least credit, the first that never served a
         match, else the first; raises `inflation` to its credit. Every live entry popped on
         the way goes back into the heap (the victim's stays listed until `forget`)."""
-        i, heap, popped = self.component.index, self._heap, []
+        i, popped = self.component.index, []
         first = victim = None
         seen = 0
         scan = swa_reuse.SCAN
-        while heap and (scan is None or seen < scan):
-            entry = heapq.heappop(heap)
-            credit, _, node = entry
-            if self._credit.get(node) != credit or node.data[i].value is None:
-                continue  # stale: touched since, or evicted
+        while (scan is None or seen < scan) and (entry := self._pop_live(i)) is not None:
             popped.append(entry)
+            node = entry[2]
             if node.data[i].lock_ref > 0:
                 continue
             seen += 1
@@ -147,8 +130,7 @@ class SWACreditEviction(SWAReuseEviction):
             if not self.was_served(node):
                 victim = entry
                 break
-        for entry in popped:
-            heapq.heappush(heap, entry)
+        self._push_back(popped)
         victim = victim or first
         if victim is None:
             return None

@@ -1,0 +1,56 @@
+"""GreedyDual credits of tree nodes, shared by the credit orders of SWA windows
+(`uniradix.components.swa_credit`) and Mamba states (`uniradix.components.flop_aware`).
+
+Credits sit in a heap with lazy deletion: an entry counts only while it is its node's current
+credit and the node still holds the component's value, so a victim costs O(log n), not a pass
+over every node; the heap is rebuilt when stale entries outnumber the live ones by more than
+the order's slack. Ties in credit go by age (the push count).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Iterable
+
+from uniradix.tree.node import TreeNode
+
+CreditEntry = tuple[float, int, TreeNode]
+
+
+class GreedyDualCredits:
+    """Mixin of a credit order: `inflation` is GreedyDual's L, `_credit` each node's credit."""
+
+    def _init_credits(self, slack: int) -> None:
+        self.inflation = 0.0
+        self._credit: dict[TreeNode, float] = {}
+        self._heap: list[CreditEntry] = []
+        self._pushes = itertools.count()
+        self._slack = slack
+
+    def _set_credit(self, node: TreeNode, credit: float) -> None:
+        self._credit[node] = credit
+        heapq.heappush(self._heap, (credit, next(self._pushes), node))
+        if len(self._heap) > 2 * len(self._credit) + self._slack:
+            self._heap = [(c, next(self._pushes), n) for n, c in self._credit.items()]
+            heapq.heapify(self._heap)
+
+    def _clear_credits(self) -> None:
+        self.inflation = 0.0
+        self._credit.clear()
+        self._heap.clear()
+
+    def _pop_live(self, index: int) -> CreditEntry | None:
+        """Takes the live entry of least credit off the heap (None when none is left),
+        dropping the stale ones above it: touched since, or the value at `index` evicted."""
+        heap, credits = self._heap, self._credit
+        while heap:
+            entry = heapq.heappop(heap)
+            credit, _, node = entry
+            if credits.get(node) == credit and node.data[index].value is not None:
+                return entry
+        return None
+
+    def _push_back(self, entries: Iterable[CreditEntry]) -> None:
+        for entry in entries:
+            heapq.heappush(self._heap, entry)
