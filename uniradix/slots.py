@@ -36,13 +36,10 @@ def whole_pages(slots: Slots, page_size: int) -> bool:
         steps    1  1  1  *  1 1  1         (* a run's last step: any value)
 
     (Flat passes over the slots: broadcasting against `page_size`-wide rows costs several
-    times more at page 16, and count_nonzero is several times cheaper than .any().)"""
-    one = int64_operand(1)
+    times more at page 16, and count_nonzero is several times cheaper than .any().) A run's
+    last step may be anything, so it holds the next run's start modulo `page_size` instead:
+    one count of nonzero `step - 1` covers both tests, with no boolean array made."""
     steps = slots[1:] - slots[:-1]
-    steps[page_size - 1 :: page_size] = one
-    starts = slots[::page_size]
-    if page_size & (page_size - 1) == 0:
-        misaligned = starts & int64_operand(page_size - 1)
-    else:
-        misaligned = starts % int64_operand(page_size)
-    return not (np.count_nonzero(steps != one) or np.count_nonzero(misaligned))
+    steps -= int64_operand(1)
+    steps[page_size - 1 :: page_size] = slots[page_size::page_size] % int64_operand(page_size)
+    return not (np.count_nonzero(steps) or int(slots[0]) % page_size)

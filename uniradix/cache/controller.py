@@ -198,7 +198,8 @@ class UnifiedRadixCache:
         num_units = self._aligned_len(key)
         value = checked_value(params, self.page_size)
         key_len = value.shape[0]  # checked: one slot per unit of the key
-        value = value[:num_units]
+        if num_units != key_len:  # no view for a key of whole pages (the usual insert)
+            value = value[:num_units]
         if not 0 <= params.prev_prefix_len <= key_len:
             raise ValueError(f"prev_prefix_len={params.prev_prefix_len} outside [0, {key_len}]")
         for c in self._insert_checkers:
@@ -224,7 +225,8 @@ class UnifiedRadixCache:
         target, prefix_len, is_new = self.tree.insert(
             key, num_units, on_overlap, params.inserted_len, params.priority
         )
-        leaf_value = value[prefix_len:].copy() if is_new else None  # never view a request row
+        # A copy: never view a request row (and no slice first when the whole key is new).
+        leaf_value = (value[prefix_len:] if prefix_len else value).copy() if is_new else None
         mamba = self._mamba
         mamba_exist = mamba is not None and (target is self.tree.root or mamba.has_value(target))
         for c in self.components:
