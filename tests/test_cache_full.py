@@ -5,6 +5,7 @@ import torch
 
 from tests.helpers import alloc, insert_fresh, make_cache, tree_shape
 from uniradix import EvictParams, InsertParams, InvariantError, MatchPrefixParams, RadixKey
+from uniradix.cache.insert_slots import NATIVE_DEDUP_MAX_PAGES
 
 
 def match(cache, tokens, extra_key=None):
@@ -161,18 +162,22 @@ def test_duplicates_freed_on_insert_but_never_below_prev_prefix_len():
     cache.check_invariants({"full": 0})
 
 
+@pytest.mark.parametrize("num_pages", [2, NATIVE_DEDUP_MAX_PAGES + 2])
 @pytest.mark.parametrize("repeat", [False, True])
-def test_paged_duplicates_are_freed_once_even_when_the_caller_repeats_a_page(repeat):
+def test_paged_duplicates_are_freed_once_even_when_the_caller_repeats_a_page(repeat, num_pages):
     """Duplicates that are distinct pages skip the allocator's per-slot check (`node_value`);
-    a repeated page must not: it is still freed once, as before that shortcut."""
-    cache = make_cache(full_tokens=64, page_size=2)
+    a repeated page must not: it is still freed once, as before that shortcut. Short spans
+    (native module present) go to the allocator's checked free with no proof; long ones are
+    proved distinct first: both paths."""
+    cache = make_cache(full_tokens=4 * num_pages * 2, page_size=2)
     a = cache.pools.kv_allocator
-    insert_fresh(cache, [1, 2, 3, 4])
-    slots = alloc(cache, 2 if repeat else 4)
+    key = list(range(1, 2 * num_pages + 1))
+    insert_fresh(cache, key)
+    slots = alloc(cache, num_pages if repeat else 2 * num_pages)
     value = torch.cat([slots, slots]) if repeat else slots
     before = a.available_size()
-    r = cache.insert(InsertParams(RadixKey([1, 2, 3, 4]), value))
-    assert r.prefix_len == 4 and a.available_size() == before + slots.shape[0]
+    r = cache.insert(InsertParams(RadixKey(key), value))
+    assert r.prefix_len == len(key) and a.available_size() == before + slots.shape[0]
     cache.check_invariants({"full": 0})
 
 
