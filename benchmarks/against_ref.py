@@ -57,6 +57,15 @@ def worktree_of(ref: str) -> Path:
             check=True,
             capture_output=True,
         )
+    if (path / "setup.py").exists() and not list((path / "uniradix").glob("_native*.so")):
+        # Without its native module the ref would run the pure-Python fallbacks, and every
+        # ratio against it would flatter this checkout.
+        subprocess.run(
+            [sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
+            cwd=path,
+            check=True,
+            capture_output=True,
+        )
     return path
 
 
