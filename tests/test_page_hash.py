@@ -1,19 +1,9 @@
-from collections.abc import Iterator
-
 import pytest
 
-from uniradix import native
 from uniradix.key import RadixKey
 from uniradix.page_hash import digest_to_int64, namespace_seed, page_digests, salt_seed
 
-
-@pytest.fixture(autouse=True, params=["python", "native"])
-def chain_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """Every test here runs on the Python chain and on the native one."""
-    if request.param == "native" and not native.BUILT:
-        pytest.skip("uniradix._native was not built")
-    monkeypatch.setattr(native, "HAVE_NATIVE", request.param == "native")
-    yield request.param
+pytestmark = pytest.mark.usefixtures("python_and_native")  # every test on both paths
 
 
 def hashes(tokens: list[int], page_size: int) -> list[int]:

@@ -4,8 +4,6 @@ messages, and nothing changed by a refused free."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
 import torch
@@ -14,14 +12,7 @@ from tests.helpers import alloc, make_cache
 from uniradix import InsertParams, RadixKey, native
 from uniradix.memory.allocator import TokenSlotAllocator
 
-
-@pytest.fixture(autouse=True, params=["python", "native"])
-def free_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """Every test here runs on the numpy free and on the native one."""
-    if request.param == "native" and not native.BUILT:
-        pytest.skip("uniradix._native was not built")
-    monkeypatch.setattr(native, "HAVE_NATIVE", request.param == "native")
-    yield request.param
+pytestmark = pytest.mark.usefixtures("python_and_native")  # every test on both paths
 
 
 def _state(a: TokenSlotAllocator) -> tuple[list[int], list[bool]]:
@@ -57,7 +48,7 @@ def _shaped_free(rng: np.random.Generator, held: np.ndarray, page_size: int) -> 
 
 @pytest.mark.parametrize("page_size", [1, 4])
 def test_random_frees_leave_the_same_stack_on_both_paths(
-    monkeypatch: pytest.MonkeyPatch, free_path: str, page_size: int
+    monkeypatch: pytest.MonkeyPatch, python_and_native: str, page_size: int
 ) -> None:
     """One random sequence of allocations and frees, replayed on the other path: the free
     stack, the flags and every allocation are equal after every step."""
@@ -152,10 +143,10 @@ def test_strided_and_int32_slots(page_size: int = 2) -> None:
     assert a.available_size() == 32
 
 
-def test_native_refuses_a_node_value_naming_a_page_twice(free_path: str) -> None:
+def test_native_refuses_a_node_value_naming_a_page_twice(python_and_native: str) -> None:
     """A node value's pages are distinct by contract. The native free checks it (a page
     pushed twice would be handed out twice) and changes nothing; the numpy path trusts it."""
-    if free_path != "native":
+    if python_and_native != "native":
         pytest.skip("the numpy path trusts a node value")
     a = TokenSlotAllocator(8)
     a.alloc_host(4)
@@ -165,8 +156,8 @@ def test_native_refuses_a_node_value_naming_a_page_twice(free_path: str) -> None
     assert _state(a) == before
 
 
-def test_native_wrapper_refuses_bad_buffers(free_path: str) -> None:
-    if free_path != "native":
+def test_native_wrapper_refuses_bad_buffers(python_and_native: str) -> None:
+    if python_and_native != "native":
         pytest.skip("native only")
     a = TokenSlotAllocator(8)
     a.alloc_host(4)
@@ -213,8 +204,8 @@ def test_duplicate_frees_of_inserts_are_the_same_on_both_paths(
     assert len(set(map(repr, stacks.values()))) == 1
 
 
-def test_native_count_equal(free_path: str) -> None:
-    if free_path != "native":
+def test_native_count_equal(python_and_native: str) -> None:
+    if python_and_native != "native":
         pytest.skip("native only")
     a = np.arange(10, dtype=np.int64)
     b = np.where(a % 3 == 0, a, -a)
