@@ -70,13 +70,7 @@ class FlopAwareEviction(GreedyDualCredits, BranchAwareEviction):
         self, component: EvictingComponent, reuse_weight: float = 0.0, cost_exponent: float = 1.0
     ) -> None:
         super().__init__(component, None, covered=False)
-        if reuse_weight < 0 or cost_exponent <= 0:
-            raise ValueError(
-                f"reuse_weight={reuse_weight} must be >= 0 and cost_exponent={cost_exponent} > 0"
-            )
-        self.reuse_weight = reuse_weight
-        self.cost_exponent = cost_exponent
-        self._init_credits(WINDOW)
+        self._init_credits(WINDOW, reuse_weight, cost_exponent)
         self._resumes: dict[TreeNode, int] = {}  # matches that resumed from a live state
 
     def marginal_cost(self, node: TreeNode) -> float:

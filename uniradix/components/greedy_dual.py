@@ -19,9 +19,17 @@ CreditEntry = tuple[float, int, TreeNode]
 
 
 class GreedyDualCredits:
-    """Mixin of a credit order: `inflation` is GreedyDual's L, `_credit` each node's credit."""
+    """Mixin of a credit order: `inflation` is GreedyDual's L, `_credit` each node's credit;
+    a node's worth is weighted by `1 + reuse_weight * uses`, its cost raised to
+    `cost_exponent` (each order says what uses and cost are)."""
 
-    def _init_credits(self, slack: int) -> None:
+    def _init_credits(self, slack: int, reuse_weight: float, cost_exponent: float) -> None:
+        if reuse_weight < 0 or cost_exponent <= 0:
+            raise ValueError(
+                f"reuse_weight={reuse_weight} must be >= 0 and cost_exponent={cost_exponent} > 0"
+            )
+        self.reuse_weight = reuse_weight
+        self.cost_exponent = cost_exponent
         self.inflation = 0.0
         self._credit: dict[TreeNode, float] = {}
         self._heap: list[CreditEntry] = []

@@ -65,13 +65,7 @@ class SWACreditEviction(GreedyDualCredits, SWAReuseEviction):
         cost_exponent: float = COST_EXPONENT,
     ) -> None:
         super().__init__(component)
-        if reuse_weight < 0 or cost_exponent <= 0:
-            raise ValueError(
-                f"reuse_weight={reuse_weight} must be >= 0 and cost_exponent={cost_exponent} > 0"
-            )
-        self.reuse_weight = reuse_weight
-        self.cost_exponent = cost_exponent
-        self._init_credits(_SLACK)
+        self._init_credits(_SLACK, reuse_weight, cost_exponent)
         self._serves: dict[TreeNode, int] = {}
 
     def worth(self, node: TreeNode) -> float:
