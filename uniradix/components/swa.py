@@ -116,9 +116,10 @@ class SWAComponent(TreeComponent):
         return validate
 
     def finalize_match(self, walk: MatchWalk, params: MatchPrefixParams) -> dict[str, Any]:
-        if walk.num_accepted:
-            depth = walk.matched_len - sum(n.num_tokens for n in walk.path[walk.num_accepted :])
-            self._refresh_window(walk.path[walk.num_accepted - 1], depth, served=True)
+        path, k = walk.path, walk.num_accepted
+        if k:  # the accepted end's depth: the walk's, less the units past it (usually none)
+            depth = walk.matched_len - (sum(n.num_tokens for n in path[k:]) if k < len(path) else 0)
+            self._refresh_window(path[k - 1], depth, served=True)
         return {}
 
     def _refresh_window(self, node: TreeNode, depth: int, served: bool = False) -> None:
@@ -311,15 +312,14 @@ class SWAComponent(TreeComponent):
         for n in self.tree.path_to_root(node):
             d = n.data[i]
             assert d.lock_ref > 0, f"SWA unlock of {n} with lock_ref=0"
-            at_boundary = (
-                marker is not None and d.metadata is not None and (d.metadata.get(_UUID) == marker)
-            )
+            meta = d.metadata
+            at_boundary = marker is not None and meta is not None and meta.get(_UUID) == marker
             d.lock_ref -= 1
             if d.lock_ref == 0:
                 if d.value is not None:
                     moved += int(d.value.shape[0])
-                if d.metadata:
-                    d.metadata.pop(_UUID, None)
+                if meta:
+                    meta.pop(_UUID, None)
             if at_boundary:
                 break
         self._protect(-moved)
