@@ -12,8 +12,10 @@ It runs two hot loops in one call each, with the GIL released:
 - `free_slots`: the token allocator's checked free (`memory.allocator`): the pages of the
   given slots proved inside the pool, allocated and distinct, and pushed onto the free
   stack, in one pass where numpy takes a sort, several comparisons, a gather and a scatter
-  (this one holds the GIL: it is short and mutates the allocator's state), and
-  `count_equal`, an insert's duplicate slots against the tree's own (`cache.insert_slots`).
+  (this one holds the GIL: it is short and mutates the allocator's state);
+- `whole_pages` and `count_equal`: an insert's value checked for whole pages
+  (`uniradix.slots`) and its duplicate slots counted against the tree's own
+  (`cache.insert_slots`), one pass each where numpy makes temporary arrays.
 
 `HAVE_NATIVE` says whether callers use it: False when the module was not built (no C
 compiler at install: the build is optional) or when the environment sets
@@ -143,6 +145,12 @@ def count_equal(a: np.ndarray, b: np.ndarray) -> int:
     """At how many positions `a` and `b` (1-D int64, one length) hold the same value:
     `np.count_nonzero(a == b)` without the mask."""
     return int(_get().count_equal(a, b))
+
+
+def whole_pages(slots: np.ndarray, page_size: int) -> bool:
+    """Whether `slots` (1-D int64, a multiple of `page_size` long) is whole pages: the
+    answer of `uniradix.slots.whole_pages`'s numpy path, in one pass."""
+    return bool(_get().whole_pages(slots, page_size))
 
 
 def _byte_rows(src: torch.Tensor, dst: torch.Tensor, index: int) -> tuple[np.ndarray, np.ndarray]:

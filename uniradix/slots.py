@@ -9,6 +9,8 @@ import functools
 import numpy as np
 import numpy.typing as npt
 
+from uniradix import native
+
 Slots = npt.NDArray[np.int64]
 """Pool indices as the tree keeps them: a 1-D int64 numpy array on the host.
 
@@ -38,7 +40,11 @@ def whole_pages(slots: Slots, page_size: int) -> bool:
     (Flat passes over the slots: broadcasting against `page_size`-wide rows costs several
     times more at page 16, and count_nonzero is several times cheaper than .any().) A run's
     last step may be anything, so it holds the next run's start modulo `page_size` instead:
-    one count of nonzero `step - 1` covers both tests, with no boolean array made."""
+    one count of nonzero `step - 1` covers both tests, with no boolean array made. With the
+    native module, one pass in C gives the same answer (about a tenth of the numpy calls'
+    cost on an insert's value of ~1,000 slots)."""
+    if native.HAVE_NATIVE:
+        return native.whole_pages(slots, page_size)
     steps = slots[1:] - slots[:-1]
     steps -= int64_operand(1)
     steps[page_size - 1 :: page_size] = slots[page_size::page_size] % int64_operand(page_size)

@@ -116,14 +116,17 @@ class SWAComponent(TreeComponent):
         return validate
 
     def finalize_match(self, walk: MatchWalk, params: MatchPrefixParams) -> dict[str, Any]:
-        if walk.num_accepted:
-            self._refresh_window(walk.path[walk.num_accepted - 1], served=True)
+        path, k = walk.path, walk.num_accepted
+        if k:  # the accepted end's depth: the walk's, less the units past it (usually none)
+            depth = walk.matched_len - (sum(n.num_tokens for n in path[k:]) if k < len(path) else 0)
+            self._refresh_window(path[k - 1], depth, served=True)
         return {}
 
-    def _refresh_window(self, node: TreeNode, served: bool = False) -> None:
-        """Moves `node` and its listed ancestors within one window (plus a page) to the most
-        recent end, in path order, so a prefix's older parts are evicted first; `served`: a
-        match ended at `node`, so these windows served a hit."""
+    def _refresh_window(self, node: TreeNode, depth: int, served: bool = False) -> None:
+        """Moves `node` (ending `depth` units from the root) and its listed ancestors within
+        one window (plus a page) to the most recent end, in path order, so a prefix's older
+        parts are evicted first; `served`: a match ended at `node`, so these windows served a
+        hit. The order learns each node's depth as the walk goes (no walk to the root each)."""
         lru, prev, covered = self.lru, self.lru.head, 0
         limit = self.window + self.settings.page_size
         order = self._reuse
@@ -136,7 +139,7 @@ class SWAComponent(TreeComponent):
                 lru.insert_after(prev, n)
                 prev = n
                 if mark is not None:
-                    mark(n)
+                    mark(n, depth - covered)
             covered += n.num_tokens
 
     # ------------------------------------------------------------------ split
@@ -196,10 +199,10 @@ class SWAComponent(TreeComponent):
             return num_tokens
         if start > offset:
             self.tree.split(node, start - offset)
-        self._recover(node, value[start:end], actions)
+        self._recover(node, value[start:end], end, actions)
         return start - offset
 
-    def _recover(self, node: TreeNode, incoming: Slots, actions: list[FreeSlots]) -> None:
+    def _recover(self, node: TreeNode, incoming: Slots, end: int, actions: list[FreeSlots]) -> None:
         full = node.data[0]
         assert full.value is not None
         if full.lock_ref == 0:
@@ -209,14 +212,14 @@ class SWAComponent(TreeComponent):
         else:
             # Running requests read the locked full slots: they stay, taking over the peers.
             actions.append(FreeSlots(FreeKind.SWA_MOVE, np.stack([full.value, incoming])))
-        self._publish(node, self.allocator.peers_of(incoming))  # checked by check_insert
+        self._publish(node, self.allocator.peers_of(incoming), end)  # checked by check_insert
 
-    def _publish(self, node: TreeNode, swa: Slots) -> None:
+    def _publish(self, node: TreeNode, swa: Slots, depth: int) -> None:
         node.data[self.index].value = swa
         self._credit(node, int(swa.shape[0]))
         self.lru.insert_mru(node)
         if self._reuse is not None:
-            self._reuse.refreshed(node)
+            self._reuse.refreshed(node, depth)
 
     def commit_insert(
         self,
@@ -228,18 +231,18 @@ class SWAComponent(TreeComponent):
     ) -> None:
         if node.parent is None:
             return
+        end = self._page_floor(len(params.key))  # the units the insert walked: `node`'s depth
         if is_new_leaf:
-            self._commit_leaf(node, params)
-        self._refresh_window(node)
+            self._commit_leaf(node, end, params)
+        self._refresh_window(node, end)
 
-    def _commit_leaf(self, leaf: TreeNode, params: InsertParams) -> None:
+    def _commit_leaf(self, leaf: TreeNode, end: int, params: InsertParams) -> None:
         """Gives the new leaf live SWA from the request's cursor on, as at most one
         page-rounded window; the rest becomes parents (live ones, then a tombstone)::
 
             key:   [ ...... prefix ...... | below cursor | live ............ | window_tail ]
             nodes:  (existing)              tombstone      live parent         leaf
         """
-        end = self._page_floor(len(params.key))
         start = end - leaf.num_tokens
         live = min(end, max(start, params.swa_evicted_seqlen))
         if live == end:
@@ -248,8 +251,8 @@ class SWAComponent(TreeComponent):
             self.tree.split(leaf, live - start)
         if end - live > self.window_tail:
             parent = self.tree.split(leaf, end - live - self.window_tail)
-            self._publish(parent, self._peers_of(parent))
-        self._publish(leaf, self._peers_of(leaf))
+            self._publish(parent, self._peers_of(parent), end - leaf.num_tokens)
+        self._publish(leaf, self._peers_of(leaf), end)
 
     def _peers_of(self, node: TreeNode) -> Slots:
         full = node.data[0].value
@@ -261,11 +264,9 @@ class SWAComponent(TreeComponent):
         return 0 if is_leaf else 1
 
     def eviction_candidates(self) -> Iterator[TreeNode]:
-        if self._order is not None:
-            yield from self._order.candidates()
-            return
-        if self._reuse is not None:
-            yield from self._reuse.candidates()
+        order = self._order if self._order is not None else self._reuse
+        if order is not None:
+            yield from order.candidates()
             return
         while (node := self.lru.least_recent_unlocked()) is not None:
             yield node
@@ -311,15 +312,14 @@ class SWAComponent(TreeComponent):
         for n in self.tree.path_to_root(node):
             d = n.data[i]
             assert d.lock_ref > 0, f"SWA unlock of {n} with lock_ref=0"
-            at_boundary = (
-                marker is not None and d.metadata is not None and (d.metadata.get(_UUID) == marker)
-            )
+            meta = d.metadata
+            at_boundary = marker is not None and meta is not None and meta.get(_UUID) == marker
             d.lock_ref -= 1
             if d.lock_ref == 0:
                 if d.value is not None:
                     moved += int(d.value.shape[0])
-                if d.metadata:
-                    d.metadata.pop(_UUID, None)
+                if meta:
+                    meta.pop(_UUID, None)
             if at_boundary:
                 break
         self._protect(-moved)

@@ -68,29 +68,31 @@ class SWACreditEviction(GreedyDualCredits, SWAReuseEviction):
         self._init_credits(_SLACK, reuse_weight, cost_exponent)
         self._serves: dict[TreeNode, int] = {}
 
-    def worth(self, node: TreeNode) -> float:
-        """`(1 + reuse_weight * serves) * depth ** cost_exponent` (module docstring)."""
-        depth = self.component.tree.prefix_len(node)
+    def worth(self, node: TreeNode, depth: int) -> float:
+        """`(1 + reuse_weight * serves) * depth ** cost_exponent` (module docstring), `depth`
+        the units from the root to `node`'s end (the callers know it: no walk to the root)."""
         serves = self._serves.get(node, 0)
         return (1.0 + self.reuse_weight * serves) * math.pow(depth, self.cost_exponent)
 
     def credit(self, node: TreeNode) -> float | None:
         return self._credit.get(node)
 
-    def served(self, node: TreeNode) -> None:
-        super().served(node)
+    def served(self, node: TreeNode, depth: int) -> None:
+        super().served(node, depth)
         self._serves[node] = self._serves.get(node, 0) + 1
-        self._set_credit(node, self.inflation + self.worth(node))
+        self._set_credit(node, self.inflation + self.worth(node, depth))
 
-    def refreshed(self, node: TreeNode) -> None:
-        self._set_credit(node, self.inflation + self.worth(node))
+    def refreshed(self, node: TreeNode, depth: int) -> None:
+        self._set_credit(node, self.inflation + self.worth(node, depth))
 
     def split(self, parent: TreeNode, child: TreeNode) -> None:
         super().split(parent, child)
         if child in self._serves:
             self._serves[parent] = self._serves[child]
         credit = self._credit.get(child)
-        self._set_credit(parent, self.inflation + self.worth(parent) if credit is None else credit)
+        if credit is None:
+            credit = self.inflation + self.worth(parent, self.component.tree.prefix_len(parent))
+        self._set_credit(parent, credit)
 
     def forget(self, node: TreeNode) -> None:
         super().forget(node)

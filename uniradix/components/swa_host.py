@@ -74,7 +74,7 @@ class HostSWAComponent(AuxHostComponent, SWAComponent):
 
     def commit_load_back(self, node: TreeNode, swa_slots: Slots) -> None:
         assert node.data[self.index].value is None and swa_slots.shape[0] == node.num_tokens
-        self._publish(node, swa_slots)
+        self._publish(node, swa_slots, self.tree.prefix_len(node))
 
     def unload(self, node: TreeNode, actions: list[FreeSlots]) -> None:
         """Undoes `commit_load_back` (a copy that failed), locked or not: the device SWA
@@ -92,8 +92,8 @@ class HostSWAComponent(AuxHostComponent, SWAComponent):
         self.host.update(node)
 
     # ------------------------------------------------------------------ hooks
-    def _publish(self, node: TreeNode, swa: Slots) -> None:
-        super()._publish(node, swa)
+    def _publish(self, node: TreeNode, swa: Slots, depth: int) -> None:
+        super()._publish(node, swa, depth)
         self.host.update(node)
 
     def evict_node(self, node: TreeNode, actions: list[FreeSlots]) -> int:
@@ -132,7 +132,7 @@ class HostSWAComponent(AuxHostComponent, SWAComponent):
             return num_tokens
         if start > offset:
             self.tree.split(node, start - offset)
-        self._publish(node, self.allocator.peers_of(value[start:end]))
+        self._publish(node, self.allocator.peers_of(value[start:end]), end)
         return 0
 
     def check_invariants(self, errors: list[str]) -> None:

@@ -50,14 +50,16 @@ class SWAReuseEviction:
         self.component = component
         self._served: set[TreeNode] = set()
 
-    def served(self, node: TreeNode) -> None:
+    def served(self, node: TreeNode, depth: int) -> None:
+        """A match ended within one window below `node`, which ends `depth` units deep."""
         self._served.add(node)
 
     def was_served(self, node: TreeNode) -> bool:
         return node in self._served
 
-    def refreshed(self, node: TreeNode) -> None:
-        """An insert stored or touched `node`'s window: no evidence of reuse (LRU order)."""
+    def refreshed(self, node: TreeNode, depth: int) -> None:
+        """An insert stored or touched `node`'s window (ending `depth` units deep): no
+        evidence of reuse (LRU order)."""
 
     def split(self, parent: TreeNode, child: TreeNode) -> None:
         """`parent` was split off `child`'s window: it served what the child served."""

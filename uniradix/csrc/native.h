@@ -18,9 +18,19 @@ PyObject *native_cbor_chain_digests(PyObject *module, PyObject *args);
 PyObject *native_sha256(PyObject *module, PyObject *args);
 PyObject *native_sha256_implementation(PyObject *module, PyObject *unused);
 
+/* Whether `view` is a 1-D buffer of native int64 (a numpy int64 vector, any stride). */
+static inline int is_int64_vector(const Py_buffer *view) {
+    const char *f = view->format ? view->format : "B";
+    if (*f == '@' || *f == '=' || *f == '<') f++;
+    return view->ndim == 1 && view->itemsize == 8 && (f[0] == 'l' || f[0] == 'q') && !f[1];
+}
+
 /* page_free.c */
 PyObject *native_free_slots(PyObject *module, PyObject *args);
+
+/* slot_checks.c */
 PyObject *native_count_equal(PyObject *module, PyObject *args);
+PyObject *native_whole_pages(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
 /* row_copy.c */
 PyObject *native_copy_row_runs(PyObject *module, PyObject *args);

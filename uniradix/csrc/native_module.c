@@ -8,8 +8,9 @@
  *   sides) of every (source, destination) pair of 2-D byte arrays, for the host tier's CPU
  *   copier;
  * - page_free.c: free_slots, the token allocator's checked free (range, allocated,
- *   distinct) and push onto its free stack in one pass, and count_equal, an insert's
- *   duplicate slots against the tree's own.
+ *   distinct) and push onto its free stack in one pass;
+ * - slot_checks.c: whole_pages, the page test of an insert's value, and count_equal, an
+ *   insert's duplicate slots against the tree's own.
  *
  * The digests and the copy release the GIL while they work (the free holds it: see
  * page_free.c); all check every index against the buffers they were
@@ -47,6 +48,9 @@ static PyMethodDef methods[] = {
     {"count_equal", native_count_equal, METH_VARARGS,
      "count_equal(a, b) -> int: at how many positions two 1-D int64 buffers of one length "
      "hold the same value."},
+    {"whole_pages", (PyCFunction)(void (*)(void))native_whole_pages, METH_FASTCALL,
+     "whole_pages(slots, page_size) -> bool: whether a 1-D int64 buffer, a multiple of "
+     "page_size long, is whole pages (see uniradix.slots.whole_pages)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -56,13 +56,6 @@ static int64_t *sort_pages(int64_t *a, int64_t *tmp, Py_ssize_t *bounds, Py_ssiz
     return src;
 }
 
-/* Whether `view` is a 1-D buffer of native int64. */
-static int is_int64_vector(const Py_buffer *view) {
-    const char *f = view->format ? view->format : "B";
-    if (*f == '@' || *f == '=' || *f == '<') f++;
-    return view->ndim == 1 && view->itemsize == 8 && (f[0] == 'l' || f[0] == 'q') && !f[1];
-}
-
 /* The page of each slot of a 1-D int64 buffer, read in place: `step` apart (a node value
  * at page size > 1 names each page by its first slot), `count` of them. */
 typedef struct {
@@ -257,47 +250,5 @@ done:
     PyBuffer_Release(&slots);
     PyBuffer_Release(&in_use);
     PyBuffer_Release(&stack);
-    return result;
-}
-
-/* count_equal(a, b): at how many positions two 1-D int64 buffers of one length hold the
- * same value; an insert's duplicate slots against the tree's own (`cache.insert_slots`),
- * where numpy makes a mask and counts it, two passes and an array. */
-PyObject *native_count_equal(PyObject *module, PyObject *args) {
-    (void)module;
-    PyObject *a_obj, *b_obj;
-    if (!PyArg_ParseTuple(args, "OO", &a_obj, &b_obj)) return NULL;
-    Py_buffer a, b;
-    if (PyObject_GetBuffer(a_obj, &a, PyBUF_STRIDES | PyBUF_FORMAT)) return NULL;
-    if (PyObject_GetBuffer(b_obj, &b, PyBUF_STRIDES | PyBUF_FORMAT)) {
-        PyBuffer_Release(&a);
-        return NULL;
-    }
-    PyObject *result = NULL;
-    if (!is_int64_vector(&a) || !is_int64_vector(&b) || a.shape[0] != b.shape[0]) {
-        PyErr_SetString(PyExc_ValueError, "count_equal: two 1-D int64 buffers of one length");
-    } else {
-        const char *pa = a.buf, *pb = b.buf;
-        Py_ssize_t equal = 0, n = a.shape[0];
-        if (a.strides[0] == 8 && b.strides[0] == 8) { /* contiguous: a loop the compiler
-                                                          vectorizes */
-            for (Py_ssize_t i = 0; i < n; i++) {
-                int64_t x, y;
-                memcpy(&x, pa + i * 8, sizeof x);
-                memcpy(&y, pb + i * 8, sizeof y);
-                equal += x == y;
-            }
-            n = 0;
-        }
-        for (Py_ssize_t i = 0; i < n; i++) {
-            int64_t x, y;
-            memcpy(&x, pa + i * a.strides[0], sizeof x);
-            memcpy(&y, pb + i * b.strides[0], sizeof y);
-            equal += x == y;
-        }
-        result = PyLong_FromSsize_t(equal);
-    }
-    PyBuffer_Release(&a);
-    PyBuffer_Release(&b);
     return result;
 }
