@@ -73,7 +73,7 @@ class SWAComponent(TreeComponent):
         )
         # `branch_aware` (an aux policy) orders SWA windows itself; else `swa_eviction_policy`.
         policy = check_swa_eviction_policy(settings.swa_eviction_policy)
-        self._reuse = swa_order(self, policy) if self._order is None else None
+        self._reuse = swa_order(self, policy, self.window_tail) if self._order is None else None
 
     def reset(self) -> None:
         super().reset()
@@ -261,11 +261,9 @@ class SWAComponent(TreeComponent):
         return 0 if is_leaf else 1
 
     def eviction_candidates(self) -> Iterator[TreeNode]:
-        if self._order is not None:
-            yield from self._order.candidates()
-            return
-        if self._reuse is not None:
-            yield from self._reuse.candidates()
+        order = self._order or self._reuse
+        if order is not None:
+            yield from order.candidates()
             return
         while (node := self.lru.least_recent_unlocked()) is not None:
             yield node
@@ -353,6 +351,8 @@ class SWAComponent(TreeComponent):
 
         Example (W=4, page 1): 20 computed tokens, 8 cached, cursor 0 -> positions [8, 16)
         lose their SWA slots and the cursor becomes 16."""
+        if self._reuse is not None:
+            self._reuse.request_step(req)
         start, cursor = self._window_start(req), req.swa_evicted_seqlen
         if start <= cursor:
             return 0
