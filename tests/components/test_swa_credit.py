@@ -4,9 +4,11 @@ as GreedyDual's inflation rises past its credit."""
 
 import math
 
+import numpy as np
 import pytest
 
 from tests.components.test_swa_reuse import evict_order, insert, live_windows, match, swa_cache
+from tests.driver import MiniScheduler
 from uniradix import EvictParams
 from uniradix.cache.controller import UnifiedRadixCache
 from uniradix.components import swa_reuse
@@ -130,4 +132,40 @@ def test_credits_follow_splits_and_go_with_the_window() -> None:
 def test_bad_weights_are_rejected(weight: float, exponent: float) -> None:
     cache = swa_cache("greedy_dual")
     with pytest.raises(ValueError, match=f"reuse_weight={weight}"):
-        SWACreditEviction(order_of(cache).component, weight, exponent)
+        SWACreditEviction(order_of(cache).component, 4, weight, exponent)
+
+
+@pytest.mark.parametrize(
+    ("checkpoints", "order"),
+    [
+        ((16,), [104, 100, 1, 108, 112]),
+        ((8, 16), [100, 1, 104, 108, 112]),
+        ((), [100, 1, 104, 108, 112]),
+    ],
+)
+def test_a_chunk_end_window_the_request_went_past_goes_first(
+    checkpoints: tuple[int, ...], order: list[int]
+) -> None:
+    """Window 4, page 1: a 16-token prompt [100..115] prefilled in two chunks of 8. After the
+    first chunk is published, the out-of-window step sees the chunk end (8) below the last
+    checkpoint: its window [104..107] is worth a tenth (0.1 * 8 ** 1.5 ~ 2.3), so it goes
+    before the live parent [100..103] (4 ** 1.5 = 8) and a 4-token prompt A = [1..4] stored
+    later (8). Where a checkpoint's window covers it (checkpoint 8), or the request names no
+    checkpoints, it keeps its depth's worth (~22.6) and goes after them."""
+    cache = swa_cache("greedy_dual")
+    sched = MiniScheduler(cache)
+    req = sched.admit(list(range(100, 116)))
+    assert req is not None
+    req.checkpoint_seqlens = checkpoints
+    assert sched.chunk(req, 8)
+    cache.free_out_of_window_slots(req)
+    cache.check_invariants()
+    assert sched.chunk(req, 8)
+    cache.free_out_of_window_slots(req)
+    sched.finish(req)
+    insert(cache, [1, 2, 3, 4])
+    cache.check_invariants()
+    assert live_windows(cache) == {100, 104, 108, 112, 1}
+    passed = {int(np.frombuffer(n.key, dtype="<i8")[0]) for n in order_of(cache)._passed}
+    assert passed == ({104} if order[0] == 104 else set())
+    assert evict_order(cache) == order

@@ -73,7 +73,7 @@ class SWAComponent(TreeComponent):
         )
         # `branch_aware` (an aux policy) orders SWA windows itself; else `swa_eviction_policy`.
         policy = check_swa_eviction_policy(settings.swa_eviction_policy)
-        self._reuse = swa_order(self, policy) if self._order is None else None
+        self._reuse = swa_order(self, policy, self.window_tail) if self._order is None else None
 
     def reset(self) -> None:
         super().reset()
@@ -125,8 +125,7 @@ class SWAComponent(TreeComponent):
     def _refresh_window(self, node: TreeNode, depth: int, served: bool = False) -> None:
         """Moves `node` (ending `depth` units from the root) and its listed ancestors within
         one window (plus a page) to the most recent end, in path order, so a prefix's older
-        parts are evicted first; `served`: a match ended at `node`, so these windows served a
-        hit. The order learns each node's depth as the walk goes (no walk to the root each)."""
+        parts are evicted first; `served`: a match ended at `node` (these windows served)."""
         lru, prev, covered = self.lru, self.lru.head, 0
         limit = self.window + self.settings.page_size
         order = self._reuse
@@ -347,12 +346,13 @@ class SWAComponent(TreeComponent):
         return start
 
     def free_out_of_window(self, req: Req, row: Slots, actions: list[FreeSlots]) -> int:
-        """Frees the SWA slots of `req`'s own positions `[cursor, window start)` and moves
-        the cursor there; positions below `cache_protected_len` are the tree's, which evicts
-        them itself.
+        """Frees the SWA slots of `req`'s own positions `[cursor, window start)` and moves the
+        cursor there (positions below `cache_protected_len` are the tree's to evict).
 
         Example (W=4, page 1): 20 computed tokens, 8 cached, cursor 0 -> positions [8, 16)
         lose their SWA slots and the cursor becomes 16."""
+        if self._reuse is not None:
+            self._reuse.request_step(req)
         start, cursor = self._window_start(req), req.swa_evicted_seqlen
         if start <= cursor:
             return 0

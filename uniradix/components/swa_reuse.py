@@ -28,6 +28,7 @@ from collections.abc import Iterator
 
 from uniradix.components.aux_eviction import EvictingComponent
 from uniradix.tree.node import TreeNode
+from uniradix.types import Req
 
 SWA_EVICTION_POLICIES = ("lru", "reuse_aware", "greedy_dual")
 SCAN: int | None = 64  # least recent windows searched for one without evidence (None: all)
@@ -60,6 +61,9 @@ class SWAReuseEviction:
     def refreshed(self, node: TreeNode, depth: int) -> None:
         """An insert stored or touched `node`'s window (ending `depth` units deep): no
         evidence of reuse (LRU order)."""
+
+    def request_step(self, req: Req) -> None:
+        """`req` is running (called at each of its out-of-window steps)."""
 
     def split(self, parent: TreeNode, child: TreeNode) -> None:
         """`parent` was split off `child`'s window: it served what the child served."""
