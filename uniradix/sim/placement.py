@@ -118,9 +118,10 @@ class CheckpointPlan:
         checkpointed (placement on and finish states not resumed from often enough)."""
         if self.mamba is None or not self.mamba.pool.extra_buffer:
             return None
-        if self.mamba_align is not None and not self.tracks_outputs(request):
-            return None
-        return self.mamba.checkpoint_seqlen(start, end)
+        seqlen = self.mamba.checkpoint_seqlen(start, end)  # None within a page: most steps
+        if seqlen is None or self.mamba_align is None or self.tracks_outputs(request):
+            return seqlen
+        return None
 
     def tracks_outputs(self, request: RunningRequest) -> bool:
         """Whether `request` checkpoints its decode outputs now (see the module docstring)."""
