@@ -8,14 +8,17 @@ to rounding."""
 from __future__ import annotations
 
 import dataclasses
+from unittest import mock
 
 import pytest
 import torch
 
 from tests.engine.tiny import TINY
+from uniradix.components.mamba import MambaComponent
 from uniradix.engine import TinyHybridModel
 from uniradix.engine.engine import Engine, EngineConfig, GenerateResult, verify
 from uniradix.engine.run import CONFIG_PATTERNS, generated_prompts
+from uniradix.types import ComponentType
 
 MODEL = TINY
 MAX_NEW_TOKENS = 7  # > WINDOW + 1: decoding frees SWA slots that left the window
@@ -205,3 +208,22 @@ def test_reuse_aware_swa_order_generates_the_same(
     assert_equal_to_no_cache(model, prompts, result)
     assert result.hit_tokens > 0
     assert result.evicted_tokens["swa"] > 0
+
+
+@pytest.mark.parametrize("config", ["mamba", "hybrid"])
+def test_untracked_decode_outputs_generate_the_same(config: str, device: str) -> None:
+    """Decode outputs judged from the first finish state on, every other request sampling
+    (`uniradix.sim.placement`): no match resumes from a finish state here, so odd requests
+    leave none, and the tokens are still those of no cache."""
+    model = model_for(config, device)
+    prompts = shared_prompts()
+    cfg = engine_config(config, 4, checkpoint_grid=8)
+    engine = Engine(model, cfg)
+    with mock.patch.multiple("uniradix.sim.placement", OUTPUT_WARMUP=0, OUTPUT_SAMPLE=2):
+        result = engine.generate(prompts, MAX_NEW_TOKENS)
+    assert_equal_to_no_cache(model, prompts, result)
+    mamba = engine.cache.component(ComponentType.MAMBA)
+    assert isinstance(mamba, MambaComponent)
+    counts = mamba.reuse_counts
+    assert counts.finish_resumed == 0 and 0 < counts.finish_stored < len(prompts)
+    assert result.hit_tokens > 0 and result.mamba_tombstones > 0

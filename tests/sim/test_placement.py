@@ -5,12 +5,13 @@ import numpy as np
 import pytest
 import torch
 
-from tests.sim.specs import spec
+from tests.sim.specs import small_cache, spec
 from uniradix import CacheConfig, build_cache
-from uniradix.sim.placement import checkpoint_seqlens
+from uniradix.components.mamba import MambaComponent
+from uniradix.sim.placement import OUTPUT_SAMPLE, OUTPUT_WARMUP, checkpoint_seqlens
 from uniradix.sim.replay import NullRunner
 from uniradix.sim.scheduler import Scheduler, SchedulerConfig
-from uniradix.types import MatchResult
+from uniradix.types import ComponentType, MatchResult
 
 
 def result(hit: int, full: int) -> MatchResult:
@@ -105,3 +106,39 @@ def test_swa_window_at_a_middle_chunks_grid_point_survives(placement: bool) -> N
     assert (tombstones > 0) == placement
     assert live > 0
     assert np.all(np.asarray(list(cache.pools.available().values())) >= 0)
+
+
+def _finish_states_stored(prompts: list[list[int]], chat: bool) -> int:
+    """Replays `prompts` one at a time (page 2, extra-buffer Mamba) with 4 outputs each; with
+    `chat`, request i sends request i-1's prompt and outputs back before its own."""
+    cache = small_cache("mamba", 4096, 2, 4, mamba_slots=64)
+    specs, previous = [], [] if chat else None
+    for i, prompt in enumerate(prompts):
+        if previous is not None:
+            prompt = previous + prompt
+            previous = prompt + [7] * 4
+        specs.append(spec(i, prompt, [7] * 4, after=i - 1 if i else None))
+    config = SchedulerConfig(max_running=1, chunk_size=256, check_invariants=True)
+    Scheduler(cache, NullRunner(), specs, config).run()
+    mamba = cache.component(ComponentType.MAMBA)
+    assert isinstance(mamba, MambaComponent)
+    counts = mamba.reuse_counts
+    assert counts.resumed > 0 and counts.finish_stored <= counts.stored
+    cache.check_invariants()
+    return counts.finish_stored
+
+
+def test_outputs_no_request_sends_back_stop_being_checkpointed() -> None:
+    """64 requests sharing a 20-token prefix, none sending outputs back: the first
+    OUTPUT_WARMUP leave a finish state each; no match resumes from one, so afterwards only
+    every OUTPUT_SAMPLE-th request (rids 32, 40, 48, 56) still tracks its outputs."""
+    assert (OUTPUT_WARMUP, OUTPUT_SAMPLE) == (32, 8)
+    prompts = [[*range(100, 120), i, i + 1000] for i in range(64)]
+    assert _finish_states_stored(prompts, chat=False) == 32 + 4
+
+
+def test_outputs_a_chat_sends_back_stay_checkpointed() -> None:
+    """One chat of 48 turns (each resends the previous turn's prompt and outputs, then one
+    token): every turn resumes from the previous finish state, so all 48 leave one."""
+    prompts = [[i + 1000] for i in range(48)]
+    assert _finish_states_stored(prompts, chat=True) == 48

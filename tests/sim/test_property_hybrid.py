@@ -1,6 +1,9 @@
 """Random traffic through the scheduler on full+SWA, full+Mamba and full+SWA+Mamba caches:
 every pool's invariants after every step, and every slot back at the end."""
 
+from contextlib import nullcontext
+from unittest import mock
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -21,8 +24,42 @@ from uniradix.sim.scheduler import Scheduler, SchedulerConfig
     mamba_slots=st.integers(6, 16),
     max_running=st.integers(1, 3),
     chunk_pages=st.integers(1, 6),
+    judge_outputs=st.booleans(),
 )
 def test_hybrid_traffic_keeps_every_pool_exact(  # type: ignore[no-untyped-def]
+    config,
+    prompts,
+    outputs,
+    page_size,
+    full_pages,
+    window,
+    mamba_slots,
+    max_running,
+    chunk_pages,
+    judge_outputs,
+) -> None:
+    """`judge_outputs`: decode outputs are judged from the first finish state on and every
+    other request samples (a few requests reach both: tracked and untracked outputs)."""
+    judged = (
+        mock.patch.multiple("uniradix.sim.placement", OUTPUT_WARMUP=0, OUTPUT_SAMPLE=2)
+        if judge_outputs
+        else nullcontext()
+    )
+    with judged:
+        _replay_and_drain(
+            config,
+            prompts,
+            outputs,
+            page_size,
+            full_pages,
+            window,
+            mamba_slots,
+            max_running,
+            chunk_pages,
+        )
+
+
+def _replay_and_drain(  # type: ignore[no-untyped-def]
     config, prompts, outputs, page_size, full_pages, window, mamba_slots, max_running, chunk_pages
 ) -> None:
     full_tokens = full_pages * page_size

@@ -180,6 +180,8 @@ class MambaRequests(NoMambaRequests):
     ) -> None:
         if mamba_value is not None and result.mamba_exist:
             self.pool.allocator.free(mamba_value)
+        elif mamba_value is not None and finished:
+            self.component.note_finish_state(result.last_device_node)
         if not finished:
             # A publish forgets the tracked states: any still held is below the published
             # prefix (or was not published) and would never be used, so its slot goes back.

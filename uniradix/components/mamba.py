@@ -11,7 +11,10 @@ whole prefix ending at that node, and only *checkpoint* nodes carry one:
 - eviction takes states in LRU order (a match refreshes only the state it used, so one
   session's states do not age together), leaving tombstones on internal nodes;
 - `mamba_max_states_per_path` caps the states along a path: on each new state the
-  shallowest unlocked single-child holders lose theirs (forks are where branches resume).
+  shallowest unlocked single-child holders lose theirs (forks are where branches resume);
+- states stored and those a match resumed from (once each) are counted, also apart for
+  *finish states* (published by a finished request, `note_finish_state`): the two shares
+  tell a scheduler whether checkpointing decode outputs pays (`uniradix.sim.placement`).
 
 The ledgers count slots (`value_len` is 1). The slots themselves, and the copy-on-write of a
 matched state into a request's own slot, belong to the cache (`uniradix.cache_mamba`).
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -42,6 +46,16 @@ from uniradix.types import (
 )
 
 
+@dataclass
+class ReuseCounts:
+    """States stored and those a match resumed from, in all and for finish states."""
+
+    stored: int = 0
+    resumed: int = 0
+    finish_stored: int = 0
+    finish_resumed: int = 0
+
+
 class MambaComponent(TreeComponent):
     component_type = ComponentType.MAMBA
 
@@ -58,6 +72,9 @@ class MambaComponent(TreeComponent):
         self._slot_values: dict[int, Slots] = {}
         self.max_states_per_path = cap
         self.lru = LRUList(index, tree.num_components)
+        self._unresumed: set[TreeNode] = set()  # live states no match resumed from yet
+        self._finish_states: set[TreeNode] = set()  # those of them a finished request stored
+        self.reuse_counts = ReuseCounts()
         policy = check_aux_eviction_policy(settings.aux_eviction_policy)
         self._credits = credit_order(self, policy)
         self._order: BranchAwareEviction | None = (
@@ -79,6 +96,9 @@ class MambaComponent(TreeComponent):
     def reset(self) -> None:
         super().reset()
         self.lru = LRUList(self.index, self.tree.num_components)
+        self._unresumed.clear()
+        self._finish_states.clear()
+        self.reuse_counts = ReuseCounts()
         if self._credits is not None:
             self._credits.reset()
 
@@ -97,6 +117,12 @@ class MambaComponent(TreeComponent):
             return {"mamba_branching_seqlen": aligned or None}
         anchor = path[num_accepted - 1]
         self.lru.move_to_mru(anchor)
+        if anchor in self._unresumed:  # its first resume: each state counts once
+            self._unresumed.remove(anchor)
+            self.reuse_counts.resumed += 1
+            if anchor in self._finish_states:
+                self._finish_states.remove(anchor)
+                self.reuse_counts.finish_resumed += 1
         if self._credits is not None:
             self._credits.touch(anchor, resumed=True)
         if num_accepted == len(path):  # the whole walk is usable: nothing past it to branch at
@@ -133,12 +159,22 @@ class MambaComponent(TreeComponent):
             else:
                 self.evictable_tokens += 1
             self.lru.insert_mru(node)
+            self.reuse_counts.stored += 1
+            self._unresumed.add(node)
         else:
             self.lru.move_to_mru(node)
         if self._credits is not None:
             self._credits.touch(node)
         if fresh and self.max_states_per_path is not None:
             self._cap_path_states(node, actions)
+
+    def note_finish_state(self, node: TreeNode) -> None:
+        """`node`'s state was just stored by a finished request's publish: one more finish
+        state, counted as resumed from when a match first resumes from it."""
+        if node not in self._unresumed:
+            raise ValueError(f"note_finish_state: {node} holds no newly stored Mamba state")
+        self._finish_states.add(node)
+        self.reuse_counts.finish_stored += 1
 
     def _state_value(self, slot: int) -> Slots:
         """The node value holding state `slot`: one read-only array per slot, made on first
@@ -181,6 +217,8 @@ class MambaComponent(TreeComponent):
         d.value = None
         mark_evicted(d)
         self.lru.remove(node)
+        self._unresumed.discard(node)
+        self._finish_states.discard(node)
         if self._credits is not None:
             self._credits.forget(node)
         return 1
@@ -226,6 +264,12 @@ class MambaComponent(TreeComponent):
                 errors.append(f"mamba: {node} lock_ref={d.lock_ref} exceeds its full lock_ref")
         if self._credits is not None:
             self._credits.check_invariants(errors)
+        if not self._finish_states <= self._unresumed <= holders:
+            stale = sorted(n.id for n in (self._finish_states | self._unresumed) - holders)
+            errors.append(f"mamba: unresumed or finish states listed on nodes {stale}")
+        counts = self.reuse_counts
+        if counts.finish_stored > counts.stored or counts.finish_resumed > counts.resumed:
+            errors.append(f"mamba: finish states counted beyond all states: {counts}")
         root = self.tree.root.data[i]
         if root.value is not None or root.lock_ref:
             errors.append("mamba: the root holds a state or a lock")

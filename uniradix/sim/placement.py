@@ -21,6 +21,16 @@ scheduler ends a prefill chunk at each one on a Mamba cache, so the state is tak
 Example (alignment 16, grid 512, prompt of 1300 tokens, nothing matched): (1024, 1296, 1296)
 deduplicated to (1024, 1296): a state and a window at the last block boundary and at the
 prompt end.
+
+Decode outputs are checkpointed only while they pay (extra-buffer Mamba caches): tracking the
+state past the prompt holds a second Mamba slot for the whole decode, and the finished request
+publishes its outputs with a *finish state*. Where the next requests send the outputs back
+(a chat's next turn) a match resumes from finish states; where they do not (the Mooncake
+trace: none of its 3,203 finish states was ever resumed from), the slot and the state only
+push out states that would be. So after `OUTPUT_WARMUP` finish states the cache's counts
+decide (`MambaComponent.reuse_counts`): outputs are tracked while the share of finish states
+a match resumed from is at least `OUTPUT_MIN_SHARE` times that of all states; else only
+every `OUTPUT_SAMPLE`-th request tracks its outputs, which keeps the count current.
 """
 
 from __future__ import annotations
@@ -30,6 +40,13 @@ from typing import TYPE_CHECKING
 
 from uniradix.cache.mamba_requests import MambaRequests
 from uniradix.types import ComponentType, MatchResult
+
+# Finish states counted before their reuse is judged; below this share of the resumed-from
+# share of all states, decode outputs are not checkpointed (but by every OUTPUT_SAMPLE-th
+# request, to keep counting).
+OUTPUT_WARMUP = 32
+OUTPUT_MIN_SHARE = 0.25
+OUTPUT_SAMPLE = 8
 
 if TYPE_CHECKING:
     from uniradix.cache.controller import UnifiedRadixCache
@@ -95,6 +112,26 @@ class CheckpointPlan:
         if self.mamba is None or not self.mamba.pool.extra_buffer:
             return None
         return self.mamba.checkpoint_seqlen(start, end)
+
+    def output_track_seqlen(self, request: RunningRequest, start: int, end: int) -> int | None:
+        """`track_seqlen` of a decode step of `request`: None while its outputs are not
+        checkpointed (placement on and finish states not resumed from often enough)."""
+        if self.mamba is None or not self.mamba.pool.extra_buffer:
+            return None
+        seqlen = self.mamba.checkpoint_seqlen(start, end)  # None within a page: most steps
+        if seqlen is None or self.mamba_align is None or self.tracks_outputs(request):
+            return seqlen
+        return None
+
+    def tracks_outputs(self, request: RunningRequest) -> bool:
+        """Whether `request` checkpoints its decode outputs now (see the module docstring)."""
+        assert self.mamba is not None
+        counts = self.mamba.component.reuse_counts
+        if counts.finish_stored < OUTPUT_WARMUP or request.spec.rid % OUTPUT_SAMPLE == 0:
+            return True
+        # finish_resumed / finish_stored >= OUTPUT_MIN_SHARE * resumed / stored
+        finish_share = counts.finish_resumed * counts.stored
+        return finish_share >= OUTPUT_MIN_SHARE * counts.resumed * counts.finish_stored
 
     def commit_tracks(self, entries: list[ForwardEntry]) -> None:
         if self.mamba is None:

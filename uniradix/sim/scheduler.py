@@ -343,7 +343,7 @@ class Scheduler:
             self._retract(victim)
             retracted = True
         entries = []
-        track_seqlen = self.checkpoints.track_seqlen
+        track_seqlen = self.checkpoints.output_track_seqlen
         for r in decoding:
             position = len(r.req.token_ids) - 1
             # Rows hold whole pages: a new slot is needed once per page, so the call is skipped
@@ -352,7 +352,7 @@ class Scheduler:
                 ok = self.slots.alloc(r, position + 1)
                 assert ok, "decode allocation failed after decode_fits"
             end = position + 1
-            entries.append(ForwardEntry(r, position, end, True, track_seqlen(position, end)))
+            entries.append(ForwardEntry(r, position, end, True, track_seqlen(r, position, end)))
         if not entries:
             return retracted
         tokens = self.runner.forward(ForwardBatch(True, entries))
