@@ -13,7 +13,9 @@ It runs two hot loops in one call each, with the GIL released:
   given slots proved inside the pool, allocated and distinct, and pushed onto the free
   stack, in one pass where numpy takes a sort, several comparisons, a gather and a scatter
   (this one holds the GIL: it is short and mutates the allocator's state), and
-  `count_equal`, an insert's duplicate slots against the tree's own (`cache.insert_slots`).
+  `count_equal`, an insert's duplicate slots against the tree's own (`cache.insert_slots`);
+- `msgpack_ints`: a msgpack array of 64-bit integers read in place, for the KV events'
+  tokens and hashes (`events.packed`), where msgspec needs a Python int per value.
 
 `HAVE_NATIVE` says whether callers use it: False when the module was not built (no C
 compiler at install: the build is optional) or when the environment sets
@@ -143,6 +145,15 @@ def count_equal(a: np.ndarray, b: np.ndarray) -> int:
     """At how many positions `a` and `b` (1-D int64, one length) hold the same value:
     `np.count_nonzero(a == b)` without the mask."""
     return int(_get().count_equal(a, b))
+
+
+def msgpack_ints(values: np.ndarray) -> bytes:
+    """The msgpack array of the 1-D int64 or uint64 `values`, msgspec's bytes for the same
+    Python ints (`events.packed.msgpack_ints`), read in place."""
+    if values.ndim != 1 or values.dtype.kind not in "iu" or values.dtype.itemsize != 8:
+        raise ValueError(f"values must be a 1-D 64-bit integer array, got {values.dtype}")
+    native_order = np.ascontiguousarray(values, dtype=values.dtype.newbyteorder("="))
+    return bytes(_get().msgpack_ints(native_order, values.dtype.kind == "u"))
 
 
 def _byte_rows(src: torch.Tensor, dst: torch.Tensor, index: int) -> tuple[np.ndarray, np.ndarray]:

@@ -22,6 +22,9 @@ PyObject *native_sha256_implementation(PyObject *module, PyObject *unused);
 PyObject *native_free_slots(PyObject *module, PyObject *args);
 PyObject *native_count_equal(PyObject *module, PyObject *args);
 
+/* msgpack_ints.c */
+PyObject *native_msgpack_ints(PyObject *module, PyObject *args);
+
 /* row_copy.c */
 PyObject *native_copy_row_runs(PyObject *module, PyObject *args);
 

@@ -9,7 +9,9 @@
  *   copier;
  * - page_free.c: free_slots, the token allocator's checked free (range, allocated,
  *   distinct) and push onto its free stack in one pass, and count_equal, an insert's
- *   duplicate slots against the tree's own.
+ *   duplicate slots against the tree's own;
+ * - msgpack_ints.c: msgpack_ints, a msgpack array of 64-bit integers (the KV events'
+ *   tokens and hashes) read in place, msgspec's bytes without a Python int per value.
  *
  * The digests and the copy release the GIL while they work (the free holds it: see
  * page_free.c); all check every index against the buffers they were
@@ -47,6 +49,9 @@ static PyMethodDef methods[] = {
     {"count_equal", native_count_equal, METH_VARARGS,
      "count_equal(a, b) -> int: at how many positions two 1-D int64 buffers of one length "
      "hold the same value."},
+    {"msgpack_ints", native_msgpack_ints, METH_VARARGS,
+     "msgpack_ints(values, is_unsigned) -> bytes: the msgpack array of a contiguous buffer "
+     "of native 64-bit integers, each in its shortest form (msgspec's bytes)."},
     {NULL, NULL, 0, NULL},
 };
 
