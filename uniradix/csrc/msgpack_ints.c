@@ -12,6 +12,9 @@
 #include <stdint.h>
 #include <string.h>
 
+/* From this many integers on, the loops run without the GIL. */
+#define RELEASE_GIL_FROM 4096
+
 /* Bytes `value` takes after its head (0: the head is the value), and its head. */
 static int signed_width(int64_t value, uint8_t *head) {
     if (value >= 0) {
@@ -40,14 +43,13 @@ static int unsigned_width(uint64_t u, uint8_t *head) {
     return 8;
 }
 
+/* Writes one integer at `out`; returns the bytes written (1 to 9). */
 static size_t value_bytes(uint64_t bits, int is_unsigned, uint8_t *out) {
     uint8_t head;
     int width = is_unsigned ? unsigned_width(bits, &head) : signed_width((int64_t)bits, &head);
-    if (out != NULL) {
-        out[0] = head;
-        for (int i = 0; i < width; i++) /* the low `width` bytes, most significant first */
-            out[1 + i] = (uint8_t)(bits >> (8 * (width - 1 - i)));
-    }
+    out[0] = head;
+    for (int i = 0; i < width; i++) /* the low `width` bytes, most significant first */
+        out[1 + i] = (uint8_t)(bits >> (8 * (width - 1 - i)));
     return 1 + (size_t)width;
 }
 
@@ -70,32 +72,36 @@ PyObject *native_msgpack_ints(PyObject *module, PyObject *args) {
         goto done;
     }
     const uint8_t *in = values.buf;
-    size_t head_bytes = count < 16 ? 1 : count < 65536 ? 3 : 5;
-    size_t total = head_bytes;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        uint64_t bits;
-        memcpy(&bits, in + 8 * i, sizeof bits);
-        total += value_bytes(bits, is_unsigned, NULL);
+    /* Written into a buffer of the most it can take (an array head of 5 bytes, 9 per
+     * integer), then copied into the bytes object: the loop then needs no GIL, and a long
+     * array (a request's tokens) lets the scheduler's thread run meanwhile (the sender
+     * thread calls this; both buffers are this call's alone). */
+    uint8_t *buffer = PyMem_RawMalloc(5 + 9 * (size_t)count);
+    if (buffer == NULL) {
+        PyErr_NoMemory();
+        goto done;
     }
-    result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
-    if (result == NULL) goto done;
-    uint8_t *out = (uint8_t *)PyBytes_AS_STRING(result);
-    if (head_bytes == 1) {
-        out[0] = (uint8_t)(0x90 | count);
-    } else if (head_bytes == 3) {
-        out[0] = 0xdc;
-        out[1] = (uint8_t)(count >> 8);
-        out[2] = (uint8_t)count;
+    int release = count >= RELEASE_GIL_FROM;
+    PyThreadState *saved = release ? PyEval_SaveThread() : NULL;
+    uint8_t *out = buffer;
+    if (count < 16) {
+        *out++ = (uint8_t)(0x90 | count);
+    } else if (count < 65536) {
+        *out++ = 0xdc;
+        *out++ = (uint8_t)(count >> 8);
+        *out++ = (uint8_t)count;
     } else {
-        out[0] = 0xdd;
-        for (int i = 0; i < 4; i++) out[1 + i] = (uint8_t)((uint64_t)count >> (24 - 8 * i));
+        *out++ = 0xdd;
+        for (int i = 0; i < 4; i++) *out++ = (uint8_t)((uint64_t)count >> (24 - 8 * i));
     }
-    out += head_bytes;
     for (Py_ssize_t i = 0; i < count; i++) {
         uint64_t bits;
         memcpy(&bits, in + 8 * i, sizeof bits);
         out += value_bytes(bits, is_unsigned, out);
     }
+    if (release) PyEval_RestoreThread(saved);
+    result = PyBytes_FromStringAndSize((const char *)buffer, out - buffer);
+    PyMem_RawFree(buffer);
 done:
     PyBuffer_Release(&values);
     return result;
