@@ -34,8 +34,6 @@ which llm-d and SGLang's own typed decoder cannot read: sglang#39610).
 
 from __future__ import annotations
 
-import numpy as np
-
 from uniradix.cache.controller import UnifiedRadixCache
 from uniradix.event_sink import MEDIA, MEDIUM_CPU_PINNED, MEDIUM_DISK, MEDIUM_GPU
 from uniradix.events.hashing import block_hashing
@@ -247,9 +245,10 @@ class EventRecorder:
     def _packed(self, run: _Run) -> Packed:
         published = self.hashing.published
         if run.removed:
-            hashes = [published(b)[::-1] for b in run.blobs]
-            deepest_first = hashes[0] if len(hashes) == 1 else np.concatenate(hashes)
-            return PackedRemoved(deepest_first, run.medium, self._group_idx)
+            # Each node's pages deepest first, nodes in removal order: the pages of the
+            # nodes joined in reverse order, read backwards (one join, one view).
+            blob = run.blobs[0] if len(run.blobs) == 1 else b"".join(reversed(run.blobs))
+            return PackedRemoved(published(blob)[::-1], run.medium, self._group_idx)
         blob = run.blobs[0] if len(run.blobs) == 1 else b"".join(run.blobs)
         units = run.units[0] if len(run.units) == 1 else b"".join(run.units)
         return PackedStored(
