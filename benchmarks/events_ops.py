@@ -135,7 +135,12 @@ def _before_recorder(rev: str) -> type[Any]:
     source = git_show(rev, "uniradix/events/recorder.py")
     module = types.ModuleType("recorder_before")
     exec(compile(source, f"{rev}:recorder.py", "exec"), module.__dict__)
-    recorder: type[Any] = module.EventRecorder
+    # Its events are lists already: a current `KVEventStream` takes them as they are.
+    recorder: type[Any] = type(
+        "EventRecorderBefore",
+        (module.EventRecorder,),
+        {"take_step": lambda self: self.take_events()},
+    )
     return recorder
 
 
