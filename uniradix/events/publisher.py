@@ -159,7 +159,11 @@ class ZmqEventPublisher:
             self._replay.setsockopt(zmq.LINGER, 0)
             replay = offset_endpoint_port(config.replay_endpoint, config.dp_rank)
             self.replay_endpoint = self._attach(self._replay, replay, True)
-        self._ring: deque[tuple[int, bytes]] = deque(maxlen=config.buffer_steps)
+        # The last batches, for replay requests: without a replay socket none can come, and
+        # keeping `buffer_steps` payloads (~45 KB each for a Mooncake request at page 16)
+        # would only hold memory and move every new payload to fresh cache lines.
+        ring_size = config.buffer_steps if self._replay is not None else 0
+        self._ring: deque[tuple[int, bytes]] = deque(maxlen=ring_size)
         self._queue: queue.Queue[tuple[float, Sequence[KVEvent]] | None] = queue.Queue(
             config.max_queue_size
         )
