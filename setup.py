@@ -9,7 +9,15 @@ import sys
 from setuptools import Extension, setup
 
 CSRC = "uniradix/csrc"
-NAMES = ("native_module", "page_digests", "page_free", "row_copy", "sha256", "slot_checks")
+NAMES = (
+    "native_module",
+    "msgpack_ints",
+    "page_digests",
+    "page_free",
+    "row_copy",
+    "sha256",
+    "slot_checks",
+)
 SOURCES = [f"{CSRC}/{name}.c" for name in NAMES]
 COMPILE_ARGS = [] if sys.platform == "win32" else ["-O3", "-std=c11"]
 

@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 import types
@@ -233,6 +236,15 @@ def main() -> None:
         result = bench_publisher(args.batches, args.events_per_batch)
     else:
         result = bench_routing(args.max_requests)
+    revision = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    result = {
+        "command": "python -m benchmarks.bench_events " + " ".join(sys.argv[1:]),
+        "commit": revision,
+        "load_at_end": [round(x, 2) for x in os.getloadavg()],
+        **result,
+    }
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"events_{args.part}.json"
     path.write_text(json.dumps(result, indent=1) + "\n")

@@ -3,7 +3,8 @@
 `ops` plays the same request stream (`benchmarks/streams.py`, the call sequence of
 `benchmarks/ops.py`) on caches without a sink (`none`), with a sink that ignores its reports
 (`hook`), hashing each new leaf's pages without events (`hash_only`, a control), with the
-recorder flushing to a null publisher (`null`), publishing to a real ZMQ
+recorder flushing to a null publisher (`null`: it reads nothing, so the step's events stay
+in arrays, `uniradix.events.packed`), publishing to a real ZMQ
 socket (`zmq` from the sender thread, `zmq_per_batch` from a thread woken per batch,
 `zmq_inline` from the caller) and, with `--before REV`, the recorder of an older revision
 (`null_before`, `zmq_before`), with `--python-hashing` the `hash_only`, `null` and `zmq`
@@ -135,7 +136,12 @@ def _before_recorder(rev: str) -> type[Any]:
     source = git_show(rev, "uniradix/events/recorder.py")
     module = types.ModuleType("recorder_before")
     exec(compile(source, f"{rev}:recorder.py", "exec"), module.__dict__)
-    recorder: type[Any] = module.EventRecorder
+    # Its events are lists already: a current `KVEventStream` takes them as they are.
+    recorder: type[Any] = type(
+        "EventRecorderBefore",
+        (module.EventRecorder,),
+        {"take_step": lambda self: self.take_events()},
+    )
     return recorder
 
 

@@ -1,7 +1,8 @@
 """The optional native module `uniradix._native` (C, built from `uniradix/csrc/` at install),
 behind typed, checked wrappers.
 
-It runs two hot loops in one call each, with the GIL released:
+It runs these hot loops in one call each (the digests, the copies and long integer arrays
+with the GIL released):
 
 - `chain_digests`: the chained SHA-256 page digests of a packed key (`page_hash`'s chain,
   byte for byte), with its own SHA-256 (on the CPU's SHA extensions where present), and
@@ -15,7 +16,9 @@ It runs two hot loops in one call each, with the GIL released:
   (this one holds the GIL: it is short and mutates the allocator's state);
 - `whole_pages` and `count_equal`: an insert's value checked for whole pages
   (`uniradix.slots`) and its duplicate slots counted against the tree's own
-  (`cache.insert_slots`), one pass each where numpy makes temporary arrays.
+  (`cache.insert_slots`), one pass each where numpy makes temporary arrays;
+- `msgpack_ints`: a msgpack array of 64-bit integers read in place, for the KV events'
+  tokens and hashes (`events.packed`), where msgspec needs a Python int per value.
 
 `HAVE_NATIVE` says whether callers use it: False when the module was not built (no C
 compiler at install: the build is optional) or when the environment sets
@@ -151,6 +154,15 @@ def whole_pages(slots: np.ndarray, page_size: int) -> bool:
     """Whether `slots` (1-D int64, a multiple of `page_size` long) is whole pages: the
     answer of `uniradix.slots.whole_pages`'s numpy path, in one pass."""
     return bool(_get().whole_pages(slots, page_size))
+
+
+def msgpack_ints(values: np.ndarray) -> bytes:
+    """The msgpack array of the 1-D int64 or uint64 `values`, msgspec's bytes for the same
+    Python ints (`events.packed.msgpack_ints`), read in place."""
+    if values.ndim != 1 or values.dtype.kind not in "iu" or values.dtype.itemsize != 8:
+        raise ValueError(f"values must be a 1-D 64-bit integer array, got {values.dtype}")
+    native_order = np.ascontiguousarray(values, dtype=values.dtype.newbyteorder("="))
+    return bytes(_get().msgpack_ints(native_order, values.dtype.kind == "u"))
 
 
 def _byte_rows(src: torch.Tensor, dst: torch.Tensor, index: int) -> tuple[np.ndarray, np.ndarray]:

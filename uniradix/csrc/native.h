@@ -32,6 +32,9 @@ PyObject *native_free_slots(PyObject *module, PyObject *args);
 PyObject *native_count_equal(PyObject *module, PyObject *args);
 PyObject *native_whole_pages(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
+/* msgpack_ints.c */
+PyObject *native_msgpack_ints(PyObject *module, PyObject *args);
+
 /* row_copy.c */
 PyObject *native_copy_row_runs(PyObject *module, PyObject *args);
 

@@ -10,7 +10,9 @@
  * - page_free.c: free_slots, the token allocator's checked free (range, allocated,
  *   distinct) and push onto its free stack in one pass;
  * - slot_checks.c: whole_pages, the page test of an insert's value, and count_equal, an
- *   insert's duplicate slots against the tree's own.
+ *   insert's duplicate slots against the tree's own;
+ * - msgpack_ints.c: msgpack_ints, a msgpack array of 64-bit integers (the KV events'
+ *   tokens and hashes) read in place, msgspec's bytes without a Python int per value.
  *
  * The digests and the copy release the GIL while they work (the free holds it: see
  * page_free.c); all check every index against the buffers they were
@@ -51,6 +53,9 @@ static PyMethodDef methods[] = {
     {"whole_pages", (PyCFunction)(void (*)(void))native_whole_pages, METH_FASTCALL,
      "whole_pages(slots, page_size) -> bool: whether a 1-D int64 buffer, a multiple of "
      "page_size long, is whole pages (see uniradix.slots.whole_pages)."},
+    {"msgpack_ints", native_msgpack_ints, METH_VARARGS,
+     "msgpack_ints(values, is_unsigned) -> bytes: the msgpack array of a contiguous buffer "
+     "of native 64-bit integers, each in its shortest form (msgspec's bytes)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -274,8 +274,8 @@ class IndexPublisher:
         self.dropped = 0
         index.add_instance(instance)
 
-    def publish(self, events: list[KVEvent]) -> bool:
-        self.index.apply(self.instance, KVEventBatch(time.time(), events, 0), self.published)
+    def publish(self, events: Sequence[KVEvent]) -> bool:
+        self.index.apply(self.instance, KVEventBatch(time.time(), list(events), 0), self.published)
         self.published += 1
         return True
 

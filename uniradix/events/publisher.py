@@ -25,6 +25,7 @@ import re
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -111,7 +112,7 @@ class EventPublisher(Protocol):
     published: int  # batches handed on
     dropped: int  # batches lost before that
 
-    def publish(self, events: list[KVEvent]) -> bool: ...
+    def publish(self, events: Sequence[KVEvent]) -> bool: ...
 
     def close(self) -> None: ...
 
@@ -123,7 +124,7 @@ class NullEventPublisher:
         self.published = 0
         self.dropped = 0
 
-    def publish(self, events: list[KVEvent]) -> bool:
+    def publish(self, events: Sequence[KVEvent]) -> bool:
         self.published += 1
         return True
 
@@ -158,8 +159,12 @@ class ZmqEventPublisher:
             self._replay.setsockopt(zmq.LINGER, 0)
             replay = offset_endpoint_port(config.replay_endpoint, config.dp_rank)
             self.replay_endpoint = self._attach(self._replay, replay, True)
-        self._ring: deque[tuple[int, bytes]] = deque(maxlen=config.buffer_steps)
-        self._queue: queue.Queue[tuple[float, list[KVEvent]] | None] = queue.Queue(
+        # The last batches, for replay requests: without a replay socket none can come, and
+        # keeping `buffer_steps` payloads (~45 KB each for a Mooncake request at page 16)
+        # would only hold memory and move every new payload to fresh cache lines.
+        ring_size = config.buffer_steps if self._replay is not None else 0
+        self._ring: deque[tuple[int, bytes]] = deque(maxlen=ring_size)
+        self._queue: queue.Queue[tuple[float, Sequence[KVEvent]] | None] = queue.Queue(
             config.max_queue_size
         )
         self._seq = 0
@@ -179,7 +184,7 @@ class ZmqEventPublisher:
         sock.connect(endpoint)
         return endpoint
 
-    def publish(self, events: list[KVEvent]) -> bool:
+    def publish(self, events: Sequence[KVEvent]) -> bool:
         """Queues one batch (stamped now), or sends it when inline; False when it was
         dropped (a full queue)."""
         if self._inline:
@@ -221,7 +226,7 @@ class ZmqEventPublisher:
             while self._replay is not None and self._replay.poll(0):
                 self._serve_replay(self._replay)
 
-    def _send_queued(self, item: tuple[float, list[KVEvent]] | None) -> bool:
+    def _send_queued(self, item: tuple[float, Sequence[KVEvent]] | None) -> bool:
         """Sends `item` and, after `sender_wait_ms`, every batch queued by then, in order;
         False once the stop mark came. Waiting lets a busy scheduler's steps gather so that
         the thread takes the GIL once for several of them: each hand-off stalls the
@@ -236,7 +241,7 @@ class ZmqEventPublisher:
                 return True
         return False
 
-    def _encode_and_send(self, ts: float, events: list[KVEvent]) -> None:
+    def _encode_and_send(self, ts: float, events: Sequence[KVEvent]) -> None:
         start = time.thread_time_ns()  # CPU time: a wait for the GIL is not the sender's
         self._send(encode_batch(events, ts, self.config.dp_rank, self.config.wire))
         self.events_published += len(events)

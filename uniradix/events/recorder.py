@@ -18,8 +18,8 @@ Per step, in execution order::
     reset()       -> AllBlocksCleared (what came before it in the step is dropped)
 
 Consecutive stores that chain (same medium and namespace) and consecutive removes of one
-medium are merged into one event, as SGLang does; a merged run's hashes and tokens are
-converted to Python ints in one numpy pass each.
+medium are merged into one event, as SGLang does. A run's hashes and tokens stay in arrays
+(`take_step`, `uniradix.events.packed`) until something reads them as events.
 
 A store and a remove of the same pages within one step are both sent, as vLLM and SGLang
 do: cancelling them is only sound when no other store of the step chains from those pages
@@ -34,12 +34,11 @@ which llm-d and SGLang's own typed decoder cannot read: sglang#39610).
 
 from __future__ import annotations
 
-import numpy as np
-
 from uniradix.cache.controller import UnifiedRadixCache
 from uniradix.event_sink import MEDIA, MEDIUM_CPU_PINNED, MEDIUM_DISK, MEDIUM_GPU
 from uniradix.events.hashing import block_hashing
-from uniradix.events.types import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
+from uniradix.events.packed import Packed, PackedRemoved, PackedStored, StepEvents, StoredShape
+from uniradix.events.types import KVEvent
 from uniradix.node_digests import NodeDigests
 from uniradix.page_hash import DIGEST_BYTES
 from uniradix.tree.node import TreeNode
@@ -99,7 +98,9 @@ class EventRecorder:
         self._seed, self._hasher = self.hashing.seed, self.hashing.hasher
         self.digests = NodeDigests.of_tree(cache.tree, self._bigram)
         self._group_idx = group_idx
-        self._kind = kv_cache_spec_kind
+        self._shape = StoredShape(
+            self.block_size, self.cache_salt, group_idx, kv_cache_spec_kind, self._bigram
+        )
         # Per medium, the digests of the nodes announced there (a remove reads them in one
         # lookup), as of the last derived store and every remove.
         self._held: dict[str, dict[TreeNode, bytes]] = {m: {} for m in MEDIA}
@@ -231,51 +232,27 @@ class EventRecorder:
     # ------------------------------------------------------------------ events
     def take_events(self) -> list[KVEvent]:
         """The step's events, coalesced, in execution order; empties the record."""
+        return self.take_step().events()
+
+    def take_step(self) -> StepEvents:
+        """`take_events()` left in arrays (`uniradix.events.packed`): a publisher that sends
+        bytes encodes them without a Python int per hash and token."""
         self._derive()
         runs, self._runs = self._runs, []
-        events: list[KVEvent] = [AllBlocksCleared()] if self._cleared else []
-        self._cleared = False
-        events.extend(self._event(run) for run in runs)
-        return events
+        cleared, self._cleared = self._cleared, False
+        return StepEvents(cleared, [self._packed(run) for run in runs])
 
-    def _event(self, run: _Run) -> KVEvent:
+    def _packed(self, run: _Run) -> Packed:
         published = self.hashing.published
         if run.removed:
-            hashes = [published(b)[::-1] for b in run.blobs]
-            ints: list[int] = (hashes[0] if len(hashes) == 1 else np.concatenate(hashes)).tolist()
-            return BlockRemoved(ints, run.medium, group_idx=self._group_idx)
+            # Each node's pages deepest first, nodes in removal order: the pages of the
+            # nodes joined in reverse order, read backwards (one join, one view).
+            blob = run.blobs[0] if len(run.blobs) == 1 else b"".join(reversed(run.blobs))
+            return PackedRemoved(published(blob)[::-1], run.medium, self._group_idx)
         blob = run.blobs[0] if len(run.blobs) == 1 else b"".join(run.blobs)
         units = run.units[0] if len(run.units) == 1 else b"".join(run.units)
-        return self._stored(
-            published(blob).tolist(), run.parent_hash, units, run.medium, run.lora_name
-        )
-
-    def _tokens(self, units: bytes) -> list[int]:
-        values = np.frombuffer(units, dtype="<i8")
-        if self._bigram:  # a bigram unit (a, b) is `a << 32 | b`: its page's token is `a`
-            values = values >> 32
-        tokens: list[int] = values.tolist()
-        return tokens
-
-    def _stored(
-        self,
-        hashes: list[int],
-        parent_hash: int | None,
-        units: bytes,
-        medium: str,
-        lora_name: str | None,
-    ) -> BlockStored:
-        return BlockStored(
-            hashes,
-            parent_hash,
-            self._tokens(units),
-            self.block_size,
-            None,
-            medium,
-            lora_name,
-            cache_salt=self.cache_salt,
-            group_idx=self._group_idx,
-            kv_cache_spec_kind=self._kind,
+        return PackedStored(
+            published(blob), run.parent_hash, units, run.medium, run.lora_name, self._shape
         )
 
     def snapshot(self, medium: str = MEDIUM_GPU) -> list[KVEvent]:
@@ -298,6 +275,8 @@ class EventRecorder:
                 parent_hash = int(
                     published(self.digests.last(parent, self._seed, self._hasher) or b"")[0]
                 )
-            hashes: list[int] = published(blob).tolist()
-            events.append(self._stored(hashes, parent_hash, node.key, medium, node.extra_key))
+            packed = PackedStored(
+                published(blob), parent_hash, node.key, medium, node.extra_key, self._shape
+            )
+            events.append(packed.event())
         return events

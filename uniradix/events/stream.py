@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from uniradix.cache.controller import UnifiedRadixCache
 from uniradix.event_sink import MEDIUM_CPU_PINNED
+from uniradix.events.packed import StepEvents
 from uniradix.events.publisher import EventPublisher
 from uniradix.events.recorder import EventRecorder
 from uniradix.events.types import AllBlocksCleared, KVEvent
@@ -35,14 +36,15 @@ class KVEventStream:
         self._resync = [True] * len(self.publishers)
         cache.set_event_sink(self.recorder)
 
-    def flush(self) -> list[KVEvent]:
+    def flush(self) -> StepEvents:
         """Publishes the events since the last flush (nothing when there are none and no
-        publisher needs a resync); returns them."""
-        events = self.recorder.take_events()
+        publisher needs a resync); returns them (a sequence of `KVEvent`, made on first read:
+        `uniradix.events.packed`)."""
+        events = self.recorder.take_step()
         resync: list[KVEvent] | None = None
         handed = 0  # events in the largest batch handed on (counted once, not per publisher)
         for i, publisher in enumerate(self.publishers):
-            batch = events
+            batch: Sequence[KVEvent] = events
             if self._resync[i]:
                 if resync is None:
                     resync = [AllBlocksCleared(), *self.recorder.snapshot()]

@@ -14,10 +14,12 @@ shape back into the map structs.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 
+from uniradix.events.packed import StepEvents
 from uniradix.events.types import (
     AllBlocksCleared,
     ArrayBlockRemoved,
@@ -62,11 +64,14 @@ def _positional(event: KVEvent, wire: str) -> list[Any]:
     return ["AllBlocksCleared"]
 
 
-def encode_batch(events: list[KVEvent], ts: float, dp_rank: int, wire: str = "map") -> bytes:
-    """The msgpack payload of one batch in the `wire` shape."""
-    if wire == "map":
-        return _encoder.encode(KVEventBatch(ts, events, dp_rank))
+def encode_batch(events: Sequence[KVEvent], ts: float, dp_rank: int, wire: str = "map") -> bytes:
+    """The msgpack payload of one batch in the `wire` shape; a recorder's `StepEvents` is
+    encoded from its arrays (the same bytes)."""
     check_wire(wire)
+    if isinstance(events, StepEvents):
+        return events.encode(ts, dp_rank, wire)
+    if wire == "map":
+        return _encoder.encode(KVEventBatch(ts, list(events), dp_rank))
     return _encoder.encode([ts, [_positional(e, wire) for e in events], dp_rank])
 
 

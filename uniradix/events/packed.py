@@ -1,0 +1,190 @@
+"""StepEvents: one step's events as the recorder derives them, in arrays, turned into
+Python objects only when something reads them.
+
+A `BlockStored` of a Mooncake request carries ~12,600 token ids and ~800 hashes; as
+`list[int]` they are that many Python ints, made at the flush (~0.5 ms at page 16, most of
+the flush) and dropped once the sender encoded them, churning the allocator and the CPU
+caches the next cache calls need. `StepEvents` keeps each event's hashes as a numpy view of
+the node digests and its tokens as the key's packed units: a publisher that only sends
+bytes (`ZmqEventPublisher`, on its sender thread) encodes the msgpack arrays from those
+buffers in one native pass each (`msgpack_ints`; without the native module, through a list
+as before), and a `NullEventPublisher` touches nothing.
+Anything that reads the events (iterating, indexing, `==`) gets the very `BlockStored` /
+`BlockRemoved` structs the recorder used to build, made once; the bytes on the wire are
+identical either way (tests compare them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, overload
+
+import msgspec
+import numpy as np
+
+from uniradix import native
+from uniradix.events.types import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
+
+_encoder = msgspec.msgpack.Encoder()
+
+
+def msgpack_ints(values: np.ndarray) -> bytes:
+    """The msgpack array of `values` (1-D int64 or uint64): msgspec's bytes for the same
+    Python ints, read in place by the native module where it was built."""
+    if native.HAVE_NATIVE:
+        return native.msgpack_ints(values)
+    return _encoder.encode(values.tolist())
+
+
+# The events with their two long arrays pre-encoded: the same tags, fields, order and
+# defaults as `types.BlockStored` / `BlockRemoved`, so msgspec writes the same bytes.
+class _RawStored(msgspec.Struct, tag="BlockStored", omit_defaults=True):
+    block_hashes: msgspec.Raw
+    parent_block_hash: int | None
+    token_ids: msgspec.Raw
+    block_size: int
+    lora_id: int | None
+    medium: str | None
+    lora_name: str | None
+    cache_salt: str | None = None
+    group_idx: int | None = None
+    kv_cache_spec_kind: str | None = None
+
+
+class _RawRemoved(msgspec.Struct, tag="BlockRemoved", omit_defaults=True):
+    block_hashes: msgspec.Raw
+    medium: str | None
+    group_idx: int | None = None
+
+
+@dataclass(frozen=True)
+class StoredShape:
+    """What every `BlockStored` of one recorder shares. `bigram`: the units are EAGLE pairs
+    `a << 32 | b`, each page's token being `a`."""
+
+    block_size: int
+    cache_salt: str | None
+    group_idx: int | None
+    kv_cache_spec_kind: str | None
+    bigram: bool
+
+    def tokens(self, units: bytes) -> np.ndarray:
+        values = np.frombuffer(units, dtype="<i8")
+        return values >> 32 if self.bigram else values
+
+
+@dataclass(frozen=True)
+class PackedStored:
+    hashes: np.ndarray  # published hashes, page order
+    parent_hash: int | None
+    units: bytes  # the pages' packed key units
+    medium: str
+    lora_name: str | None
+    shape: StoredShape
+
+    def event(self) -> BlockStored:
+        s = self.shape
+        tokens: list[int] = s.tokens(self.units).tolist()
+        return BlockStored(
+            self.hashes.tolist(),
+            self.parent_hash,
+            tokens,
+            s.block_size,
+            None,
+            self.medium,
+            self.lora_name,
+            cache_salt=s.cache_salt,
+            group_idx=s.group_idx,
+            kv_cache_spec_kind=s.kv_cache_spec_kind,
+        )
+
+    def raw(self, wire: str) -> Any:
+        s = self.shape
+        hashes = msgspec.Raw(msgpack_ints(self.hashes))
+        tokens = msgspec.Raw(msgpack_ints(s.tokens(self.units)))
+        if wire == "map":
+            return _RawStored(
+                hashes,
+                self.parent_hash,
+                tokens,
+                s.block_size,
+                None,
+                self.medium,
+                self.lora_name,
+                cache_salt=s.cache_salt,
+                group_idx=s.group_idx,
+                kv_cache_spec_kind=s.kv_cache_spec_kind,
+            )
+        out: list[Any] = ["BlockStored", hashes, self.parent_hash, tokens]
+        out += [s.block_size, None, self.medium]  # block_size, lora_id, medium
+        if wire == "sglang-array" and s.cache_salt:
+            out.append({"cache_salt": s.cache_salt})
+        return out
+
+
+@dataclass(frozen=True)
+class PackedRemoved:
+    hashes: np.ndarray  # published hashes, deepest first
+    medium: str
+    group_idx: int | None
+
+    def event(self) -> BlockRemoved:
+        return BlockRemoved(self.hashes.tolist(), self.medium, group_idx=self.group_idx)
+
+    def raw(self, wire: str) -> Any:
+        hashes = msgspec.Raw(msgpack_ints(self.hashes))
+        if wire == "map":
+            return _RawRemoved(hashes, self.medium, group_idx=self.group_idx)
+        return ["BlockRemoved", hashes, self.medium]
+
+
+Packed = PackedStored | PackedRemoved
+
+
+class StepEvents(Sequence[KVEvent]):
+    """One step's events (`AllBlocksCleared` first when `cleared`, then `packed` in order):
+    a sequence of `KVEvent`, made on first read, that also encodes itself without them."""
+
+    def __init__(self, cleared: bool, packed: list[Packed]) -> None:
+        self.cleared = cleared
+        self.packed = packed
+        self._events: list[KVEvent] | None = None
+
+    def events(self) -> list[KVEvent]:
+        if self._events is None:
+            head: list[KVEvent] = [AllBlocksCleared()] if self.cleared else []
+            self._events = head + [p.event() for p in self.packed]
+        return self._events
+
+    def encode(self, ts: float, dp_rank: int, wire: str) -> bytes:
+        """The batch's msgpack payload in the `wire` shape (`wire.encode_batch`'s bytes)."""
+        head: list[Any] = []
+        if self.cleared:
+            head = [AllBlocksCleared() if wire == "map" else ["AllBlocksCleared"]]
+        return _encoder.encode([ts, head + [p.raw(wire) for p in self.packed], dp_rank])
+
+    def __len__(self) -> int:
+        return len(self.packed) + self.cleared
+
+    @overload
+    def __getitem__(self, index: int) -> KVEvent: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[KVEvent]: ...
+    def __getitem__(self, index: int | slice) -> KVEvent | list[KVEvent]:
+        return self.events()[index]
+
+    def __iter__(self) -> Iterator[KVEvent]:
+        return iter(self.events())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, StepEvents):
+            return self.events() == other.events()
+        if isinstance(other, Sequence):
+            return self.events() == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable-looking, compared by content
+
+    def __repr__(self) -> str:
+        return f"StepEvents({self.events()!r})"
