@@ -46,41 +46,25 @@ def test_hybrid_traffic_keeps_every_pool_exact(  # type: ignore[no-untyped-def]
         else nullcontext()
     )
     with judged:
-        _replay_and_drain(
-            config,
-            prompts,
-            outputs,
-            page_size,
-            full_pages,
-            window,
-            mamba_slots,
-            max_running,
-            chunk_pages,
+        full_tokens = full_pages * page_size
+        cache = small_cache(config, full_tokens, page_size, window, mamba_slots)
+        limit = full_tokens // 2
+        fitting = [(p, n) for p, n in zip(prompts, outputs, strict=False) if len(p) + n <= limit]
+        specs = [spec(i, p, [7] * n) for i, (p, n) in enumerate(fitting)] or [spec(0, [1], [1])]
+        scheduler = Scheduler(
+            cache,
+            NullRunner(),
+            specs,
+            SchedulerConfig(max_running, chunk_pages * page_size, 0.0, check_invariants=True),
         )
-
-
-def _replay_and_drain(  # type: ignore[no-untyped-def]
-    config, prompts, outputs, page_size, full_pages, window, mamba_slots, max_running, chunk_pages
-) -> None:
-    full_tokens = full_pages * page_size
-    cache = small_cache(config, full_tokens, page_size, window, mamba_slots)
-    limit = full_tokens // 2
-    fitting = [(p, n) for p, n in zip(prompts, outputs, strict=False) if len(p) + n <= limit]
-    specs = [spec(i, p, [7] * n) for i, (p, n) in enumerate(fitting)] or [spec(0, [1], [1])]
-    scheduler = Scheduler(
-        cache,
-        NullRunner(),
-        specs,
-        SchedulerConfig(max_running, chunk_pages * page_size, 0.0, check_invariants=True),
-    )
-    scheduler.run()
-    assert scheduler.num_invariant_checks == scheduler.num_steps
-    cache.evict(
-        EvictParams(
-            num_tokens=full_tokens,
-            swa_num_tokens=full_tokens,
-            mamba_num=mamba_slots,
+        scheduler.run()
+        assert scheduler.num_invariant_checks == scheduler.num_steps
+        cache.evict(
+            EvictParams(
+                num_tokens=full_tokens,
+                swa_num_tokens=full_tokens,
+                mamba_num=mamba_slots,
+            )
         )
-    )
-    cache.check_invariants({"full": 0, "swa": 0, "mamba": 0, "req": 0})
-    assert cache.pools.available() == cache.pools.capacities()
+        cache.check_invariants({"full": 0, "swa": 0, "mamba": 0, "req": 0})
+        assert cache.pools.available() == cache.pools.capacities()

@@ -84,10 +84,27 @@ class PackedStored:
     shape: StoredShape
 
     def event(self) -> BlockStored:
+        tokens: list[int] = self.shape.tokens(self.units).tolist()
+        stored: BlockStored = self._struct(BlockStored, self.hashes.tolist(), tokens)
+        return stored
+
+    def raw(self, wire: str) -> Any:
         s = self.shape
-        tokens: list[int] = s.tokens(self.units).tolist()
-        return BlockStored(
-            self.hashes.tolist(),
+        hashes = msgspec.Raw(msgpack_ints(self.hashes))
+        tokens = msgspec.Raw(msgpack_ints(s.tokens(self.units)))
+        if wire == "map":
+            return self._struct(_RawStored, hashes, tokens)
+        out: list[Any] = ["BlockStored", hashes, self.parent_hash, tokens]
+        out += [s.block_size, None, self.medium]  # block_size, lora_id, medium
+        if wire == "sglang-array" and s.cache_salt:
+            out.append({"cache_salt": s.cache_salt})
+        return out
+
+    def _struct(self, cls: type[msgspec.Struct], hashes: Any, tokens: Any) -> Any:
+        """`cls` (`BlockStored`, or its twin with pre-encoded arrays) of this event."""
+        s = self.shape
+        return cls(
+            hashes,
             self.parent_hash,
             tokens,
             s.block_size,
@@ -98,29 +115,6 @@ class PackedStored:
             group_idx=s.group_idx,
             kv_cache_spec_kind=s.kv_cache_spec_kind,
         )
-
-    def raw(self, wire: str) -> Any:
-        s = self.shape
-        hashes = msgspec.Raw(msgpack_ints(self.hashes))
-        tokens = msgspec.Raw(msgpack_ints(s.tokens(self.units)))
-        if wire == "map":
-            return _RawStored(
-                hashes,
-                self.parent_hash,
-                tokens,
-                s.block_size,
-                None,
-                self.medium,
-                self.lora_name,
-                cache_salt=s.cache_salt,
-                group_idx=s.group_idx,
-                kv_cache_spec_kind=s.kv_cache_spec_kind,
-            )
-        out: list[Any] = ["BlockStored", hashes, self.parent_hash, tokens]
-        out += [s.block_size, None, self.medium]  # block_size, lora_id, medium
-        if wire == "sglang-array" and s.cache_salt:
-            out.append({"cache_salt": s.cache_salt})
-        return out
 
 
 @dataclass(frozen=True)
