@@ -48,6 +48,36 @@ static size_t encode_page(uint8_t *out, const uint8_t *page, size_t page_size, i
     return 4 * page_size;
 }
 
+/* The set-up both chains share: checks `page_size` and the prior digest (when given or
+ * `prior_required`), makes the result (one digest per whole page of the `units_len` bytes
+ * of units) and, when there are pages, a scratch buffer for messages of up to
+ * `fixed + per_unit * page_size` bytes.
+ * Returns the result (`*num_pages` set), or NULL with an exception set. */
+static PyObject *start_chain(Py_ssize_t units_len, Py_ssize_t page_size, const Py_buffer *prior,
+                             int prior_required, size_t fixed, size_t per_unit,
+                             size_t *num_pages, uint8_t **scratch) {
+    if (page_size < 1) {
+        PyErr_Format(PyExc_ValueError, "page_size must be >= 1, got %zd", page_size);
+        return NULL;
+    }
+    if ((prior_required || prior->buf != NULL) && prior->len != SHA256_DIGEST_BYTES) {
+        PyErr_Format(PyExc_ValueError, "prior digest must be %d bytes, got %zd",
+                     SHA256_DIGEST_BYTES, prior->len);
+        return NULL;
+    }
+    /* Written this way so that a huge page_size cannot overflow the product. */
+    *num_pages = (size_t)units_len / UNIT_BYTES / (size_t)page_size;
+    PyObject *result =
+        PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(*num_pages * SHA256_DIGEST_BYTES));
+    if (result == NULL || *num_pages == 0) return result;
+    *scratch = malloc(sha256_padded_len(fixed + per_unit * (size_t)page_size));
+    if (*scratch == NULL) {
+        Py_DECREF(result);
+        return PyErr_NoMemory();
+    }
+    return result;
+}
+
 PyObject *native_chain_digests(PyObject *module, PyObject *args) {
     Py_buffer units, prior;
     Py_ssize_t page_size;
@@ -55,28 +85,11 @@ PyObject *native_chain_digests(PyObject *module, PyObject *args) {
     (void)module;
     if (!PyArg_ParseTuple(args, "y*nz*p:chain_digests", &units, &page_size, &prior, &bigram))
         return NULL;
-    PyObject *result = NULL;
     uint8_t *scratch = NULL;
-    if (page_size < 1) {
-        PyErr_Format(PyExc_ValueError, "page_size must be >= 1, got %zd", page_size);
-        goto done;
-    }
-    if (prior.buf != NULL && prior.len != SHA256_DIGEST_BYTES) {
-        PyErr_Format(PyExc_ValueError, "prior digest must be %d bytes, got %zd",
-                     SHA256_DIGEST_BYTES, prior.len);
-        goto done;
-    }
-    /* Written this way so that a huge page_size cannot overflow the product. */
-    size_t num_pages = (size_t)units.len / UNIT_BYTES / (size_t)page_size;
-    result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(num_pages * SHA256_DIGEST_BYTES));
+    size_t num_pages = 0;
+    PyObject *result = start_chain(units.len, page_size, &prior, 0, SHA256_DIGEST_BYTES + 1,
+                                   UNIT_BYTES, &num_pages, &scratch);
     if (result == NULL || num_pages == 0) goto done;
-    size_t most = SHA256_DIGEST_BYTES + 1 + UNIT_BYTES * (size_t)page_size;
-    scratch = malloc(sha256_padded_len(most));
-    if (scratch == NULL) {
-        Py_CLEAR(result);
-        PyErr_NoMemory();
-        goto done;
-    }
     uint8_t *out = (uint8_t *)PyBytes_AS_STRING(result);
     const uint8_t *page = units.buf;
     const uint8_t *previous = prior.buf; /* NULL at an unseeded root */
@@ -126,29 +139,13 @@ PyObject *native_cbor_chain_digests(PyObject *module, PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*ny*y*y*y*y*:cbor_chain_digests", &units, &page_size, &prior,
                           &lead, &array_head, &first_tail, &tail))
         return NULL;
-    PyObject *result = NULL;
     uint8_t *scratch = NULL;
-    if (page_size < 1) {
-        PyErr_Format(PyExc_ValueError, "page_size must be >= 1, got %zd", page_size);
-        goto done;
-    }
-    if (prior.len != SHA256_DIGEST_BYTES) {
-        PyErr_Format(PyExc_ValueError, "prior digest must be %d bytes, got %zd",
-                     SHA256_DIGEST_BYTES, prior.len);
-        goto done;
-    }
-    size_t num_pages = (size_t)units.len / UNIT_BYTES / (size_t)page_size;
-    result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(num_pages * SHA256_DIGEST_BYTES));
-    if (result == NULL || num_pages == 0) goto done;
+    size_t num_pages = 0;
     size_t longest_tail = (size_t)(first_tail.len > tail.len ? first_tail.len : tail.len);
-    size_t most = (size_t)lead.len + SHA256_DIGEST_BYTES + (size_t)array_head.len +
-                  9 * (size_t)page_size + longest_tail;
-    scratch = malloc(sha256_padded_len(most));
-    if (scratch == NULL) {
-        Py_CLEAR(result);
-        PyErr_NoMemory();
-        goto done;
-    }
+    size_t fixed = (size_t)lead.len + SHA256_DIGEST_BYTES + (size_t)array_head.len + longest_tail;
+    PyObject *result =
+        start_chain(units.len, page_size, &prior, 1, fixed, 9, &num_pages, &scratch);
+    if (result == NULL || num_pages == 0) goto done;
     uint8_t *out = (uint8_t *)PyBytes_AS_STRING(result);
     const uint8_t *page = units.buf;
     const uint8_t *previous = prior.buf;
