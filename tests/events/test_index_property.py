@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.events.oracle import StrictStream, cached_hashes
-from tests.sim.specs import small_cache, spec
+from tests.sim.specs import fitting_specs, small_cache
 from uniradix import EvictParams
 from uniradix.events import NullEventPublisher, encode_batch
 from uniradix.events.index import KVEventIndex
@@ -93,9 +93,7 @@ def test_index_follows_the_cache(  # type: ignore[no-untyped-def]
     stream = KVEventStream(cache, [Capture(sent)])
     checker = Checker(stream, KVEventIndex(page_size, bigram=eagle), wire)
     checker.sent = sent  # type: ignore[attr-defined]
-    limit = full_tokens // 2
-    fitting = [(p, n) for p, n in zip(prompts, outputs, strict=False) if len(p) + n <= limit]
-    specs = [spec(i, p, [7] * n) for i, (p, n) in enumerate(fitting)] or [spec(0, [1], [1])]
+    specs = fitting_specs(prompts, outputs, full_tokens // 2)
     for round_ in range(2 if reset_midway else 1):
         scheduler = Scheduler(
             cache,

@@ -6,8 +6,7 @@ full+SWA+Mamba: every pool's invariants after every step, and every slot back at
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.sim.specs import small_cache, spec
-from uniradix import EvictParams
+from tests.sim.specs import drain_and_check, fitting_specs, small_cache
 from uniradix.sim.metrics import ReplayMetrics
 from uniradix.sim.replay import NullRunner
 from uniradix.sim.scheduler import Scheduler, SchedulerConfig
@@ -52,9 +51,7 @@ def test_branch_aware_traffic_keeps_every_pool_exact_and_counts_lost_hits(  # ty
         aux_eviction_policy=policy,
         swa_eviction_policy=swa_policy,
     )
-    limit = full_tokens // 2
-    fitting = [(p, n) for p, n in zip(prompts, outputs, strict=False) if len(p) + n <= limit]
-    specs = [spec(i, p, [7] * n) for i, (p, n) in enumerate(fitting)] or [spec(0, [1], [1])]
+    specs = fitting_specs(prompts, outputs, full_tokens // 2)
     metrics = ReplayMetrics(cache, len(specs), progress=False)
     scheduler = Scheduler(
         cache,
@@ -75,6 +72,4 @@ def test_branch_aware_traffic_keeps_every_pool_exact_and_counts_lost_hits(  # ty
     lost = metrics.lost_hits.summary()
     assert lost["full_kv_hit_tokens"] == lost["usable_hit_tokens"] + lost["lost_tokens"]
     assert lost["usable_hit_tokens"] == metrics.hit_tokens
-    cache.evict(EvictParams(num_tokens=full_tokens, swa_num_tokens=full_tokens, mamba_num=64))
-    cache.check_invariants({"full": 0, "swa": 0, "mamba": 0, "req": 0})
-    assert cache.pools.available() == cache.pools.capacities()
+    drain_and_check(cache, full_tokens)

@@ -7,8 +7,7 @@ from unittest import mock
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.sim.specs import small_cache, spec
-from uniradix import EvictParams
+from tests.sim.specs import drain_and_check, fitting_specs, small_cache
 from uniradix.sim.replay import NullRunner
 from uniradix.sim.scheduler import Scheduler, SchedulerConfig
 
@@ -48,9 +47,7 @@ def test_hybrid_traffic_keeps_every_pool_exact(  # type: ignore[no-untyped-def]
     with judged:
         full_tokens = full_pages * page_size
         cache = small_cache(config, full_tokens, page_size, window, mamba_slots)
-        limit = full_tokens // 2
-        fitting = [(p, n) for p, n in zip(prompts, outputs, strict=False) if len(p) + n <= limit]
-        specs = [spec(i, p, [7] * n) for i, (p, n) in enumerate(fitting)] or [spec(0, [1], [1])]
+        specs = fitting_specs(prompts, outputs, full_tokens // 2)
         scheduler = Scheduler(
             cache,
             NullRunner(),
@@ -59,12 +56,4 @@ def test_hybrid_traffic_keeps_every_pool_exact(  # type: ignore[no-untyped-def]
         )
         scheduler.run()
         assert scheduler.num_invariant_checks == scheduler.num_steps
-        cache.evict(
-            EvictParams(
-                num_tokens=full_tokens,
-                swa_num_tokens=full_tokens,
-                mamba_num=mamba_slots,
-            )
-        )
-        cache.check_invariants({"full": 0, "swa": 0, "mamba": 0, "req": 0})
-        assert cache.pools.available() == cache.pools.capacities()
+        drain_and_check(cache, full_tokens, mamba_slots)

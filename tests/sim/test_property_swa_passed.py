@@ -6,8 +6,7 @@ the marks taken across the examples (the property would hold vacuously without t
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.sim.specs import small_cache, spec
-from uniradix import EvictParams
+from tests.sim.specs import drain_and_check, fitting_specs, small_cache
 from uniradix.components.swa_credit import SWACreditEviction
 from uniradix.sim.replay import NullRunner
 from uniradix.sim.scheduler import Scheduler, SchedulerConfig
@@ -34,9 +33,7 @@ def passed_windows_traffic(  # type: ignore[no-untyped-def]
     full_tokens = full_pages * page_size
     cache = small_cache(config, full_tokens, page_size, window, swa_eviction_policy="greedy_dual")
     prompts = [stems[i % len(stems)] + tail for i, tail in enumerate(tails)]
-    limit = full_tokens // 2
-    fitting = [(p, n) for p, n in zip(prompts, outputs, strict=False) if len(p) + n <= limit]
-    specs = [spec(i, p, [7] * n) for i, (p, n) in enumerate(fitting)] or [spec(0, [1], [1])]
+    specs = fitting_specs(prompts, outputs, full_tokens // 2)
     orders = [
         c._reuse
         for c in cache.components
@@ -67,9 +64,7 @@ def passed_windows_traffic(  # type: ignore[no-untyped-def]
         order.request_step = counted  # type: ignore[method-assign]
     scheduler.run()
     assert scheduler.num_invariant_checks == scheduler.num_steps
-    cache.evict(EvictParams(num_tokens=full_tokens, swa_num_tokens=full_tokens, mamba_num=64))
-    cache.check_invariants({"full": 0, "swa": 0, "mamba": 0, "req": 0})
-    assert cache.pools.available() == cache.pools.capacities()
+    drain_and_check(cache, full_tokens)
 
 
 def test_passed_windows_keep_every_pool_exact() -> None:
