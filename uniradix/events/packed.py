@@ -12,11 +12,18 @@ as before), and a `NullEventPublisher` touches nothing.
 Anything that reads the events (iterating, indexing, `==`) gets the very `BlockStored` /
 `BlockRemoved` structs the recorder used to build, made once; the bytes on the wire are
 identical either way (tests compare them).
+
+The recorder's flush goes no further than the step's runs (`StepRun`: digests and units
+joined per event, nothing else): the numpy views, the parent's published hash and the
+event records are made by whoever reads or encodes the step, the ZMQ publisher's sender
+thread in the default set-up. So the scheduler's thread runs none of that code between its
+cache calls (each step's numpy and struct code evicted the instructions and data the next
+`match` needed: `benchmarks/events_ops.py`), and a null publisher runs none of it at all.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
@@ -56,6 +63,28 @@ class _RawRemoved(msgspec.Struct, tag="BlockRemoved", omit_defaults=True):
     block_hashes: msgspec.Raw
     medium: str | None
     group_idx: int | None = None
+
+
+class StepRun:
+    """Records of one step merged into one event (the recorder's coalescing): the nodes'
+    digests and units, joined once when the event is made. A store run keeps the digest it
+    chains from (`prior`, None at the root), whose published hash is its parent hash."""
+
+    __slots__ = ("blobs", "last", "lora_name", "medium", "prior", "removed", "units")
+
+    def __init__(
+        self, medium: str, removed: bool, lora_name: str | None = None, prior: bytes | None = None
+    ) -> None:
+        self.medium = medium
+        self.removed = removed
+        self.lora_name = lora_name
+        self.prior = prior
+        self.blobs: list[bytes] = []
+        self.units: list[bytes] = []
+        self.last: bytes | None = None  # the run's last digest (stores)
+
+
+Published = Callable[[bytes], np.ndarray]  # digests -> published hashes (`BlockHashing`)
 
 
 @dataclass(frozen=True)
@@ -136,14 +165,41 @@ class PackedRemoved:
 Packed = PackedStored | PackedRemoved
 
 
-class StepEvents(Sequence[KVEvent]):
-    """One step's events (`AllBlocksCleared` first when `cleared`, then `packed` in order):
-    a sequence of `KVEvent`, made on first read, that also encodes itself without them."""
+def pack_run(run: StepRun, published: Published, shape: StoredShape) -> Packed:
+    """`run`'s event in arrays: its digests joined and read as published hashes."""
+    if run.removed:
+        # Each node's pages deepest first, nodes in removal order: the pages of the nodes
+        # joined in reverse order, read backwards (one join, one view).
+        blob = run.blobs[0] if len(run.blobs) == 1 else b"".join(reversed(run.blobs))
+        return PackedRemoved(published(blob)[::-1], run.medium, shape.group_idx)
+    blob = run.blobs[0] if len(run.blobs) == 1 else b"".join(run.blobs)
+    units = run.units[0] if len(run.units) == 1 else b"".join(run.units)
+    parent_hash = None if run.prior is None else int(published(run.prior)[0])
+    return PackedStored(published(blob), parent_hash, units, run.medium, run.lora_name, shape)
 
-    def __init__(self, cleared: bool, packed: list[Packed]) -> None:
+
+class StepEvents(Sequence[KVEvent]):
+    """One step's events (`AllBlocksCleared` first when `cleared`, then one per run, in
+    order): a sequence of `KVEvent`, made on first read, that also encodes itself without
+    them. The runs are packed (`packed`) on first use, by whichever thread reads or encodes
+    the step; nothing changes them after the recorder hands them over."""
+
+    def __init__(
+        self, cleared: bool, runs: list[StepRun], published: Published, shape: StoredShape
+    ) -> None:
         self.cleared = cleared
-        self.packed = packed
+        self._runs = runs
+        self._published = published
+        self._shape = shape
+        self._packed: list[Packed] | None = None
         self._events: list[KVEvent] | None = None
+
+    @property
+    def packed(self) -> list[Packed]:
+        if self._packed is None:
+            published, shape = self._published, self._shape
+            self._packed = [pack_run(run, published, shape) for run in self._runs]
+        return self._packed
 
     def events(self) -> list[KVEvent]:
         if self._events is None:
@@ -159,7 +215,7 @@ class StepEvents(Sequence[KVEvent]):
         return _encoder.encode([ts, head + [p.raw(wire) for p in self.packed], dp_rank])
 
     def __len__(self) -> int:
-        return len(self.packed) + self.cleared
+        return len(self._runs) + self.cleared
 
     @overload
     def __getitem__(self, index: int) -> KVEvent: ...

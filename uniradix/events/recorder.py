@@ -18,8 +18,8 @@ Per step, in execution order::
     reset()       -> AllBlocksCleared (what came before it in the step is dropped)
 
 Consecutive stores that chain (same medium and namespace) and consecutive removes of one
-medium are merged into one event, as SGLang does. A run's hashes and tokens stay in arrays
-(`take_step`, `uniradix.events.packed`) until something reads them as events.
+medium are merged into one event, as SGLang does. The flush stops at those runs (`take_step`,
+`uniradix.events.packed`): their arrays and events are made by whoever reads them.
 
 A store and a remove of the same pages within one step are both sent, as vLLM and SGLang
 do: cancelling them is only sound when no other store of the step chains from those pages
@@ -37,7 +37,7 @@ from __future__ import annotations
 from uniradix.cache.controller import UnifiedRadixCache
 from uniradix.event_sink import MEDIA, MEDIUM_CPU_PINNED, MEDIUM_DISK, MEDIUM_GPU
 from uniradix.events.hashing import block_hashing
-from uniradix.events.packed import Packed, PackedRemoved, PackedStored, StepEvents, StoredShape
+from uniradix.events.packed import PackedStored, StepEvents, StepRun, StoredShape
 from uniradix.events.types import KVEvent
 from uniradix.node_digests import NodeDigests
 from uniradix.page_hash import DIGEST_BYTES
@@ -53,21 +53,6 @@ def holds(node: TreeNode, medium: str) -> bool:
     if medium == MEDIUM_CPU_PINNED:
         return d.host_value is not None and "write" not in (d.metadata or {})
     return False
-
-
-class _Run:
-    """Records merged into one event: digests and units joined once at the end."""
-
-    __slots__ = ("blobs", "last", "lora_name", "medium", "parent_hash", "removed", "units")
-
-    def __init__(self, medium: str, removed: bool, lora_name: str | None = None) -> None:
-        self.medium = medium
-        self.removed = removed
-        self.lora_name = lora_name
-        self.blobs: list[bytes] = []
-        self.units: list[bytes] = []
-        self.parent_hash: int | None = None
-        self.last: bytes | None = None  # the run's last digest (stores)
 
 
 # What a cache call leaves in the log: a store is (node, its parent then, medium), a remove
@@ -97,7 +82,6 @@ class EventRecorder:
         self.hashing = block_hashing(hash_algo, cache_salt, hash_seed, self._bigram)
         self._seed, self._hasher = self.hashing.seed, self.hashing.hasher
         self.digests = NodeDigests.of_tree(cache.tree, self._bigram)
-        self._group_idx = group_idx
         self._shape = StoredShape(
             self.block_size, self.cache_salt, group_idx, kv_cache_spec_kind, self._bigram
         )
@@ -107,7 +91,7 @@ class EventRecorder:
         self._tables = tuple(self._held.values())
         self._log: list[_Record] = []  # records not derived yet, in execution order
         self._underived: set[TreeNode] = set()  # nodes stored (or split off) in `_log`
-        self._runs: list[_Run] = []  # the step's derived records, coalesced
+        self._runs: list[StepRun] = []  # the step's derived records, coalesced
         self._cleared = False
 
     # ------------------------------------------------------------------ sink
@@ -170,7 +154,7 @@ class EventRecorder:
         runs = self._runs
         tail = runs[-1] if runs else None
         if tail is None or not tail.removed or tail.medium != medium:
-            tail = _Run(medium, True)
+            tail = StepRun(medium, True)
             runs.append(tail)
         tail.blobs.append(blob)
 
@@ -214,9 +198,8 @@ class EventRecorder:
             or root
             or tail.last != prior
         ):
-            tail = _Run(medium, False, lora_name)
-            if not root and prior is not None:
-                tail.parent_hash = int(self.hashing.published(prior)[0])
+            # The parent's hash is read from `prior` when the event is made (`packed`).
+            tail = StepRun(medium, False, lora_name, None if root else prior)
             runs.append(tail)
         tail.blobs.append(blob)
         tail.units.append(units)
@@ -235,25 +218,13 @@ class EventRecorder:
         return self.take_step().events()
 
     def take_step(self) -> StepEvents:
-        """`take_events()` left in arrays (`uniradix.events.packed`): a publisher that sends
-        bytes encodes them without a Python int per hash and token."""
+        """`take_events()` left as the step's runs (`uniradix.events.packed`): made into
+        arrays and events by whoever reads them; a publisher that sends bytes encodes them
+        without a Python int per hash and token."""
         self._derive()
         runs, self._runs = self._runs, []
         cleared, self._cleared = self._cleared, False
-        return StepEvents(cleared, [self._packed(run) for run in runs])
-
-    def _packed(self, run: _Run) -> Packed:
-        published = self.hashing.published
-        if run.removed:
-            # Each node's pages deepest first, nodes in removal order: the pages of the
-            # nodes joined in reverse order, read backwards (one join, one view).
-            blob = run.blobs[0] if len(run.blobs) == 1 else b"".join(reversed(run.blobs))
-            return PackedRemoved(published(blob)[::-1], run.medium, self._group_idx)
-        blob = run.blobs[0] if len(run.blobs) == 1 else b"".join(run.blobs)
-        units = run.units[0] if len(run.units) == 1 else b"".join(run.units)
-        return PackedStored(
-            published(blob), run.parent_hash, units, run.medium, run.lora_name, self._shape
-        )
+        return StepEvents(cleared, runs, self.hashing.published, self._shape)
 
     def snapshot(self, medium: str = MEDIUM_GPU) -> list[KVEvent]:
         """`BlockStored` events for every node the cache holds on `medium`, parents first:
