@@ -4,7 +4,9 @@ path and the pure-Python one, and the native integer arrays are msgspec's bytes.
 
 from __future__ import annotations
 
+import copy
 import random
+import threading
 
 import msgspec
 import numpy as np
@@ -13,6 +15,7 @@ import pytest
 from tests.helpers import alloc, make_cache
 from uniradix import EvictParams, native
 from uniradix.events import WIRE_SHAPES, encode_batch
+from uniradix.events import packed as packed_module
 from uniradix.events.packed import StepEvents, msgpack_ints
 from uniradix.events.recorder import EventRecorder
 from uniradix.key import RadixKey
@@ -102,3 +105,53 @@ def test_step_payloads_are_the_events_payloads(config: dict[str, object]) -> Non
             assert packed == encode_batch(as_list, 1.5, 3, wire), (wire, as_list)
             compared += bool(as_list)
     assert compared > 40
+
+
+def test_the_flush_makes_no_arrays_and_a_later_reader_gets_the_steps_events(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`take_step` stops at the runs: nothing is packed until the step is read or encoded,
+    each run once, on whichever thread. The runs hold only immutable digests and units, so
+    a step encoded after the cache went on (splitting and evicting the very nodes it stored)
+    and on another thread is byte for byte what it was when taken."""
+    packed_runs = []
+    real_pack = packed_module.pack_run
+    monkeypatch.setattr(
+        packed_module, "pack_run", lambda *a: packed_runs.append(a[0]) or real_pack(*a)
+    )
+    cache = make_cache(full_tokens=256, page_size=2)
+    recorder = EventRecorder(cache)
+    cache.set_event_sink(recorder)
+    taken = []
+    for step in range(6):
+        tokens = [step % 3, 7, 8, 9] + list(range(100 + 10 * step, 106 + 10 * step))
+        cache.evict(EvictParams(num_tokens=len(tokens)))
+        cache.insert(InsertParams(RadixKey(tokens), alloc(cache, len(tokens))))
+        if step % 2 == 0:
+            cache.evict(EvictParams(num_tokens=12))
+        events = recorder.take_step()
+        assert packed_runs == []  # the flush packed nothing
+        # What the step was when taken: a copy packed then, whose payload is fixed.
+        snapshot = copy.copy(events)  # shares the runs, packs them now
+        taken.append((events, {w: encode_batch(snapshot, 2.5, 0, w) for w in WIRE_SHAPES}))
+        packed_runs.clear()
+    num_nodes = len(list(cache.tree.nodes()))
+    cache.insert(InsertParams(RadixKey([2, 7, 5, 5]), alloc(cache, 4)))
+    assert len(list(cache.tree.nodes())) == num_nodes + 2  # it split the last step's leaf
+    cache.evict(EvictParams(num_tokens=256))  # and removes every node the steps stored
+    recorder.take_step()
+    payloads: dict[int, dict[str, bytes]] = {}
+
+    def encode_all() -> None:
+        for i, (events, _) in enumerate(taken):
+            payloads[i] = {w: encode_batch(events, 2.5, 0, w) for w in WIRE_SHAPES}
+
+    thread = threading.Thread(target=encode_all)
+    thread.start()
+    thread.join()
+    assert [payloads[i] for i in range(len(taken))] == [expected for _, expected in taken]
+    num_runs = sum(len(events) - events.cleared for events, _ in taken)
+    assert len(packed_runs) == num_runs
+    kinds = {type(e).__name__ for events, _ in taken for e in events}
+    assert kinds == {"BlockStored", "BlockRemoved"}
+    assert len(packed_runs) == num_runs  # reading the events reused the packed runs
