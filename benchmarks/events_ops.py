@@ -213,6 +213,7 @@ def bench_ops(
                 key = f"{name}_page{page_size}" + (f"_cool{kb}kb" if kb else "")
                 out[key] = summary = _ops_summary({m: runs[m, kb] for m in modes})
                 print(key, json.dumps(summary["ratio_vs_none"]))
+                print("   paired min", json.dumps(summary["paired_min_ratio_vs_none"]))
                 print("   step us/request", json.dumps(summary["step_us_per_request"]))
     return out
 
@@ -244,12 +245,14 @@ def _interleaved(
     out = {}
     for v, adapter in adapters.items():
         adapter.check()
+        calls = {op: np.array(times[v][op], dtype=np.int64) for op in TIMED_OPS if times[v][op]}
         ops, num = summarize(times[v]), totals[v]["num"]
         run: dict[str, Any] = {
             "median_us": {op: ops[op]["median_us"] for op in TIMED_OPS if op in ops},
             "count": {op: ops[op]["count"] for op in TIMED_OPS if op in ops},
             "requests": num,
             "hit_rate": totals[v]["hit"] / totals[v]["prompt"],
+            "call_ns": calls,  # per call, in stream order (`_paired_min`; not kept)
         }
         if adapter.stream is not None:
             adapter.stream.close()  # the sender thread has sent everything: its clock is final
@@ -264,8 +267,9 @@ def _interleaved(
 def _ops_summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     """Per mode: each op's median over the rounds' medians and its ratio to `none`, with the
     range of the per-round ratios (each round's mode against that round's `none`); the
-    flush and the sender thread's work per request (medians over rounds) and the calls'
-    total with them, as a ratio."""
+    paired ratio (`_paired_min`); the flush and the sender thread's work per request
+    (medians over rounds) and the calls' total with them, as a ratio."""
+    paired = _paired_min(runs)
     median_us = {
         mode: {op: statistics.median(r["median_us"][op] for r in rs) for op in rs[0]["median_us"]}
         for mode, rs in runs.items()
@@ -306,10 +310,30 @@ def _ops_summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         "median_us": median_us,
         "ratio_vs_none": ratio,
         "ratio_range_over_rounds": ratio_range,
+        "paired_min_ratio_vs_none": paired,
         "flush_us_per_request": flush,
         "sender_us_per_request": sender,
         "step_us_per_request": step,
         "calls_us_per_request": {m: round(v, 1) for m, v in calls_us.items()},
         "calls_with_step_vs_none": with_step,
         "runs": runs,
+    }
+
+
+def _paired_min(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, float]]:
+    """Per mode and op, call by call against `none`: every mode plays the same calls in the
+    same order on the same tree, so call i is the same work in each. Each call's fastest
+    time over the rounds (the run the machine's other jobs stretched least) over `none`'s,
+    median over the calls. A cost every call pays shows whatever the load; a stall that
+    hits a call in some rounds only does not (the per-round medians above hold both).
+    Drops the per-call times from `runs`."""
+    calls = {mode: [r.pop("call_ns") for r in rs] for mode, rs in runs.items()}
+    fastest = {
+        mode: {op: np.min([c[op] for c in cs], axis=0) for op in cs[0]}
+        for mode, cs in calls.items()
+    }
+    base = fastest["none"]
+    return {
+        mode: {op: round(float(np.median(t / base[op])), 3) for op, t in ops.items()}
+        for mode, ops in fastest.items()
     }
