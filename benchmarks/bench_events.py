@@ -207,6 +207,11 @@ def main() -> None:
         help="ops: also run hash_only, null and zmq with the native module off (*_pyhash)",
     )
     parser.add_argument(
+        "--eager-flush",
+        action="store_true",
+        help="ops: also run null and zmq with the step packed at the flush (*_eager)",
+    )
+    parser.add_argument(
         "--cool-kb",
         type=int,
         nargs="+",
@@ -229,6 +234,7 @@ def main() -> None:
             args.cool_kb,
             args.streams,
             args.python_hashing,
+            args.eager_flush,
         )
     elif args.part == "hashing":
         result = bench_hashing(args.tokens, args.before)

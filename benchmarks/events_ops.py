@@ -9,12 +9,15 @@ socket (`zmq` from the sender thread, `zmq_per_batch` from a thread woken per ba
 `zmq_inline` from the caller) and, with `--before REV`, the recorder of an older revision
 (`null_before`, `zmq_before`), with `--python-hashing` the `hash_only`, `null` and `zmq`
 modes again with the native module switched off (`*_pyhash`: the page chain in Python and
-hashlib), at each `--page-sizes`, each mode also with the CPU caches cooled between steps
-(`--cool-kb`). All variants play in one process, 25 requests at a time
-in turn. The timed cache calls (match / insert / evict medians) show the cost inside and
-next to the events' work; that work itself is counted per request (one request is one
-scheduler step): the flush in the caller (hashing, coalescing, queueing; encoding and
-sending too when inline) and a sender thread's encoding and sending (its CPU clock).
+hashlib), with `--eager-flush` the `null` and `zmq` modes with each step's events packed
+at the flush as before h12c (`*_eager`: numpy views, parent hashes and records made by the
+scheduler's thread; now whoever reads the step makes them), at each `--page-sizes`, each
+mode also with the CPU caches cooled between steps (`--cool-kb`). All variants play in one
+process, 25 requests at a time in turn. The timed cache calls (match / insert / evict
+medians) show the cost inside and next to the events' work; that work itself is counted per
+request (one request is one scheduler step): the flush in the caller (hashing, coalescing,
+queueing; encoding and sending too when inline) and a sender thread's encoding and sending
+(its CPU clock).
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ from benchmarks.streams import Request, StreamSpec, requests
 from benchmarks.uniradix_side import FullAdapter, build_full
 from uniradix import native
 from uniradix.events import KVEventsConfig, KVEventStream, NullEventPublisher, ZmqEventPublisher
+from uniradix.events.packed import StepEvents
+from uniradix.events.recorder import EventRecorder
 from uniradix.page_hash import chain_digests
 from uniradix.types import InsertParams, InsertResult
 
@@ -117,11 +122,22 @@ TIMED_OPS = ("match", "insert", "evict")
 MODES = ("none", "hook", "hash_only", "null", "zmq", "zmq_per_batch", "zmq_inline")
 PYHASH = "_pyhash"  # a mode's variant hashing in Python (native module off)
 PYHASH_MODES = tuple(m + PYHASH for m in ("hash_only", "null", "zmq"))
+EAGER = "_eager"  # a mode's variant whose flush packs the step at once (before h12c)
+EAGER_MODES = tuple(m + EAGER for m in ("null", "zmq"))
 SEGMENT = 25  # requests a variant plays before the next one's turn (ops)
 OPS_STREAMS = {
     "chat": (StreamSpec("chat"), 1 << 16),
     "mooncake": (StreamSpec("mooncake", scale=0.1, trace_path=TRACE), 1 << 20),
 }
+
+
+class EagerRecorder(EventRecorder):
+    """The recorder with its flush packing the step at once, in the caller (before h12c)."""
+
+    def take_step(self) -> StepEvents:
+        events = super().take_step()
+        events.packed  # noqa: B018 (made now, as the flush did)
+        return events
 
 
 def git_show(rev: str, path: str) -> str:
@@ -150,6 +166,12 @@ def _adapter(
 ) -> StepAdapter:
     adapter = build_full(page_size, pool)
     mode = mode.removesuffix(PYHASH)
+    if mode.endswith(EAGER):
+        step = _adapter(mode.removesuffix(EAGER), page_size, pool, None, cool_kb)
+        assert step.stream is not None
+        step.stream.recorder = EagerRecorder(step.cache)
+        step.cache.set_event_sink(step.stream.recorder)
+        return step
     if mode == "none":
         return StepAdapter(adapter, None, cool_kb)
     if mode == "hook":
@@ -175,6 +197,7 @@ def bench_ops(
     cool_kbs: list[int],
     stream_names: list[str],
     python_hashing: bool = False,
+    eager_flush: bool = False,
 ) -> dict[str, Any]:
     """Per-op medians of match / insert / evict and the step's event work per request, for
     every mode in one process, modes interleaved round by round (the machine's drift hits
@@ -199,6 +222,8 @@ def bench_ops(
     modes = (*MODES, "null_before", "zmq_before") if before else MODES
     if python_hashing:
         modes = (*modes, *PYHASH_MODES)
+    if eager_flush:
+        modes = (*modes, *EAGER_MODES)
     variants = [(mode, kb) for kb in cool_kbs for mode in modes]
     out: dict[str, Any] = {"before_rev": before_rev, "rounds": rounds, "cool_kb": cool_kbs}
     for page_size in page_sizes:
