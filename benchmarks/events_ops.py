@@ -23,6 +23,7 @@ queueing; encoding and sending too when inline) and a sender thread's encoding a
 from __future__ import annotations
 
 import json
+import random
 import statistics
 import subprocess
 import time
@@ -230,10 +231,13 @@ def bench_ops(
         for name, (spec, pool) in streams.items():
             runs: dict[tuple[str, int], list[dict[str, Any]]] = {v: [] for v in variants}
             reqs = list(requests(spec))
-            for _ in range(rounds):
-                played = _interleaved(variants, page_size, pool, before, reqs)
-                for variant, run in played.items():
-                    runs[variant].append(run)
+            for round_index in range(rounds):
+                # Each cooling apart: a warm variant never plays right after a cooled one.
+                for kb in cool_kbs:
+                    group = [v for v in variants if v[1] == kb]
+                    played = _interleaved(group, page_size, pool, before, reqs, round_index)
+                    for variant, run in played.items():
+                        runs[variant].append(run)
             for kb in cool_kbs:
                 key = f"{name}_page{page_size}" + (f"_cool{kb}kb" if kb else "")
                 out[key] = summary = _ops_summary({m: runs[m, kb] for m in modes})
@@ -249,23 +253,27 @@ def _interleaved(
     pool: int,
     before: type[Any] | None,
     reqs: list[Request],
+    seed: int,
 ) -> dict[tuple[str, int], dict[str, Any]]:
     """Every variant (mode, cool_kb) plays `reqs` on its own cache, `SEGMENT` requests at a
-    time in turn (the order rotating by segment), so that the machine's drift reaches all
-    alike within a fraction of a second. A switch leaves the next variant's first request
-    of a segment with another's CPU caches (and, after a sender thread's step, its last
-    encoding): one request in `SEGMENT`, below the medians."""
+    time in turn, so that the machine's drift reaches all alike within a fraction of a
+    second. A switch leaves the next variant's first request of a segment with another's
+    CPU caches (and, after a sender thread's step, its last encoding), so the order is
+    shuffled per segment: no variant always follows the same one (a fixed rotation made
+    `none` always follow the variant that had just cooled the caches, flattering every
+    ratio against it by up to 5-10%)."""
     adapters = {v: _adapter(v[0], page_size, pool, before, v[1]) for v in variants}
     times = {v: {op: [] for op in OPS} for v in variants}
     totals = {v: {"prompt": 0, "hit": 0, "failed": 0, "num": 0, "wall_ns": 0} for v in variants}
     order = list(variants)
+    shuffler = random.Random(seed)
     native_on = native.HAVE_NATIVE
     for start in range(0, len(reqs), SEGMENT):
         for v in order:
             native.HAVE_NATIVE = native_on and not v[0].endswith(PYHASH)
             for req in reqs[start : start + SEGMENT]:
                 serve_batch(adapters[v], [req], times[v], totals[v])
-        order.append(order.pop(0))
+        shuffler.shuffle(order)
     native.HAVE_NATIVE = native_on
     out = {}
     for v, adapter in adapters.items():
