@@ -79,8 +79,9 @@ class CacheSettings:
     `mamba_max_states_per_path` caps the states kept along one root-to-node path (None: no
     cap). `aux_eviction_policy` orders the eviction of SWA windows and Mamba states ("lru",
     "branch_aware", "flop_aware" or "reuse_aware", see `uniradix.components.aux_eviction`);
-    `swa_eviction_policy` orders SWA windows ("lru", "reuse_aware" or "greedy_dual",
-    `uniradix.components.swa_reuse` and `swa_credit`) unless the aux policy is "branch_aware".
+    `swa_eviction_policy` orders SWA windows ("lru", "reuse_aware", "greedy_dual" or
+    "greedy_dual_window", `uniradix.components.swa_reuse` and `swa_credit`) unless the aux
+    policy is "branch_aware".
     """
 
     page_size: int = 1

@@ -60,9 +60,8 @@ class SWAComponent(TreeComponent):
         window = settings.sliding_window
         if not isinstance(window, int) or isinstance(window, bool) or window < 1:
             raise ValueError(f"SWA needs settings.sliding_window >= 1, got {window!r}")
-        ps = settings.page_size
         self.window = window
-        self.window_tail = -(-window // ps) * ps
+        self.window_tail = -(-window // settings.page_size) * settings.page_size
         self.lru = LRUList(index, tree.num_components)
         self._uuids = itertools.count(1)
         self._allocator: SWASlotAllocator | None = None
@@ -128,8 +127,9 @@ class SWAComponent(TreeComponent):
         parts are evicted first; `served`: a match ended at `node` (these windows served)."""
         lru, prev, covered = self.lru, self.lru.head, 0
         limit = self.window + self.settings.page_size
-        order = self._reuse
+        order = self._reuse  # `whole_window`: each node marked at `depth`, not at its own end
         mark = None if order is None else order.served if served else order.refreshed
+        whole = order is not None and order.whole_window
         for n in self.tree.path_to_root(node):
             if covered >= limit:
                 break
@@ -138,7 +138,7 @@ class SWAComponent(TreeComponent):
                 lru.insert_after(prev, n)
                 prev = n
                 if mark is not None:
-                    mark(n, depth - covered)
+                    mark(n, depth if whole else depth - covered)
             covered += n.num_tokens
 
     # ------------------------------------------------------------------ split

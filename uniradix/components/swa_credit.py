@@ -51,6 +51,23 @@ a checkpoint's window or served a match; a passed window that never served is wo
 on the same 2,000 requests (W=4096 / W=1024): before 0.733 / 0.967; factor 0 0.877 / 0.934,
 0.05 0.866 / 0.987, 0.1 (kept) 0.867 / 0.987, 0.2 0.858 / 0.979, 0.5 0.849 / 0.974; whole
 trace 0.843 -> 0.918 and 0.978 -> 0.995 (benchmarks/results/hybrid_hits_swa_passed.md).
+
+`greedy_dual_window` (an option). A window is live only while every node of it is: losing
+any one of them loses the hit at the window's end. `greedy_dual` values each node by its own
+end, so a window's upper nodes are worth less than its last one and go first. With checkpoint
+placement a prompt keeps two windows: the one ending at the last grid boundary `g` and the one
+ending at the prompt end `p` (`p - g` under a block). At W=4096 they are a leaf `[p - W, p)`
+and a live parent `[g - W, p - W)` of under a block; the parent, worth `(p - W) ** 1.5`, went
+first, which kills the grid window (the one a next turn that shares whole blocks resumes
+from) and frees under a block, while the leaf lived on as a prompt-end window that serves
+only a resend of the same prompt. Here each node the component refreshes or serves within
+one window (plus a page) below an insert's or a match's end is worth the hit at that end, so a
+window's nodes share one credit and go together, the deepest (stored first) first. Tuned on
+the first 2,000 requests (W=4096 / W=1024): `greedy_dual` 0.867 / 0.986, this 0.905 / 0.987;
+only serves valued by the window end 0.867 / 0.986; only the nodes an insert newly stores
+0.877 / 0.987; plus size-aware worth (divided by the node's size over the window) 0.866 /
+0.979; uncovered parents lowered to `L` once their window's last node is gone: no change.
+Whole trace and workloads: benchmarks/results/hybrid_hits_h14w_window.md.
 """
 
 from __future__ import annotations
@@ -198,6 +215,13 @@ class SWACreditEviction(GreedyDualCredits, SWAReuseEviction):
             errors.append(f"swa order: windows on nodes {missing} have no credit")
 
 
+class SWAWindowCreditEviction(SWACreditEviction):
+    """`greedy_dual_window`: `greedy_dual` with every node of a refreshed or served window
+    worth the hit at the window's end (module docstring)."""
+
+    whole_window = True
+
+
 def swa_order(
     component: EvictingComponent, policy: str, window_tail: int
 ) -> SWAReuseEviction | None:
@@ -207,4 +231,6 @@ def swa_order(
         return SWAReuseEviction(component)
     if policy == "greedy_dual":
         return SWACreditEviction(component, window_tail)
+    if policy == "greedy_dual_window":
+        return SWAWindowCreditEviction(component, window_tail)
     return None

@@ -30,7 +30,7 @@ from uniradix.components.aux_eviction import EvictingComponent
 from uniradix.tree.node import TreeNode
 from uniradix.types import Req
 
-SWA_EVICTION_POLICIES = ("lru", "reuse_aware", "greedy_dual")
+SWA_EVICTION_POLICIES = ("lru", "reuse_aware", "greedy_dual", "greedy_dual_window")
 SCAN: int | None = 64  # least recent windows searched for one without evidence (None: all)
 
 
@@ -45,7 +45,11 @@ def check_swa_eviction_policy(name: object) -> str:
 class SWAReuseEviction:
     """`reuse_aware` order of an SWA component; the component calls `served` for the nodes
     a match ended under, `refreshed` for those an insert stored or touched, `split` when a
-    listed node is split, and `forget` when a node's window is evicted."""
+    listed node is split, and `forget` when a node's window is evicted. `whole_window`: the
+    depth the component reports for every node of a refreshed window is the window's end
+    (else each node's own end)."""
+
+    whole_window = False
 
     def __init__(self, component: EvictingComponent) -> None:
         self.component = component
