@@ -42,7 +42,7 @@ def window_credit_traffic(  # type: ignore[no-untyped-def]
         for c in cache.components
         if isinstance(getattr(c, "_reuse", None), SWAWindowCreditEviction)
     ]
-    assert len(orders) == 1 and orders[0].whole_window
+    assert len(orders) == 1
     order = orders[0]
     candidates = SWAWindowCreditEviction.candidates
 

@@ -127,9 +127,8 @@ class SWAComponent(TreeComponent):
         parts are evicted first; `served`: a match ended at `node` (these windows served)."""
         lru, prev, covered = self.lru, self.lru.head, 0
         limit = self.window + self.settings.page_size
-        order = self._reuse  # `whole_window`: each node marked at `depth`, not at its own end
+        order = self._reuse
         mark = None if order is None else order.served if served else order.refreshed
-        whole = order is not None and order.whole_window
         for n in self.tree.path_to_root(node):
             if covered >= limit:
                 break
@@ -138,7 +137,7 @@ class SWAComponent(TreeComponent):
                 lru.insert_after(prev, n)
                 prev = n
                 if mark is not None:
-                    mark(n, depth if whole else depth - covered)
+                    mark(n, depth - covered, depth)
             covered += n.num_tokens
 
     # ------------------------------------------------------------------ split
@@ -218,7 +217,7 @@ class SWAComponent(TreeComponent):
         self._credit(node, int(swa.shape[0]))
         self.lru.insert_mru(node)
         if self._reuse is not None:
-            self._reuse.refreshed(node, depth)
+            self._reuse.refreshed(node, depth, depth)
 
     def commit_insert(
         self,

@@ -60,14 +60,18 @@ ending at the prompt end `p` (`p - g` under a block). At W=4096 they are a leaf 
 and a live parent `[g - W, p - W)` of under a block; the parent, worth `(p - W) ** 1.5`, went
 first, which kills the grid window (the one a next turn that shares whole blocks resumes
 from) and frees under a block, while the leaf lived on as a prompt-end window that serves
-only a resend of the same prompt. Here each node the component refreshes or serves within
-one window (plus a page) below an insert's or a match's end is worth the hit at that end, so a
-window's nodes share one credit and go together, the deepest (stored first) first. Tuned on
-the first 2,000 requests (W=4096 / W=1024): `greedy_dual` 0.867 / 0.986, this 0.905 / 0.987;
-only serves valued by the window end 0.867 / 0.986; only the nodes an insert newly stores
-0.877 / 0.987; plus size-aware worth (divided by the node's size over the window) 0.866 /
-0.979; uncovered parents lowered to `L` once their window's last node is gone: no change.
-Whole trace and workloads: benchmarks/results/hybrid_hits_h14w_window.md.
+only a resend of the same prompt. Here the nodes within one window (plus a page) below a
+match's end are worth the hit at that end, and so are the never-served ones below an
+insert's end: a new window's nodes share one credit and go together. A node that served
+keeps its own end when an insert touches it (as in `greedy_dual`): valuing it by every
+passing insert's end raised shared shallow prefixes (a system prompt every agent resumes
+from) and reshuffled small pools (agentic, full+SWA+Mamba W=1024: 0.884 against 0.889, 0.902
+with this rule). Tuned on the first 2,000 requests (W=4096 / W=1024): `greedy_dual` 0.867 /
+0.986; this 0.905 / 0.987; every refreshed node at the insert's end 0.905 / 0.987; only
+served windows at the match's end 0.867 / 0.986; only the nodes an insert newly stores 0.877
+/ 0.987; size-aware worth (divided by the node's size over the window) 0.866 / 0.979;
+orphaned parents lowered to `L` once their window's last node is gone: no change. Whole
+trace and workloads: benchmarks/results/hybrid_hits_h14w_window.md.
 """
 
 from __future__ import annotations
@@ -140,12 +144,12 @@ class SWACreditEviction(GreedyDualCredits, SWAReuseEviction):
     def credit(self, node: TreeNode) -> float | None:
         return self._credit.get(node)
 
-    def served(self, node: TreeNode, depth: int) -> None:
-        super().served(node, depth)
+    def served(self, node: TreeNode, depth: int, window_end: int) -> None:
+        super().served(node, depth, window_end)
         self._serves[node] = self._serves.get(node, 0) + 1
         self._set_credit(node, self.inflation + self.worth(node, depth))
 
-    def refreshed(self, node: TreeNode, depth: int) -> None:
+    def refreshed(self, node: TreeNode, depth: int, window_end: int) -> None:
         self._set_credit(node, self.inflation + self.worth(node, depth))
 
     def split(self, parent: TreeNode, child: TreeNode) -> None:
@@ -216,10 +220,15 @@ class SWACreditEviction(GreedyDualCredits, SWAReuseEviction):
 
 
 class SWAWindowCreditEviction(SWACreditEviction):
-    """`greedy_dual_window`: `greedy_dual` with every node of a refreshed or served window
-    worth the hit at the window's end (module docstring)."""
+    """`greedy_dual_window`: `greedy_dual` with every node of a served window worth the hit
+    at the match's end, and every never-served node an insert stores or touches worth the
+    hit at the insert's end (module docstring)."""
 
-    whole_window = True
+    def served(self, node: TreeNode, depth: int, window_end: int) -> None:
+        super().served(node, window_end, window_end)
+
+    def refreshed(self, node: TreeNode, depth: int, window_end: int) -> None:
+        super().refreshed(node, depth if node in self._serves else window_end, window_end)
 
 
 def swa_order(

@@ -45,26 +45,23 @@ def check_swa_eviction_policy(name: object) -> str:
 class SWAReuseEviction:
     """`reuse_aware` order of an SWA component; the component calls `served` for the nodes
     a match ended under, `refreshed` for those an insert stored or touched, `split` when a
-    listed node is split, and `forget` when a node's window is evicted. `whole_window`: the
-    depth the component reports for every node of a refreshed window is the window's end
-    (else each node's own end)."""
-
-    whole_window = False
+    listed node is split, and `forget` when a node's window is evicted."""
 
     def __init__(self, component: EvictingComponent) -> None:
         self.component = component
         self._served: set[TreeNode] = set()
 
-    def served(self, node: TreeNode, depth: int) -> None:
-        """A match ended within one window below `node`, which ends `depth` units deep."""
+    def served(self, node: TreeNode, depth: int, window_end: int) -> None:
+        """A match ended `window_end` units deep, within one window below `node`, which ends
+        `depth` units deep."""
         self._served.add(node)
 
     def was_served(self, node: TreeNode) -> bool:
         return node in self._served
 
-    def refreshed(self, node: TreeNode, depth: int) -> None:
-        """An insert stored or touched `node`'s window (ending `depth` units deep): no
-        evidence of reuse (LRU order)."""
+    def refreshed(self, node: TreeNode, depth: int, window_end: int) -> None:
+        """An insert ending `window_end` units deep stored or touched `node`'s window (ending
+        `depth` units deep): no evidence of reuse (LRU order)."""
 
     def request_step(self, req: Req) -> None:
         """`req` is running (called at each of its out-of-window steps)."""
