@@ -64,11 +64,12 @@ class FreeSlots(NamedTuple):
 DEFAULT_AUX_EVICTION_POLICY = "reuse_aware"
 # The order of SWA windows (`uniradix.components.swa_reuse`, `swa_credit`): "lru",
 # "reuse_aware", "greedy_dual" or "greedy_dual_window" (unless `aux_eviction_policy` is
-# "branch_aware", which orders SWA windows itself). `greedy_dual_window` wins or ties
-# `greedy_dual` (which wins or ties `reuse_aware`, which wins or ties `lru`) on every built-in
-# workload, on every SWA config of the Mooncake trace and of two synthetic multi-turn traces
-# (benchmarks/results/hybrid_hits_h14w_window.md); full-attention-only caches have no SWA.
-DEFAULT_SWA_EVICTION_POLICY = "greedy_dual_window"
+# "branch_aware", which orders SWA windows itself). `greedy_dual` wins or ties `reuse_aware`
+# (which wins or ties `lru`) on every built-in workload and on every SWA config of the
+# Mooncake trace (benchmarks/results/hybrid_hits_swa_greedy_dual.md); `greedy_dual_window`
+# wins or ties it at issue 14's sizes but loses agentic full+SWA+Mamba W=1024 at 24 Mamba
+# slots (benchmarks/results/hybrid_hits_h14w_window.md); full-attention-only caches have no SWA.
+DEFAULT_SWA_EVICTION_POLICY = "greedy_dual"
 
 
 @dataclass(frozen=True, slots=True)
