@@ -60,8 +60,9 @@ class SWAComponent(TreeComponent):
         window = settings.sliding_window
         if not isinstance(window, int) or isinstance(window, bool) or window < 1:
             raise ValueError(f"SWA needs settings.sliding_window >= 1, got {window!r}")
+        ps = settings.page_size
         self.window = window
-        self.window_tail = -(-window // settings.page_size) * settings.page_size
+        self.window_tail = -(-window // ps) * ps
         self.lru = LRUList(index, tree.num_components)
         self._uuids = itertools.count(1)
         self._allocator: SWASlotAllocator | None = None
