@@ -68,7 +68,8 @@ DEFAULT_AUX_EVICTION_POLICY = "reuse_aware"
 # (which wins or ties `lru`) on every built-in workload and on every SWA config of the
 # Mooncake trace (benchmarks/results/hybrid_hits_swa_greedy_dual.md); `greedy_dual_window`
 # wins or ties it at issue 14's sizes but loses agentic full+SWA+Mamba W=1024 at 24 Mamba
-# slots (benchmarks/results/hybrid_hits_h14w_window.md); full-attention-only caches have no SWA.
+# slots and 1,024 hit tokens on a synthetic trace (benchmarks/results/hybrid_hits_h14w_window.md);
+# full-attention-only caches have no SWA.
 DEFAULT_SWA_EVICTION_POLICY = "greedy_dual"
 
 
