@@ -64,6 +64,7 @@ class SWAOracle:
             self.end_uses[hashes[-1]].append(rid)
         self.clock = 0
         self.victims = 0
+        self.first_use: str | None = None  # an SWA policy: the oracle decides first uses only
         self._ends: dict[tuple[int, int], int] = {}  # (node id, prefix length) -> end hash
         self._pages: dict[tuple[int, int, int], list[int]] = {}
 
@@ -120,8 +121,27 @@ class SWAOracle:
                 oracle.victims += 1
                 yield best
 
+        def first_use(self: SWAComponent) -> Iterator[TreeNode]:
+            """The SWA order's victims, but a never-served window no later request uses
+            (least recent first) goes before any: the first-use decision made by the oracle."""
+            order = self._reuse
+            assert order is not None, "--first-use needs an SWA order"
+            chosen = order.candidates()
+            lru = self.lru
+            while True:
+                node = lru.least_recent_unlocked()
+                while node is not None and (
+                    order.was_served(node) or oracle.next_use(node) != NEVER
+                ):
+                    node = lru.least_recent_unlocked(before=node)
+                if node is None and (node := next(chosen, None)) is None:
+                    return
+                oracle.victims += 1
+                yield node
+
         Scheduler._admit = timed_admit  # type: ignore[method-assign,assignment]
-        SWAComponent.eviction_candidates = farthest  # type: ignore[method-assign]
+        victims = first_use if self.first_use else farthest
+        SWAComponent.eviction_candidates = victims  # type: ignore[method-assign]
 
 
 def _path(node: TreeNode) -> Iterator[TreeNode]:
@@ -137,6 +157,11 @@ def main() -> int:
     parser.add_argument("--config", default="swa", choices=["swa", "hybrid"])
     parser.add_argument("--policies", nargs="*", default=["lru", "reuse_aware"])
     parser.add_argument("--scale", type=int, default=1, help="SWA pool multiple")
+    parser.add_argument(
+        "--first-use",
+        default=None,
+        help="an SWA policy: the oracle only evicts never-served windows no later request uses",
+    )
     args = parser.parse_args()
     limit = args.max_requests or None
     base = replace(base_options("trace", str(TRACE)), max_requests=limit)
@@ -144,7 +169,8 @@ def main() -> int:
     hits, _, _ = full_only_hits(limit)
     full = run_replay(replace(base, config="full")).summary["hit_rate"]
     print(f"trace first {limit or 'all'} requests, {args.config}, full-only {full:.4f}")
-    print("| W | " + "".join(f"{p} | " for p in args.policies) + "oracle (Belady) |")
+    oracle_name = f"{args.first_use}, first uses by the oracle" if args.first_use else "Belady"
+    print("| W | " + "".join(f"{p} | " for p in args.policies) + f"oracle ({oracle_name}) |")
     print("|---|" + "---|" * (len(args.policies) + 1))
     for window in args.windows:
         options = sized(base, args.config, window, args.scale)
@@ -153,10 +179,12 @@ def main() -> int:
             s = run_replay(replace(options, swa_eviction_policy=policy)).summary
             ratios.append(f"{s['hit_rate'] / full:.3f}")
         oracle = SWAOracle(base, hits, window)
+        oracle.first_use = args.first_use
         saved = Scheduler._admit, SWAComponent.eviction_candidates
         oracle.install()
         try:
-            s = run_replay(replace(options, swa_eviction_policy="lru")).summary
+            policy = args.first_use or "lru"
+            s = run_replay(replace(options, swa_eviction_policy=policy)).summary
         finally:
             Scheduler._admit, SWAComponent.eviction_candidates = saved  # type: ignore[method-assign]
         assert not any(s["leaked"].values()), s["leaked"]

@@ -63,10 +63,13 @@ class FreeSlots(NamedTuple):
 # trace (benchmarks/results/hybrid_hits_reuse_aware.md).
 DEFAULT_AUX_EVICTION_POLICY = "reuse_aware"
 # The order of SWA windows (`uniradix.components.swa_reuse`, `swa_credit`): "lru",
-# "reuse_aware" or "greedy_dual" (unless `aux_eviction_policy` is "branch_aware", which orders
-# SWA windows itself). `greedy_dual` wins or ties `reuse_aware` (which wins or ties `lru`) on
-# every built-in workload and on every SWA config of the Mooncake trace
-# (benchmarks/results/hybrid_hits_swa_greedy_dual.md); full-attention-only caches have no SWA.
+# "reuse_aware", "greedy_dual" or "greedy_dual_window" (unless `aux_eviction_policy` is
+# "branch_aware", which orders SWA windows itself). `greedy_dual` wins or ties `reuse_aware`
+# (which wins or ties `lru`) on every built-in workload and on every SWA config of the
+# Mooncake trace (benchmarks/results/hybrid_hits_swa_greedy_dual.md); `greedy_dual_window`
+# wins or ties it at issue 14's sizes but loses agentic full+SWA+Mamba W=1024 at 24 Mamba
+# slots and 1,024 hit tokens on a synthetic trace (benchmarks/results/hybrid_hits_h14w_window.md);
+# full-attention-only caches have no SWA.
 DEFAULT_SWA_EVICTION_POLICY = "greedy_dual"
 
 
@@ -79,8 +82,9 @@ class CacheSettings:
     `mamba_max_states_per_path` caps the states kept along one root-to-node path (None: no
     cap). `aux_eviction_policy` orders the eviction of SWA windows and Mamba states ("lru",
     "branch_aware", "flop_aware" or "reuse_aware", see `uniradix.components.aux_eviction`);
-    `swa_eviction_policy` orders SWA windows ("lru", "reuse_aware" or "greedy_dual",
-    `uniradix.components.swa_reuse` and `swa_credit`) unless the aux policy is "branch_aware".
+    `swa_eviction_policy` orders SWA windows ("lru", "reuse_aware", "greedy_dual" or
+    "greedy_dual_window", `uniradix.components.swa_reuse` and `swa_credit`) unless the aux
+    policy is "branch_aware".
     """
 
     page_size: int = 1

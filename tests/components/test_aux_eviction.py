@@ -63,7 +63,8 @@ def test_unusable_swa_remnant_goes_first(policy: str, victim: int) -> None:
     leaf's window cap); and
     tomb [0, 6) -> live P [6, 8) -> tombstoned [8, 12) -> live leaf [12, 16). P's 2 live
     tokens follow a tombstone and its only child is a tombstone: no match can end at or
-    below P using them. LRU evicts the old window's least recent part (ending at 2);
+    below P using them. `greedy_dual` (SWA under the `lru` aux policy) evicts the old window's
+    shallower part (ending at 2);
     branch-aware evicts P (ending at 8)."""
     cache = build_cache(
         CacheConfig(
@@ -72,6 +73,7 @@ def test_unusable_swa_remnant_goes_first(policy: str, victim: int) -> None:
             sliding_window=4,
             max_context_len=64,
             aux_eviction_policy=policy,
+            swa_eviction_policy="greedy_dual",  # under "lru": the victim named below
         )
     )
     a = cache.pools.kv_allocator

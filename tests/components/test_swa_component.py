@@ -28,6 +28,8 @@ def make(window: int = 4, ps: int = 1, full: int = 64, swa: int = 32) -> Unified
             page_size=ps,
             max_context_len=128,
             max_running_requests=8,
+            # Victims named by the tests: each node credited by its own end.
+            swa_eviction_policy="greedy_dual",
         )
     )
 

@@ -27,12 +27,19 @@ def order_of(cache: UnifiedRadixCache) -> SWACreditEviction:
 
 @pytest.mark.parametrize(
     ("policy", "order"),
-    [("lru", [1, 10, 14, 20]), ("reuse_aware", [1, 10, 14, 20]), ("greedy_dual", [1, 10, 20, 14])],
+    [
+        ("lru", [1, 10, 14, 20]),
+        ("reuse_aware", [1, 10, 14, 20]),
+        ("greedy_dual", [1, 10, 20, 14]),
+        ("greedy_dual_window", [1, 20, 14, 10]),
+    ],
 )
 def test_a_deeper_window_outlives_a_newer_shallow_one(policy: str, order: list[int]) -> None:
     """Window 4, page 1. A = [1..4]; then an 8-token prompt [10..17], stored as a live parent
     [10..13] (depth 4) and the leaf [14..17] (depth 8); then C = [20..23]. The recency orders
-    evict the leaf before C; `greedy_dual` keeps the leaf (a hit there is 8 tokens) past C."""
+    evict the leaf before C; `greedy_dual` keeps the leaf (a hit there is 8 tokens) past C;
+    `greedy_dual_window` keeps the parent as long as the leaf (both hold the window ending at
+    8), then drops the pair together, the leaf (stored first) first."""
     cache = swa_cache(policy)
     insert(cache, [1, 2, 3, 4])
     insert(cache, list(range(10, 18)))
@@ -169,3 +176,26 @@ def test_a_chunk_end_window_the_request_went_past_goes_first(
     passed = {int(np.frombuffer(n.key, dtype="<i8")[0]) for n in order_of(cache)._passed}
     assert passed == ({104} if order[0] == 104 else set())
     assert evict_order(cache) == order
+
+
+def test_whole_window_credit_keeps_both_nodes_of_a_deep_prompt_past_a_shallow_one() -> None:
+    """Window 4, page 1: A, an 8-token prompt, is stored as a live parent [10..13] and the
+    leaf [14..17]; then B, 6 tokens, as [30, 31] and [32..35]. `greedy_dual` credits each node
+    by its own end: B's parent (depth 2), A's parent (4), B's leaf (6), A's leaf (8) - the two
+    parents go first and leave no whole 4-token window ending past depth 4 in A. With the
+    window's end as every node's depth, A's nodes are both worth 8 ** 1.5 and B's 6 ** 1.5, so
+    B goes whole before A is touched."""
+    victims = {}
+    for policy in ("greedy_dual", "greedy_dual_window"):
+        cache = swa_cache(policy)
+        insert(cache, list(range(10, 18)))
+        insert(cache, list(range(30, 36)))
+        assert live_windows(cache) == {10, 14, 30, 32}
+        if policy == "greedy_dual_window":
+            order = order_of(cache)
+            by_first = {n.key[0]: n for n in order.component.lru}
+            assert order.credit(by_first[10]) == order.credit(by_first[14])
+            assert order.credit(by_first[10]) == pytest.approx(math.pow(8, COST_EXPONENT))
+            assert order.credit(by_first[30]) == pytest.approx(math.pow(6, COST_EXPONENT))
+        victims[policy] = evict_order(cache)
+    assert victims == {"greedy_dual": [30, 10, 32, 14], "greedy_dual_window": [32, 30, 14, 10]}

@@ -22,8 +22,16 @@ from uniradix.sim.lost_hits import LostHits
 
 
 def swa_cache(window: int = 4) -> UnifiedRadixCache:
+    # `greedy_dual` credits each node by its own end, so the test names the victim (the
+    # older, shallower window); `greedy_dual_window` would credit it with the newer leaf.
     return build_cache(
-        CacheConfig(full_tokens=64, swa_tokens=32, sliding_window=window, max_context_len=64)
+        CacheConfig(
+            full_tokens=64,
+            swa_tokens=32,
+            sliding_window=window,
+            max_context_len=64,
+            swa_eviction_policy="greedy_dual",
+        )
     )
 
 

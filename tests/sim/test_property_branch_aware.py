@@ -16,7 +16,7 @@ from uniradix.sim.scheduler import Scheduler, SchedulerConfig
 @given(
     config=st.sampled_from(["swa", "mamba", "hybrid"]),
     policy=st.sampled_from(["lru", "branch_aware", "flop_aware", "reuse_aware"]),
-    swa_policy=st.sampled_from(["lru", "reuse_aware", "greedy_dual"]),
+    swa_policy=st.sampled_from(["lru", "reuse_aware", "greedy_dual", "greedy_dual_window"]),
     grid=st.sampled_from([None, 2, 4, 8]),
     prompts=st.lists(st.lists(st.integers(0, 2), min_size=1, max_size=40), min_size=1, max_size=8),
     outputs=st.lists(st.integers(1, 12), min_size=8, max_size=8),

@@ -51,6 +51,8 @@ def hybrid_host_cache(
         swa_tokens=swa_tokens,
         mamba_slots=mamba_slots,
         mamba_extra_buffer=mamba_slots is not None and page_size > 1,
+        # Victims named by the tests: each SWA node credited by its own end.
+        swa_eviction_policy="greedy_dual",
     )
     base = build_cache(config)
     cache = UnifiedRadixCache(

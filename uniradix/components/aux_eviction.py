@@ -7,7 +7,8 @@
 nearest state above it (`uniradix.components.flop_aware`); `reuse_aware` (the default) weighs
 that compute by the matches that resumed on the state's path (same module). Under
 both, and `lru`, SWA windows follow `swa_eviction_policy` (`greedy_dual`, the default,
-`reuse_aware` or `lru`: `uniradix.components.swa_reuse`, `uniradix.components.swa_credit`).
+`greedy_dual_window`, `reuse_aware` or `lru`: `uniradix.components.swa_reuse`,
+`uniradix.components.swa_credit`).
 
 `branch_aware` (after Marconi, MLSys 2025) looks at the `WINDOW` least recent unlocked nodes of
 the component's LRU list and evicts, in this order of classes:

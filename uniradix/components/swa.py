@@ -138,7 +138,7 @@ class SWAComponent(TreeComponent):
                 lru.insert_after(prev, n)
                 prev = n
                 if mark is not None:
-                    mark(n, depth - covered)
+                    mark(n, depth - covered, depth)
             covered += n.num_tokens
 
     # ------------------------------------------------------------------ split
@@ -218,7 +218,7 @@ class SWAComponent(TreeComponent):
         self._credit(node, int(swa.shape[0]))
         self.lru.insert_mru(node)
         if self._reuse is not None:
-            self._reuse.refreshed(node, depth)
+            self._reuse.refreshed(node, depth, depth)
 
     def commit_insert(
         self,

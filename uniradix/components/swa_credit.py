@@ -1,5 +1,6 @@
 """The `greedy_dual` eviction order of SWA windows: GreedyDual over the hit tokens a window
-serves, weighted by the matches it served, never-served windows first among the least credited.
+serves, weighted by the matches it served, never-served windows first among the least credited;
+and `greedy_dual_window` (an option, at the end), which credits a window's nodes together.
 
 An SWA window at prefix length `d` lets a later request resume at `d`: its hit is `d` tokens,
 whatever the window's size. On the Mooncake trace the chance that a request's windows are
@@ -51,6 +52,27 @@ a checkpoint's window or served a match; a passed window that never served is wo
 on the same 2,000 requests (W=4096 / W=1024): before 0.733 / 0.967; factor 0 0.877 / 0.934,
 0.05 0.866 / 0.987, 0.1 (kept) 0.867 / 0.987, 0.2 0.858 / 0.979, 0.5 0.849 / 0.974; whole
 trace 0.843 -> 0.918 and 0.978 -> 0.995 (benchmarks/results/hybrid_hits_swa_passed.md).
+
+`greedy_dual_window` (an option). A window is live only while every node of it is: losing
+any one of them loses the hit at the window's end. `greedy_dual` values each node by its own
+end, so a window's upper nodes are worth less than its last one and go first. With checkpoint
+placement a prompt keeps two windows: the one ending at the last grid boundary `g` and the one
+ending at the prompt end `p` (`p - g` under a block). At W=4096 they are a leaf `[p - W, p)`
+and a live parent `[g - W, p - W)` of under a block; the parent, worth `(p - W) ** 1.5`, went
+first, which kills the grid window (the one a next turn that shares whole blocks resumes
+from) and frees under a block, while the leaf lived on as a prompt-end window that serves
+only a resend of the same prompt. Here the nodes within one window (plus a page) below a
+match's end are worth the hit at that end, and so are the never-served ones below an
+insert's end: a new window's nodes share one credit and go together. A node that served
+keeps its own end when an insert touches it (as in `greedy_dual`): valuing it by every
+passing insert's end raised shared shallow prefixes (a system prompt every agent resumes
+from) and reshuffled small pools (agentic, full+SWA+Mamba W=1024: 0.884 against 0.889, 0.902
+with this rule). Tuned on the first 2,000 requests (W=4096 / W=1024): `greedy_dual` 0.867 /
+0.986; this 0.905 / 0.987; every refreshed node at the insert's end 0.905 / 0.987; only
+served windows at the match's end 0.867 / 0.986; only the nodes an insert newly stores 0.877
+/ 0.987; size-aware worth (divided by the node's size over the window) 0.866 / 0.979;
+orphaned parents lowered to `L` once their window's last node is gone: no change. Whole
+trace and workloads: benchmarks/results/hybrid_hits_h14w_window.md.
 """
 
 from __future__ import annotations
@@ -123,12 +145,12 @@ class SWACreditEviction(GreedyDualCredits, SWAReuseEviction):
     def credit(self, node: TreeNode) -> float | None:
         return self._credit.get(node)
 
-    def served(self, node: TreeNode, depth: int) -> None:
-        super().served(node, depth)
+    def served(self, node: TreeNode, depth: int, window_end: int) -> None:
+        super().served(node, depth, window_end)
         self._serves[node] = self._serves.get(node, 0) + 1
         self._set_credit(node, self.inflation + self.worth(node, depth))
 
-    def refreshed(self, node: TreeNode, depth: int) -> None:
+    def refreshed(self, node: TreeNode, depth: int, window_end: int) -> None:
         self._set_credit(node, self.inflation + self.worth(node, depth))
 
     def split(self, parent: TreeNode, child: TreeNode) -> None:
@@ -198,6 +220,18 @@ class SWACreditEviction(GreedyDualCredits, SWAReuseEviction):
             errors.append(f"swa order: windows on nodes {missing} have no credit")
 
 
+class SWAWindowCreditEviction(SWACreditEviction):
+    """`greedy_dual_window`: `greedy_dual` with every node of a served window worth the hit
+    at the match's end, and every never-served node an insert stores or touches worth the
+    hit at the insert's end (module docstring)."""
+
+    def served(self, node: TreeNode, depth: int, window_end: int) -> None:
+        super().served(node, window_end, window_end)
+
+    def refreshed(self, node: TreeNode, depth: int, window_end: int) -> None:
+        super().refreshed(node, depth if node in self._serves else window_end, window_end)
+
+
 def swa_order(
     component: EvictingComponent, policy: str, window_tail: int
 ) -> SWAReuseEviction | None:
@@ -207,4 +241,6 @@ def swa_order(
         return SWAReuseEviction(component)
     if policy == "greedy_dual":
         return SWACreditEviction(component, window_tail)
+    if policy == "greedy_dual_window":
+        return SWAWindowCreditEviction(component, window_tail)
     return None

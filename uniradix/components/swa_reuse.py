@@ -30,7 +30,7 @@ from uniradix.components.aux_eviction import EvictingComponent
 from uniradix.tree.node import TreeNode
 from uniradix.types import Req
 
-SWA_EVICTION_POLICIES = ("lru", "reuse_aware", "greedy_dual")
+SWA_EVICTION_POLICIES = ("lru", "reuse_aware", "greedy_dual", "greedy_dual_window")
 SCAN: int | None = 64  # least recent windows searched for one without evidence (None: all)
 
 
@@ -51,16 +51,17 @@ class SWAReuseEviction:
         self.component = component
         self._served: set[TreeNode] = set()
 
-    def served(self, node: TreeNode, depth: int) -> None:
-        """A match ended within one window below `node`, which ends `depth` units deep."""
+    def served(self, node: TreeNode, depth: int, window_end: int) -> None:
+        """A match ended `window_end` units deep, within one window below `node`, which ends
+        `depth` units deep."""
         self._served.add(node)
 
     def was_served(self, node: TreeNode) -> bool:
         return node in self._served
 
-    def refreshed(self, node: TreeNode, depth: int) -> None:
-        """An insert stored or touched `node`'s window (ending `depth` units deep): no
-        evidence of reuse (LRU order)."""
+    def refreshed(self, node: TreeNode, depth: int, window_end: int) -> None:
+        """An insert ending `window_end` units deep stored or touched `node`'s window (ending
+        `depth` units deep): no evidence of reuse (LRU order)."""
 
     def request_step(self, req: Req) -> None:
         """`req` is running (called at each of its out-of-window steps)."""
