@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from hypothesis import strategies as st
 
 from uniradix import CacheConfig, EvictParams, UnifiedRadixCache, build_cache
+from uniradix.sim.replay import NullRunner
 from uniradix.sim.request_spec import RequestSpec, TokenPrompt
+from uniradix.sim.scheduler import Scheduler, SchedulerConfig
 
 
 def spec(rid: int, prompt: list[int], outputs: list[int], after: int | None = None) -> RequestSpec:
@@ -57,3 +61,58 @@ def small_cache(
             **extra,
         )
     )
+
+
+@dataclass(frozen=True)
+class ChunkedTraffic:
+    """Random chunked traffic with checkpoint placement: prompts built from a few shared stems
+    (so windows are served, split and evicted while others run), each prompt several chunks
+    long, on a small full+SWA or full+SWA+Mamba cache."""
+
+    config: str
+    grid: int | None
+    stems: list[list[int]]
+    tails: list[list[int]]
+    outputs: list[int]
+    page_size: int
+    full_pages: int
+    window: int
+    max_running: int
+    chunk_pages: int
+
+    @property
+    def full_tokens(self) -> int:
+        return self.full_pages * self.page_size
+
+    def cache(self, **extra: Any) -> UnifiedRadixCache:
+        return small_cache(self.config, self.full_tokens, self.page_size, self.window, **extra)
+
+    def scheduler(self, cache: UnifiedRadixCache) -> Scheduler:
+        """The traffic on `cache`, checking every invariant after every step."""
+        stems = self.stems
+        prompts = [stems[i % len(stems)] + tail for i, tail in enumerate(self.tails)]
+        specs = fitting_specs(prompts, self.outputs, self.full_tokens // 2)
+        config = SchedulerConfig(
+            self.max_running,
+            self.chunk_pages * self.page_size,
+            0.0,
+            check_invariants=True,
+            checkpoint_placement=True,
+            checkpoint_grid=self.grid,
+        )
+        return Scheduler(cache, NullRunner(), specs, config=config)
+
+
+CHUNKED_TRAFFIC = st.builds(
+    ChunkedTraffic,
+    config=st.sampled_from(["swa", "hybrid"]),
+    grid=st.sampled_from([None, 4, 8]),
+    stems=st.lists(st.lists(st.integers(0, 2), min_size=4, max_size=12), min_size=1, max_size=3),
+    tails=st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=24), min_size=2, max_size=8),
+    outputs=st.lists(st.integers(1, 6), min_size=8, max_size=8),
+    page_size=st.sampled_from([1, 2]),
+    full_pages=st.integers(40, 72),
+    window=st.integers(1, 4),
+    max_running=st.integers(1, 3),
+    chunk_pages=st.integers(1, 3),
+)
