@@ -212,6 +212,11 @@ def main() -> None:
         help="ops: also run null and zmq with the step packed at the flush (*_eager)",
     )
     parser.add_argument(
+        "--flush-hashing",
+        action="store_true",
+        help="ops: also run null and zmq hashing the step at the flush (*_hashed)",
+    )
+    parser.add_argument(
         "--cool-kb",
         type=int,
         nargs="+",
@@ -235,6 +240,7 @@ def main() -> None:
             args.streams,
             args.python_hashing,
             args.eager_flush,
+            args.flush_hashing,
         )
     elif args.part == "hashing":
         result = bench_hashing(args.tokens, args.before)

@@ -11,7 +11,9 @@ socket (`zmq` from the sender thread, `zmq_per_batch` from a thread woken per ba
 modes again with the native module switched off (`*_pyhash`: the page chain in Python and
 hashlib), with `--eager-flush` the `null` and `zmq` modes with each step's events packed
 at the flush as before h12c (`*_eager`: numpy views, parent hashes and records made by the
-scheduler's thread; now whoever reads the step makes them), at each `--page-sizes`, each
+scheduler's thread; now whoever reads the step makes them), with `--flush-hashing` the `null`
+and `zmq` modes with each step's digests hashed at the flush as before h12d (`*_hashed`; now
+whoever makes the events hashes them), at each `--page-sizes`, each
 mode also with the CPU caches cooled between steps (`--cool-kb`). All variants play in one
 process, 25 requests at a time in turn. The timed cache calls (match / insert / evict
 medians) show the cost inside and next to the events' work; that work itself is counted per
@@ -125,6 +127,8 @@ PYHASH = "_pyhash"  # a mode's variant hashing in Python (native module off)
 PYHASH_MODES = tuple(m + PYHASH for m in ("hash_only", "null", "zmq"))
 EAGER = "_eager"  # a mode's variant whose flush packs the step at once (before h12c)
 EAGER_MODES = tuple(m + EAGER for m in ("null", "zmq"))
+HASHED = "_hashed"  # a mode's variant hashing the step's digests at the flush (before h12d)
+HASHED_MODES = tuple(m + HASHED for m in ("null", "zmq"))
 SEGMENT = 25  # requests a variant plays before the next one's turn (ops)
 OPS_STREAMS = {
     "chat": (StreamSpec("chat"), 1 << 16),
@@ -138,6 +142,20 @@ class EagerRecorder(EventRecorder):
     def take_step(self) -> StepEvents:
         events = super().take_step()
         events.packed  # noqa: B018 (made now, as the flush did)
+        return events
+
+
+class HashingRecorder(EventRecorder):
+    """The recorder with its flush hashing the step's digests, in the caller (before h12d:
+    now whoever makes the events hashes them, the sender thread with ZMQ)."""
+
+    def take_step(self) -> StepEvents:
+        events = super().take_step()
+        for run in events.runs:
+            for cell in run.cells:
+                cell.blob()
+            if run.prior is not None:
+                run.prior.blob()
         return events
 
 
@@ -167,12 +185,13 @@ def _adapter(
 ) -> StepAdapter:
     adapter = build_full(page_size, pool)
     mode = mode.removesuffix(PYHASH)
-    if mode.endswith(EAGER):
-        step = _adapter(mode.removesuffix(EAGER), page_size, pool, None, cool_kb)
-        assert step.stream is not None
-        step.stream.recorder = EagerRecorder(step.cache)
-        step.cache.set_event_sink(step.stream.recorder)
-        return step
+    for suffix, recorder in ((EAGER, EagerRecorder), (HASHED, HashingRecorder)):
+        if mode.endswith(suffix):
+            step = _adapter(mode.removesuffix(suffix), page_size, pool, None, cool_kb)
+            assert step.stream is not None
+            step.stream.recorder = recorder(step.cache)
+            step.cache.set_event_sink(step.stream.recorder)
+            return step
     if mode == "none":
         return StepAdapter(adapter, None, cool_kb)
     if mode == "hook":
@@ -199,6 +218,7 @@ def bench_ops(
     stream_names: list[str],
     python_hashing: bool = False,
     eager_flush: bool = False,
+    flush_hashing: bool = False,
 ) -> dict[str, Any]:
     """Per-op medians of match / insert / evict and the step's event work per request, for
     every mode in one process, modes interleaved round by round (the machine's drift hits
@@ -225,6 +245,8 @@ def bench_ops(
         modes = (*modes, *PYHASH_MODES)
     if eager_flush:
         modes = (*modes, *EAGER_MODES)
+    if flush_hashing:
+        modes = (*modes, *HASHED_MODES)
     variants = [(mode, kb) for kb in cool_kbs for mode in modes]
     out: dict[str, Any] = {"before_rev": before_rev, "rounds": rounds, "cool_kb": cool_kbs}
     for page_size in page_sizes:

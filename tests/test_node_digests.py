@@ -3,6 +3,9 @@ splits, shared by the event recorder and the storage keys."""
 
 from __future__ import annotations
 
+import random
+import threading
+
 import pytest
 
 from tests.helpers import insert_fresh, make_cache
@@ -96,3 +99,54 @@ def test_forget_reset_and_misuse() -> None:
     assert len(table) == 1  # the old tree's entries went with the reset
     with pytest.raises(ValueError, match="bigram"):
         NodeDigests.of_tree(cache.tree, bigram=True)
+
+
+def test_cells_hash_when_read_and_split_unhashed_to_the_same_bytes() -> None:
+    cache = make_cache(full_tokens=64, page_size=2)
+    table = NodeDigests.of_tree(cache.tree)
+    insert_fresh(cache, TOKENS)
+    leaf = node_at(cache, TOKENS)
+    whole = table.cell(leaf, None)
+    assert table.pages_hashed == 0 and not whole.hashed  # naming pages hashes nothing
+    insert_fresh(cache, [10, 20, 30, 40, 1, 2])  # splits the unhashed leaf after 2 pages
+    upper = node_at(cache, [10, 20, 30, 40])
+    assert table.pages_hashed == 0
+    pages = page_digests(RadixKey(TOKENS).units, 2)
+    assert table.node(leaf, None) == b"".join(pages[2:])  # chains from the new parent's cell
+    assert table.node(upper, None) == b"".join(pages[:2])
+    assert whole.blob() == b"".join(pages)  # the cell named before the split: the whole span
+    assert whole.split(2, b"", b"") == (table.cell(upper, None), table.cell(leaf, None))
+    with pytest.raises(AssertionError, match="split once"):
+        whole.split(1, b"", b"")
+
+
+def test_cells_read_on_several_threads_agree() -> None:
+    cache = make_cache(full_tokens=4096, page_size=4)
+    table = NodeDigests.of_tree(cache.tree)
+    rng = random.Random(7)
+    prefix: list[int] = []
+    for _ in range(40):  # a deep chain of unhashed cells, each step branching off the last
+        prefix = prefix + [rng.randrange(1 << 20) for _ in range(8)]
+        insert_fresh(cache, prefix + [rng.randrange(1 << 20) for _ in range(8)])
+    leaves = [n for n in cache.tree.nodes() if not n.children and n.num_tokens]
+    cells = [table.cell(n, None) for n in leaves]
+    assert table.pages_hashed == 0
+    results: list[list[bytes]] = []
+
+    def read() -> None:
+        results.append([c.blob() for c in reversed(cells)])
+
+    threads = [threading.Thread(target=read) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    expected = []
+    for leaf in reversed(leaves):
+        keys, n = [], leaf
+        while n.num_tokens:
+            keys.append(n.key)
+            n = n.parent
+        whole = chain_digests(b"".join(reversed(keys)), 4)
+        expected.append(whole[len(whole) - leaf.num_tokens // 4 * DIGEST_BYTES :])
+    assert len(results) == 4 and all(got == expected for got in results)

@@ -4,8 +4,11 @@ lives, shared by everything that names pages of one cache.
 The KV events (`uniradix.events`) publish each cached page's digest and the L3 storage keys
 (`uniradix.storage.keys`) are built on the same chain (`uniradix.page_hash`). Hashing a page
 costs ~0.5 µs of Python per page, so it must happen once per page, not once per event or per
-backup: a node's digests are computed on first use from its parent's last digest (hashing any
-ancestors not known yet, root side first) and then kept. A split keeps the chain: the new
+backup: a node's digests are computed on first read from its parent's last digest (hashing
+any ancestors not read yet, root side first) and then kept. Naming them is free: `cell()`
+gives a `PageDigests` that hashes when read, so the events' flush hands a step's digests to
+the publisher's sender thread unhashed, and the scheduler's thread hashes nothing (the native
+chain releases the GIL: the hashing runs on another core). A split keeps the chain: the new
 parent takes the first pages' digests and the child the rest, nothing is rehashed (the table
 is one of the tree's split hooks). One table per tree: `NodeDigests.of_tree` finds it among
 the split hooks or registers it, so an event recorder and a storage tier of one cache share
@@ -29,6 +32,8 @@ whole table when the tree was reset, so a user that never forgets leaks nothing 
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from typing import Protocol
 
 from uniradix.page_hash import DIGEST_BYTES, chain_digests
@@ -51,6 +56,85 @@ class PageHasher(Protocol):
 
 
 ChainId = tuple[bytes | None, PageHasher | None]
+# What hashes one node's pages: (units, prior digest or seed, extra_key, at_root) -> blob.
+HashFn = Callable[[bytes, bytes | None, str | None, bool], bytes]
+
+
+class PageDigests:
+    """One node's page digests, hashed when first read (`blob()`), by whichever thread reads
+    them: the events' flush only names a step's digests and the publisher's sender thread
+    hashes them (the native chain releases the GIL, so on another core), off the scheduler's
+    thread; an L3 backup reads its keys at once. A cell is its units and the cell (or seed)
+    it chains from until hashed, then just its bytes. Thread-safe by construction: a value is
+    published (`_blob`) before its job is dropped, so a reader sees one or the other, and two
+    threads reading one cell at once hash it twice at worst, to the same bytes."""
+
+    __slots__ = ("_blob", "_halves", "_job")
+
+    def __init__(
+        self,
+        blob: bytes | None = None,
+        job: tuple[HashFn, bytes, str | None, bool, PageDigests | bytes | None] | None = None,
+    ) -> None:
+        self._blob = blob
+        self._job = job
+        self._halves: tuple[int, PageDigests, PageDigests] | None = None
+
+    @property
+    def hashed(self) -> bool:
+        return self._blob is not None
+
+    def blob(self) -> bytes:
+        """The digests, 32 bytes a page, root side first; hashes this cell and any cells it
+        chains from that are not hashed yet, root side first (iteratively: a chain of
+        unread cells may be as deep as the tree)."""
+        blob = self._blob
+        if blob is not None:
+            return blob
+        pending: list[PageDigests] = []
+        cell: PageDigests | bytes | None = self
+        while isinstance(cell, PageDigests) and cell._blob is None:
+            job = cell._job
+            if job is None:
+                break  # hashed meanwhile by another thread
+            pending.append(cell)
+            cell = job[4]
+        for cell in reversed(pending):
+            cell._hash()
+        blob = self._blob
+        assert blob is not None
+        return blob
+
+    def _hash(self) -> None:
+        job = self._job
+        if job is None:
+            return
+        hash_fn, units, extra_key, at_root, prior = job
+        if isinstance(prior, PageDigests):
+            prior = prior.blob()[-DIGEST_BYTES:]
+        self._blob = hash_fn(units, prior, extra_key, at_root)
+        self._job = None
+
+    def split(self, pages: int, upper: bytes, lower: bytes) -> tuple[PageDigests, PageDigests]:
+        """The cells of a node split after `pages` pages into `upper` and `lower` units (the
+        tree's split, once per cell: every holder of this cell gets the same two). Hashed
+        digests are cut; unhashed ones chain anew from the parts' keys (the chain is per
+        page, so the same bytes), dropping the whole key the cell held."""
+        halves = self._halves
+        if halves is not None:
+            assert halves[0] == pages, "a cell is split once, where its node was"
+            return halves[1], halves[2]
+        blob, job = self._blob, self._job
+        if blob is not None or job is None:
+            blob = self.blob()
+            cut = pages * DIGEST_BYTES
+            first, rest = PageDigests(blob[:cut]), PageDigests(blob[cut:])
+        else:
+            hash_fn, _, extra_key, at_root, prior = job
+            first = PageDigests(None, (hash_fn, upper, extra_key, at_root, prior))
+            rest = PageDigests(None, (hash_fn, lower, extra_key, False, first))
+        self._halves = (pages, first, rest)
+        return first, rest
 
 
 class NodeDigests:
@@ -61,10 +145,12 @@ class NodeDigests:
         self.tree = tree
         self.page_size = tree.page_size
         self.bigram = bigram
-        self._chains: dict[ChainId, dict[TreeNode, bytes]] = {}
+        self._chains: dict[ChainId, dict[TreeNode, PageDigests]] = {}
+        self._hash_fns: dict[ChainId, HashFn] = {}
         self._root = tree.root
         self._prune_at = _MIN_PRUNE
         self.pages_hashed = 0  # pages hashed since creation (a split or reuse hashes none)
+        self._count_lock = threading.Lock()
 
     @classmethod
     def of_tree(cls, tree: TreeCore, bigram: bool = False) -> NodeDigests:
@@ -80,15 +166,23 @@ class NodeDigests:
 
     # ------------------------------------------------------------------ lookups
     def node(self, node: TreeNode, seed: bytes | None, hasher: PageHasher | None = None) -> bytes:
-        """`node`'s page digests in the chain rooted at `seed`; hashes what is not known
+        """`node`'s page digests in the chain rooted at `seed`; hashes what is not hashed
         yet. `node` must be in the tree."""
+        return self.cell(node, seed, hasher).blob()
+
+    def cell(
+        self, node: TreeNode, seed: bytes | None, hasher: PageHasher | None = None
+    ) -> PageDigests:
+        """`node`'s digests as a cell, hashed when read: naming a node's pages costs no
+        hashing (cells are made for any ancestors not known yet). `node` must be in the
+        tree."""
         chain_id = (seed, hasher)
         chain = self._chains.get(chain_id)
         if chain is None:
             chain = self._chains[chain_id] = {}
-        blob = chain.get(node)
-        if blob is not None:
-            return blob
+        cell = chain.get(node)
+        if cell is not None:
+            return cell
         if self.tree.root is not self._root:  # reset: every node known so far is gone
             self.clear()
             chain = self._chains[chain_id] = {}
@@ -100,19 +194,34 @@ class NodeDigests:
                 raise ValueError(f"{node} is not in the tree")
             n = n.parent
         at_root = not n.num_tokens
-        prior = seed if at_root else chain[n][-DIGEST_BYTES:]
+        prior: PageDigests | bytes | None = seed if at_root else chain[n]
+        hash_fn = self._hash_fn(chain_id)
         for m in reversed(missing):
-            if hasher is None:
-                blob = chain_digests(m.key, self.page_size, prior, self.bigram)
-            else:
-                blob = hasher(m.key, self.page_size, prior, m.extra_key, at_root)
-                at_root = False
-            chain[m] = blob
-            prior = blob[-DIGEST_BYTES:]
-            self.pages_hashed += len(blob) // DIGEST_BYTES
+            prior = chain[m] = PageDigests(None, (hash_fn, m.key, m.extra_key, at_root, prior))
+            at_root = False
         if len(chain) > self._prune_at:
             self._prune(chain)
         return chain[node]
+
+    def _hash_fn(self, chain_id: ChainId) -> HashFn:
+        """The function hashing one node's pages in chain `chain_id`, counting them."""
+        hash_fn = self._hash_fns.get(chain_id)
+        if hash_fn is None:
+            page_size, bigram, hasher = self.page_size, self.bigram, chain_id[1]
+
+            def hash_fn(
+                units: bytes, prior: bytes | None, extra_key: str | None, at_root: bool
+            ) -> bytes:
+                if hasher is None:
+                    blob = chain_digests(units, page_size, prior, bigram)
+                else:
+                    blob = hasher(units, page_size, prior, extra_key, at_root)
+                with self._count_lock:  # the sender thread hashes too
+                    self.pages_hashed += len(blob) // DIGEST_BYTES
+                return blob
+
+            self._hash_fns[chain_id] = hash_fn
+        return hash_fn
 
     def last(
         self, node: TreeNode, seed: bytes | None, hasher: PageHasher | None = None
@@ -160,14 +269,14 @@ class NodeDigests:
         self._prune_at = _MIN_PRUNE
 
     def redistribute_on_split(self, parent: TreeNode, child: TreeNode, split_len: int) -> None:
-        cut = split_len // self.page_size * DIGEST_BYTES
         for chain in self._chains.values():
-            blob = chain.get(child)
-            if blob is not None:
-                chain[parent] = blob[:cut]
-                chain[child] = blob[cut:]
+            cell = chain.get(child)
+            if cell is not None:
+                chain[parent], chain[child] = cell.split(
+                    split_len // self.page_size, parent.key, child.key
+                )
 
-    def _prune(self, chain: dict[TreeNode, bytes]) -> None:
+    def _prune(self, chain: dict[TreeNode, PageDigests]) -> None:
         for n in [n for n in chain if n.parent is None]:
             del chain[n]
         self._prune_at = max(_MIN_PRUNE, 2 * len(chain))

@@ -1,6 +1,6 @@
-"""The recorder's log: a cache call only appends to it (nothing is hashed or derived until
-the flush), and a node stored in the step is read before it leaves the tree, its split-off
-parts too, with the exact events a router needs."""
+"""The recorder's log: a cache call only appends to it (nothing is derived until the flush,
+nothing hashed until the events are read), and a node stored in the step is read before it
+leaves the tree, its split-off parts too, with the exact events a router needs."""
 
 from __future__ import annotations
 
@@ -12,10 +12,12 @@ from uniradix import EvictParams
 from uniradix.events import BlockRemoved
 
 
-def test_calls_hash_nothing_until_the_flush() -> None:
+def test_calls_hash_nothing_until_the_events_are_read() -> None:
     cache, recorder = attached()
     insert_fresh(cache, TOKENS)
-    recorder.take_events()
+    step = recorder.take_step()  # the flush: names the step's digests, hashes none
+    assert recorder.digests.pages_hashed == 0
+    assert step == [stored(GOLDEN, None, TOKENS)]  # whoever reads the step hashes it
     assert recorder.digests.pages_hashed == 4
     insert_fresh(cache, [1, 2, 3, 4])  # a new leaf: logged, not hashed
     cache.evict(EvictParams(num_tokens=8))  # the older leaf, announced in the last step

@@ -13,12 +13,14 @@ Anything that reads the events (iterating, indexing, `==`) gets the very `BlockS
 `BlockRemoved` structs the recorder used to build, made once; the bytes on the wire are
 identical either way (tests compare them).
 
-The recorder's flush goes no further than the step's runs (`StepRun`: digests and units
-joined per event, nothing else): the numpy views, the parent's published hash and the
-event records are made by whoever reads or encodes the step, the ZMQ publisher's sender
-thread in the default set-up. So the scheduler's thread runs none of that code between its
-cache calls (each step's numpy and struct code evicted the instructions and data the next
-`match` needed: `benchmarks/events_ops.py`), and a null publisher runs none of it at all.
+The recorder's flush goes no further than the step's runs (`StepRun`: the digests' cells
+and units per event, nothing else): the hashing, the numpy views, the parent's published
+hash and the event records are made by whoever reads or encodes the step, the ZMQ
+publisher's sender thread in the default set-up. So the scheduler's thread runs none of that
+code between its cache calls (each step's hashing, numpy and struct code evicted the
+instructions and data the next `match` needed: `benchmarks/events_ops.py`), and a null
+publisher runs none of it at all. The sender thread drops no tree node (`take_step` clears
+each run's `end`): its reference counts would be written from another core.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ import numpy as np
 
 from uniradix import native
 from uniradix.events.types import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
+from uniradix.node_digests import PageDigests
+from uniradix.page_hash import DIGEST_BYTES
 
 _encoder = msgspec.msgpack.Encoder()
 
@@ -67,21 +71,27 @@ class _RawRemoved(msgspec.Struct, tag="BlockRemoved", omit_defaults=True):
 
 class StepRun:
     """Records of one step merged into one event (the recorder's coalescing): the nodes'
-    digests and units, joined once when the event is made. A store run keeps the digest it
-    chains from (`prior`, None at the root), whose published hash is its parent hash."""
+    digests (cells, hashed by whoever makes the event) and units, joined once when the event
+    is made. A store run keeps the digests of the node it chains from (`prior`, None at the
+    root), whose last page's published hash is its parent hash, and the node it ends at
+    (`end`: a store below it continues the run)."""
 
-    __slots__ = ("blobs", "last", "lora_name", "medium", "prior", "removed", "units")
+    __slots__ = ("cells", "end", "lora_name", "medium", "prior", "removed", "units")
 
     def __init__(
-        self, medium: str, removed: bool, lora_name: str | None = None, prior: bytes | None = None
+        self,
+        medium: str,
+        removed: bool,
+        lora_name: str | None = None,
+        prior: PageDigests | None = None,
     ) -> None:
         self.medium = medium
         self.removed = removed
         self.lora_name = lora_name
         self.prior = prior
-        self.blobs: list[bytes] = []
+        self.cells: list[PageDigests] = []
         self.units: list[bytes] = []
-        self.last: bytes | None = None  # the run's last digest (stores)
+        self.end: object = None
 
 
 Published = Callable[[bytes], np.ndarray]  # digests -> published hashes (`BlockHashing`)
@@ -170,11 +180,13 @@ def pack_run(run: StepRun, published: Published, shape: StoredShape) -> Packed:
     if run.removed:
         # Each node's pages deepest first, nodes in removal order: the pages of the nodes
         # joined in reverse order, read backwards (one join, one view).
-        blob = run.blobs[0] if len(run.blobs) == 1 else b"".join(reversed(run.blobs))
+        blob = b"".join([c.blob() for c in reversed(run.cells)])
         return PackedRemoved(published(blob)[::-1], run.medium, shape.group_idx)
-    blob = run.blobs[0] if len(run.blobs) == 1 else b"".join(run.blobs)
+    blob = b"".join([c.blob() for c in run.cells])
     units = run.units[0] if len(run.units) == 1 else b"".join(run.units)
-    parent_hash = None if run.prior is None else int(published(run.prior)[0])
+    parent_hash = None
+    if run.prior is not None:
+        parent_hash = int(published(run.prior.blob()[-DIGEST_BYTES:])[0])
     return PackedStored(published(blob), parent_hash, units, run.medium, run.lora_name, shape)
 
 
@@ -193,6 +205,10 @@ class StepEvents(Sequence[KVEvent]):
         self._shape = shape
         self._packed: list[Packed] | None = None
         self._events: list[KVEvent] | None = None
+
+    @property
+    def runs(self) -> list[StepRun]:
+        return self._runs
 
     @property
     def packed(self) -> list[Packed]:

@@ -8,9 +8,12 @@ digests, known since its store's step, while the node is still attached). Everyt
 waits for `take_events()`, once per step: which nodes are new (a component may have split a
 new leaf before the cache reports it: its never-announced ancestors are stored with it),
 parents' hashes, tokens, media, coalescing. The log is derived earlier only when a node
-stored since is removed, as its pages must be read while it is attached. Page digests come
-from the cache's `NodeDigests` (shared with L3 storage keys): each page is hashed once while
-its node lives, a split keeps them, and a remove reads them back instead of hashing again.
+stored since is removed, as its pages must be named while it is attached. Page digests come
+from the cache's `NodeDigests` (shared with L3 storage keys) as cells hashed when read: the
+flush only names them, and whoever makes the events hashes them (the ZMQ publisher's sender
+thread, off the scheduler's thread and, as the native chain releases the GIL, on another
+core; a null publisher never does). Each page is hashed once while its node lives, a split
+keeps them, and a remove names them again instead of hashing.
 Per step, in execution order::
 
     store(node)   -> BlockStored(hashes of node's pages, parent = parent's last hash)
@@ -39,8 +42,7 @@ from uniradix.event_sink import MEDIA, MEDIUM_CPU_PINNED, MEDIUM_DISK, MEDIUM_GP
 from uniradix.events.hashing import block_hashing
 from uniradix.events.packed import PackedStored, StepEvents, StepRun, StoredShape
 from uniradix.events.types import KVEvent
-from uniradix.node_digests import NodeDigests
-from uniradix.page_hash import DIGEST_BYTES
+from uniradix.node_digests import NodeDigests, PageDigests
 from uniradix.tree.node import TreeNode
 
 
@@ -56,8 +58,8 @@ def holds(node: TreeNode, medium: str) -> bool:
 
 
 # What a cache call leaves in the log: a store is (node, its parent then, medium), a remove
-# (node, its digests read while it was attached, medium).
-_Record = tuple[TreeNode, TreeNode | bytes | None, str]
+# (node, its digests named while it was attached, medium).
+_Record = tuple[TreeNode, TreeNode | PageDigests | None, str]
 
 
 class EventRecorder:
@@ -85,9 +87,9 @@ class EventRecorder:
         self._shape = StoredShape(
             self.block_size, self.cache_salt, group_idx, kv_cache_spec_kind, self._bigram
         )
-        # Per medium, the digests of the nodes announced there (a remove reads them in one
+        # Per medium, the digests of the nodes announced there (a remove names them in one
         # lookup), as of the last derived store and every remove.
-        self._held: dict[str, dict[TreeNode, bytes]] = {m: {} for m in MEDIA}
+        self._held: dict[str, dict[TreeNode, PageDigests]] = {m: {} for m in MEDIA}
         self._tables = tuple(self._held.values())
         self._log: list[_Record] = []  # records not derived yet, in execution order
         self._underived: set[TreeNode] = set()  # nodes stored (or split off) in `_log`
@@ -105,10 +107,10 @@ class EventRecorder:
     def on_removed(self, node: TreeNode, medium: str) -> None:
         if node in self._underived:  # its store must be read while it is attached
             self._derive()
-        blob = self._held[medium].pop(node, None)
-        if blob is None:
+        cell = self._held[medium].pop(node, None)
+        if cell is None:
             return  # never announced there (cached before the recorder came): nothing to undo
-        self._log.append((node, blob, medium))
+        self._log.append((node, cell, medium))
 
     def on_cleared(self) -> None:
         self._log.clear()
@@ -120,13 +122,13 @@ class EventRecorder:
         self.digests.clear()
 
     def redistribute_on_split(self, parent: TreeNode, child: TreeNode, split_len: int) -> None:
-        # Digests follow the split in `NodeDigests`; an underived store keeps its span.
-        cut = split_len // self.block_size * DIGEST_BYTES
+        # Digests follow the split in `NodeDigests` (the same two cells); an underived store
+        # keeps its span.
+        pages = split_len // self.block_size
         for held in self._held.values():
-            blob = held.get(child)
-            if blob is not None:
-                held[parent] = blob[:cut]
-                held[child] = blob[cut:]
+            cell = held.get(child)
+            if cell is not None:
+                held[parent], held[child] = cell.split(pages, parent.key, child.key)
         if child in self._underived:
             self._underived.add(parent)
 
@@ -136,7 +138,7 @@ class EventRecorder:
         log, self._log = self._log, []
         self._underived.clear()
         for node, where, medium in log:
-            if isinstance(where, bytes):
+            if isinstance(where, PageDigests):
                 self._derive_remove(node, where, medium)
             else:
                 self._derive_store(node, where, medium)
@@ -148,7 +150,7 @@ class EventRecorder:
                 return True
         return False
 
-    def _derive_remove(self, node: TreeNode, blob: bytes, medium: str) -> None:
+    def _derive_remove(self, node: TreeNode, cell: PageDigests, medium: str) -> None:
         if not self._known(node):  # its pages left every tier
             self.digests.forget(node)
         runs = self._runs
@@ -156,7 +158,7 @@ class EventRecorder:
         if tail is None or not tail.removed or tail.medium != medium:
             tail = StepRun(medium, True)
             runs.append(tail)
-        tail.blobs.append(blob)
+        tail.cells.append(cell)
 
     def _derive_store(self, node: TreeNode, parent: TreeNode | None, medium: str) -> None:
         """`node`'s pages below `parent` (its parent when stored: splits since may have cut
@@ -173,21 +175,9 @@ class EventRecorder:
             path.append(n)
             n = n.parent  # type: ignore[assignment]
         path.reverse()
-        # L3 copies outlive the tree: a known node's are not tracked (README, L3).
-        held = self._held[medium]
-        track_all = medium != MEDIUM_DISK
-        digests, seed, hasher = self.digests, self._seed, self._hasher
-        blobs = []
-        for n in path:
-            blob = digests.node(n, seed, hasher)
-            if track_all or not known(n):
-                held[n] = blob
-            blobs.append(blob)
-        blob = blobs[0] if len(blobs) == 1 else b"".join(blobs)
-        units = path[0].key if len(path) == 1 else b"".join(n.key for n in path)
-        prior = digests.last(anchor, seed, hasher)
         root = not anchor.num_tokens
         lora_name = node.extra_key
+        digests, seed, hasher = self.digests, self._seed, self._hasher
         runs = self._runs
         tail = runs[-1] if runs else None
         if (
@@ -196,14 +186,22 @@ class EventRecorder:
             or tail.medium != medium
             or tail.lora_name != lora_name
             or root
-            or tail.last != prior
+            or tail.end is not anchor
         ):
-            # The parent's hash is read from `prior` when the event is made (`packed`).
-            tail = StepRun(medium, False, lora_name, None if root else prior)
+            # The parent's hash is read from the anchor's digests when the event is made.
+            prior = None if root else digests.cell(anchor, seed, hasher)
+            tail = StepRun(medium, False, lora_name, prior)
             runs.append(tail)
-        tail.blobs.append(blob)
-        tail.units.append(units)
-        tail.last = blob[-DIGEST_BYTES:]
+        # L3 copies outlive the tree: a known node's are not tracked (README, L3).
+        held = self._held[medium]
+        track_all = medium != MEDIUM_DISK
+        for n in path:
+            cell = digests.cell(n, seed, hasher)
+            if track_all or not known(n):
+                held[n] = cell
+            tail.cells.append(cell)
+            tail.units.append(n.key)
+        tail.end = node
 
     def hashes(self, node: TreeNode) -> list[int]:
         """Published hashes of `node`'s pages (root side first)."""
@@ -223,6 +221,10 @@ class EventRecorder:
         without a Python int per hash and token."""
         self._derive()
         runs, self._runs = self._runs, []
+        for run in runs:
+            # The sender thread must not hold tree nodes: dropping them there writes their
+            # reference counts from another core, under the scheduler's next `match`.
+            run.end = None
         cleared, self._cleared = self._cleared, False
         return StepEvents(cleared, runs, self.hashing.published, self._shape)
 
@@ -237,8 +239,8 @@ class EventRecorder:
         for node in self.cache.tree.nodes():
             if not holds(node, medium):
                 continue
-            blob = self.digests.node(node, self._seed, self._hasher)
-            self._held[medium][node] = blob
+            cell = self.digests.cell(node, self._seed, self._hasher)
+            self._held[medium][node] = cell
             parent = node.parent
             assert parent is not None
             parent_hash = None
@@ -247,7 +249,7 @@ class EventRecorder:
                     published(self.digests.last(parent, self._seed, self._hasher) or b"")[0]
                 )
             packed = PackedStored(
-                published(blob), parent_hash, node.key, medium, node.extra_key, self._shape
+                published(cell.blob()), parent_hash, node.key, medium, node.extra_key, self._shape
             )
             events.append(packed.event())
         return events
