@@ -65,19 +65,28 @@ class PageDigests:
     them: the events' flush only names a step's digests and the publisher's sender thread
     hashes them (the native chain releases the GIL, so on another core), off the scheduler's
     thread; an L3 backup reads its keys at once. A cell is its units and the cell (or seed)
-    it chains from until hashed, then just its bytes. Thread-safe by construction: a value is
-    published (`_blob`) before its job is dropped, so a reader sees one or the other, and two
-    threads reading one cell at once hash it twice at worst, to the same bytes."""
+    it chains from until hashed, then its bytes. One object per node (the flush makes one per
+    new node). Thread-safe by construction: a value is published (`_blob`) before the units
+    are dropped, so a reader sees one or the other, and two threads reading one cell at once
+    hash it twice at worst, to the same bytes."""
 
-    __slots__ = ("_blob", "_halves", "_job")
+    __slots__ = ("_at_root", "_blob", "_extra_key", "_halves", "_hash_fn", "_prior", "_units")
 
     def __init__(
         self,
-        blob: bytes | None = None,
-        job: tuple[HashFn, bytes, str | None, bool, PageDigests | bytes | None] | None = None,
+        blob: bytes | None,
+        hash_fn: HashFn | None = None,
+        units: bytes | None = None,
+        extra_key: str | None = None,
+        at_root: bool = False,
+        prior: PageDigests | bytes | None = None,
     ) -> None:
         self._blob = blob
-        self._job = job
+        self._hash_fn = hash_fn
+        self._units = units  # None once hashed
+        self._extra_key = extra_key
+        self._at_root = at_root
+        self._prior = prior
         self._halves: tuple[int, PageDigests, PageDigests] | None = None
 
     @property
@@ -93,12 +102,9 @@ class PageDigests:
             return blob
         pending: list[PageDigests] = []
         cell: PageDigests | bytes | None = self
-        while isinstance(cell, PageDigests) and cell._blob is None:
-            job = cell._job
-            if job is None:
-                break  # hashed meanwhile by another thread
+        while isinstance(cell, PageDigests) and cell._units is not None:
             pending.append(cell)
-            cell = job[4]
+            cell = cell._prior
         for cell in reversed(pending):
             cell._hash()
         blob = self._blob
@@ -106,33 +112,32 @@ class PageDigests:
         return blob
 
     def _hash(self) -> None:
-        job = self._job
-        if job is None:
-            return
-        hash_fn, units, extra_key, at_root, prior = job
+        units, hash_fn = self._units, self._hash_fn
+        if units is None or hash_fn is None:
+            return  # hashed meanwhile by another thread
+        prior = self._prior
         if isinstance(prior, PageDigests):
             prior = prior.blob()[-DIGEST_BYTES:]
-        self._blob = hash_fn(units, prior, extra_key, at_root)
-        self._job = None
+        self._blob = hash_fn(units, prior, self._extra_key, self._at_root)
+        self._units = None
 
     def split(self, pages: int, upper: bytes, lower: bytes) -> tuple[PageDigests, PageDigests]:
         """The cells of a node split after `pages` pages into `upper` and `lower` units (the
         tree's split, once per cell: every holder of this cell gets the same two). Hashed
         digests are cut; unhashed ones chain anew from the parts' keys (the chain is per
-        page, so the same bytes), dropping the whole key the cell held."""
+        page, so the same bytes; this cell, still held by a step's events, keeps its own)."""
         halves = self._halves
         if halves is not None:
             assert halves[0] == pages, "a cell is split once, where its node was"
             return halves[1], halves[2]
-        blob, job = self._blob, self._job
-        if blob is not None or job is None:
+        if self._units is None:
             blob = self.blob()
             cut = pages * DIGEST_BYTES
             first, rest = PageDigests(blob[:cut]), PageDigests(blob[cut:])
         else:
-            hash_fn, _, extra_key, at_root, prior = job
-            first = PageDigests(None, (hash_fn, upper, extra_key, at_root, prior))
-            rest = PageDigests(None, (hash_fn, lower, extra_key, False, first))
+            hash_fn, extra_key = self._hash_fn, self._extra_key
+            first = PageDigests(None, hash_fn, upper, extra_key, self._at_root, self._prior)
+            rest = PageDigests(None, hash_fn, lower, extra_key, False, first)
         self._halves = (pages, first, rest)
         return first, rest
 
@@ -197,7 +202,7 @@ class NodeDigests:
         prior: PageDigests | bytes | None = seed if at_root else chain[n]
         hash_fn = self._hash_fn(chain_id)
         for m in reversed(missing):
-            prior = chain[m] = PageDigests(None, (hash_fn, m.key, m.extra_key, at_root, prior))
+            prior = chain[m] = PageDigests(None, hash_fn, m.key, m.extra_key, at_root, prior)
             at_root = False
         if len(chain) > self._prune_at:
             self._prune(chain)
