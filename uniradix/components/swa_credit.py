@@ -82,11 +82,10 @@ comes back a median ~500 requests later, and one deep hit moves the slice's rati
 W=4096 / W=1024 0.905 / 0.987 at 0.1, 0.886 / 0.991 at 0.03, 0.892 / 0.991 at 0.02 and at
 0.01, 0.895 / 0.934 at 0); on the whole trace (W=4096 / W=1024): 0.1 0.943 / 0.997, 0.03
 0.946, 0.02 0.948 / 0.998, 0.01 0.948 / 0.997, 0.005 0.948 / 0.996 (the cost exponent moved
-by +-0.02, a
-change of no meaning, moves W=4096 by up to 0.002). Out of sample on the two variant traces
-and the built-in workloads: benchmarks/results/hybrid_hits_h14y.md, which also logs the
-first-use rules tried in that session and lost (branch-point windows treated as served, the
-prompt-end tail past the grid boundary split off and dropped first).
+by +-0.02, a change of no meaning, moves W=4096 by up to 0.002). Out of sample on the two
+variant traces and the built-in workloads: benchmarks/results/hybrid_hits_h14y.md, which also
+logs the first-use rules tried in that session and lost (branch-point windows treated as
+served, the prompt-end tail past the grid boundary split off and dropped first).
 """
 
 from __future__ import annotations
