@@ -13,7 +13,13 @@ from uniradix import EvictParams
 from uniradix.cache.controller import UnifiedRadixCache
 from uniradix.components import swa_reuse
 from uniradix.components.swa import SWAComponent
-from uniradix.components.swa_credit import COST_EXPONENT, REUSE_WEIGHT, SWACreditEviction
+from uniradix.components.swa_credit import (
+    COST_EXPONENT,
+    PASSED_WORTH,
+    REUSE_WEIGHT,
+    WINDOW_PASSED_WORTH,
+    SWACreditEviction,
+)
 from uniradix.types import ComponentType
 
 
@@ -199,3 +205,40 @@ def test_whole_window_credit_keeps_both_nodes_of_a_deep_prompt_past_a_shallow_on
             assert order.credit(by_first[30]) == pytest.approx(math.pow(6, COST_EXPONENT))
         victims[policy] = evict_order(cache)
     assert victims == {"greedy_dual": [30, 10, 32, 14], "greedy_dual_window": [32, 30, 14, 10]}
+
+
+@pytest.mark.parametrize(
+    ("policy", "worth", "order"),
+    [
+        ("greedy_dual", PASSED_WORTH, [7, 104, 100, 108, 112]),
+        ("greedy_dual_window", WINDOW_PASSED_WORTH, [104, 7, 100, 112, 108]),
+    ],
+)
+def test_greedy_dual_window_drops_a_passed_chunk_end_window_sooner(
+    policy: str, worth: float, order: list[int]
+) -> None:
+    """Window 4, page 1: a 16-token prompt [100..115] in two chunks of 8 with its checkpoint
+    at 16, then a 1-token prompt [7] (worth 1 ** 1.5 = 1). The passed chunk-end window
+    [104..107] is worth `passed_worth * 8 ** 1.5`: a tenth under `greedy_dual` (~2.26), so the
+    shallow fresh window goes first; a fiftieth under `greedy_dual_window` (~0.45), so the
+    passed one does (on the Mooncake trace passed windows held a tenth of the pool at W=4096,
+    and 1% of their tokens were used again). The rest go by credit: `greedy_dual` by each
+    node's own end (depths 4, 12, 16); `greedy_dual_window` the parent [100..103] at its
+    window's end 8, then the two nodes of the window ending at 16 together, the leaf first."""
+    cache = swa_cache(policy)
+    sched = MiniScheduler(cache)
+    req = sched.admit(list(range(100, 116)))
+    assert req is not None
+    req.checkpoint_seqlens = (16,)
+    assert sched.chunk(req, 8)
+    cache.free_out_of_window_slots(req)
+    assert sched.chunk(req, 8)
+    cache.free_out_of_window_slots(req)
+    sched.finish(req)
+    insert(cache, [7])
+    cache.check_invariants()
+    order_obj = order_of(cache)
+    by_first = {int(np.frombuffer(n.key, dtype="<i8")[0]): n for n in order_obj.component.lru}
+    assert order_obj._passed == {by_first[104]}
+    assert order_obj.credit(by_first[104]) == pytest.approx(worth * math.pow(8, COST_EXPONENT))
+    assert evict_order(cache) == order

@@ -73,6 +73,19 @@ served windows at the match's end 0.867 / 0.986; only the nodes an insert newly 
 / 0.987; size-aware worth (divided by the node's size over the window) 0.866 / 0.979;
 orphaned parents lowered to `L` once their window's last node is gone: no change. Whole
 trace and workloads: benchmarks/results/hybrid_hits_h14w_window.md.
+
+Under `greedy_dual_window` a passed window is worth `WINDOW_PASSED_WORTH` (0.02), not 0.1:
+with 0.1 passed windows still held 9.8% of the sampled SWA tokens at W=4096 on the whole
+trace, of which 1% were used again (fresh windows: 27%, served ones: ~50%), and at 0.02 they
+hold 1.9%. The tuning slice is too short for this (a family of requests sharing a prefix
+comes back a median ~500 requests later, and one deep hit moves the slice's ratio by ~0.01:
+W=4096 / W=1024 0.905 / 0.987 at 0.1, 0.886 / 0.991 at 0.03, 0.892 / 0.991 at 0.02 and at
+0.01, 0.895 / 0.934 at 0); on the whole trace (W=4096 / W=1024): 0.1 0.943 / 0.997, 0.03
+0.946, 0.02 0.948 / 0.998, 0.01 0.948 / 0.997, 0.005 0.948 / 0.996 (the cost exponent moved
+by +-0.02, a change of no meaning, moves W=4096 by up to 0.002). Out of sample on the two
+variant traces and the built-in workloads: benchmarks/results/hybrid_hits_h14y.md, which also
+logs the first-use rules tried in that session and lost (branch-point windows treated as
+served, the prompt-end tail past the grid boundary split off and dropped first).
 """
 
 from __future__ import annotations
@@ -90,11 +103,14 @@ from uniradix.types import Req
 REUSE_WEIGHT = 3.0
 COST_EXPONENT = 1.5
 PASSED_WORTH = 0.1  # worth factor of a chunk-end window its request went past (never served)
+WINDOW_PASSED_WORTH = 0.02  # the same under `greedy_dual_window` (module docstring, h14y)
 _SLACK = 64  # stale heap entries allowed beyond twice the live ones before a rebuild
 
 
 class SWACreditEviction(GreedyDualCredits, SWAReuseEviction):
     """`greedy_dual` order of an SWA component."""
+
+    passed_worth = PASSED_WORTH
 
     def __init__(
         self,
@@ -110,12 +126,12 @@ class SWACreditEviction(GreedyDualCredits, SWAReuseEviction):
         self._passed: set[TreeNode] = set()
 
     def worth(self, node: TreeNode, depth: int) -> float:
-        """`(1 + reuse_weight * serves) * depth ** cost_exponent`; `PASSED_WORTH` instead of
+        """`(1 + reuse_weight * serves) * depth ** cost_exponent`; `passed_worth` instead of
         the first factor for a passed window that never served (module docstring). `depth`:
         the units from the root to `node`'s end (the callers know it: no walk to the root)."""
         serves = self._serves.get(node, 0)
         if not serves and node in self._passed:
-            return PASSED_WORTH * math.pow(depth, self.cost_exponent)
+            return self.passed_worth * math.pow(depth, self.cost_exponent)
         return (1.0 + self.reuse_weight * serves) * math.pow(depth, self.cost_exponent)
 
     def request_step(self, req: Req) -> None:
@@ -223,7 +239,10 @@ class SWACreditEviction(GreedyDualCredits, SWAReuseEviction):
 class SWAWindowCreditEviction(SWACreditEviction):
     """`greedy_dual_window`: `greedy_dual` with every node of a served window worth the hit
     at the match's end, and every never-served node an insert stores or touches worth the
-    hit at the insert's end (module docstring)."""
+    hit at the insert's end, and passed windows worth `WINDOW_PASSED_WORTH` (module
+    docstring)."""
+
+    passed_worth = WINDOW_PASSED_WORTH
 
     def served(self, node: TreeNode, depth: int, window_end: int) -> None:
         super().served(node, window_end, window_end)
