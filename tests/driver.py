@@ -64,6 +64,20 @@ class MiniScheduler:
         self.cache.cache_unfinished_req(req)
         return True
 
+    def prefill_in_chunks(
+        self, tokens: list[int], chunk_size: int, checkpoints: tuple[int, ...] = ()
+    ) -> Req:
+        """Admits `tokens` (checkpoints at `checkpoints`) and prefills them `chunk_size` at a
+        time, freeing the out-of-window slots between chunks as a scheduler does."""
+        req = self.admit(tokens)
+        assert req is not None
+        req.checkpoint_seqlens = checkpoints
+        while req.kv_committed_len < len(tokens):
+            if req.kv_committed_len:
+                self.cache.free_out_of_window_slots(req)
+            assert self.chunk(req, min(chunk_size, len(tokens) - req.kv_committed_len))
+        return req
+
     def finish(self, req: Req, is_insert: bool = True) -> None:
         self.cache.cache_finished_req(req, is_insert=is_insert)
         self.running.remove(req)

@@ -30,12 +30,7 @@ def test_windows_are_named_by_use_serve_pass_and_lock() -> None:
     swa = cache.component(ComponentType.SWA)
     assert isinstance(swa, SWAComponent)
     sched = MiniScheduler(cache)
-    req = sched.admit(list(range(100, 116)))
-    assert req is not None
-    req.checkpoint_seqlens = (16,)
-    assert sched.chunk(req, 8)
-    cache.free_out_of_window_slots(req)
-    assert sched.chunk(req, 8)
+    req = sched.prefill_in_chunks(list(range(100, 116)), 8, checkpoints=(16,))
     by_first = {int(np.frombuffer(n.key, dtype="<i8")[0]): n for n in swa.lru}
     leaf, passed = by_first[112], by_first[104]
     oracle = FixedUses({leaf})

@@ -227,12 +227,7 @@ def test_greedy_dual_window_drops_a_passed_chunk_end_window_sooner(
     window's end 8, then the two nodes of the window ending at 16 together, the leaf first."""
     cache = swa_cache(policy)
     sched = MiniScheduler(cache)
-    req = sched.admit(list(range(100, 116)))
-    assert req is not None
-    req.checkpoint_seqlens = (16,)
-    assert sched.chunk(req, 8)
-    cache.free_out_of_window_slots(req)
-    assert sched.chunk(req, 8)
+    req = sched.prefill_in_chunks(list(range(100, 116)), 8, checkpoints=(16,))
     cache.free_out_of_window_slots(req)
     sched.finish(req)
     insert(cache, [7])
