@@ -17,9 +17,9 @@ whoever makes the events hashes them), at each `--page-sizes`, each
 mode also with the CPU caches cooled between steps (`--cool-kb`). All variants play in one
 process, 25 requests at a time in turn. The timed cache calls (match / insert / evict
 medians) show the cost inside and next to the events' work; that work itself is counted per
-request (one request is one scheduler step): the flush in the caller (hashing, coalescing,
-queueing; encoding and sending too when inline) and a sender thread's encoding and sending
-(its CPU clock).
+request (one request is one scheduler step): the flush in the caller (coalescing, queueing;
+hashing, encoding and sending too when inline, hashing with `*_hashed`; wall time) and a
+sender thread's hashing, encoding and sending (its CPU clock).
 """
 
 from __future__ import annotations
@@ -234,10 +234,10 @@ def bench_ops(
     `before_rev`.
 
     Where the event work is counted: the calls' medians hold what the hooks do inside the
-    calls, and whatever a sender thread's encoding takes from them (the GIL); the flush
-    (hashing, coalescing, queueing; encoding and sending too when inline) is timed per
-    request in the caller, and a sender thread's encoding and sending per request from its
-    own clock (`sender_us_per_request`); `calls_with_step_vs_none` adds both to the calls."""
+    calls, and whatever a sender thread's work takes from them (the GIL); the flush
+    (coalescing, queueing; hashing, encoding and sending too when inline, hashing with
+    `*_hashed`) is timed per request in the caller, and a sender thread's hashing, encoding
+    and sending per request from its own clock (`sender_us_per_request`); `calls_with_step_vs_none` adds both to the calls."""
     streams = {name: OPS_STREAMS[name] for name in stream_names}
     before = _before_recorder(before_rev) if before_rev else None
     modes = (*MODES, "null_before", "zmq_before") if before else MODES
