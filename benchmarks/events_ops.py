@@ -237,7 +237,8 @@ def bench_ops(
     calls, and whatever a sender thread's work takes from them (the GIL); the flush
     (coalescing, queueing; hashing, encoding and sending too when inline, hashing with
     `*_hashed`) is timed per request in the caller, and a sender thread's hashing, encoding
-    and sending per request from its own clock (`sender_us_per_request`); `calls_with_step_vs_none` adds both to the calls."""
+    and sending per request from its own clock (`sender_us_per_request`);
+    `calls_with_step_vs_none` adds both to the calls."""
     streams = {name: OPS_STREAMS[name] for name in stream_names}
     before = _before_recorder(before_rev) if before_rev else None
     modes = (*MODES, "null_before", "zmq_before") if before else MODES
