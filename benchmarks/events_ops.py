@@ -28,6 +28,7 @@ import json
 import random
 import statistics
 import subprocess
+import sys
 import time
 import types
 from pathlib import Path
@@ -166,17 +167,32 @@ def git_show(rev: str, path: str) -> str:
 
 
 def _before_recorder(rev: str) -> type[Any]:
-    """`EventRecorder` as it was at git revision `rev`, loaded beside the current one, so
-    before and after run side by side in one process."""
-    source = git_show(rev, "uniradix/events/recorder.py")
-    module = types.ModuleType("recorder_before")
-    exec(compile(source, f"{rev}:recorder.py", "exec"), module.__dict__)
-    # Its events are lists already: a current `KVEventStream` takes them as they are.
-    recorder: type[Any] = type(
-        "EventRecorderBefore",
-        (module.EventRecorder,),
-        {"take_step": lambda self: self.take_events()},
-    )
+    """`EventRecorder` as it was at git revision `rev`, loaded beside the current one with
+    that revision's `events/packed.py` (its steps' own classes), so before and after run side
+    by side in one process. A recorder older than `take_step` hands its events as lists."""
+    modules = {}
+    for name in ("packed", "recorder"):
+        path = f"uniradix/events/{name}.py"
+        try:
+            source = git_show(rev, path)
+        except subprocess.CalledProcessError:
+            continue  # `packed` came later: the recorder of `rev` makes lists
+        module = types.ModuleType(f"{name}_before_{rev}")
+        sys.modules[module.__name__] = module  # dataclasses look their module up there
+        saved = sys.modules.get("uniradix.events.packed")
+        if "packed" in modules:  # the recorder imports its own revision's classes
+            sys.modules["uniradix.events.packed"] = modules["packed"]
+        try:
+            exec(compile(source, f"{rev}:{path}", "exec"), module.__dict__)
+        finally:
+            if saved is not None:
+                sys.modules["uniradix.events.packed"] = saved
+        modules[name] = module
+    recorder: type[Any] = modules["recorder"].EventRecorder
+    if not hasattr(recorder, "take_step"):
+        recorder = type(
+            "EventRecorderBefore", (recorder,), {"take_step": lambda self: self.take_events()}
+        )
     return recorder
 
 

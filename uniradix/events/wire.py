@@ -19,7 +19,6 @@ from typing import Any
 
 import msgspec
 
-from uniradix.events.packed import StepEvents
 from uniradix.events.types import (
     AllBlocksCleared,
     ArrayBlockRemoved,
@@ -65,11 +64,13 @@ def _positional(event: KVEvent, wire: str) -> list[Any]:
 
 
 def encode_batch(events: Sequence[KVEvent], ts: float, dp_rank: int, wire: str = "map") -> bytes:
-    """The msgpack payload of one batch in the `wire` shape; a recorder's `StepEvents` is
-    encoded from its arrays (the same bytes)."""
+    """The msgpack payload of one batch in the `wire` shape; a batch that encodes itself (a
+    recorder's `StepEvents`, from its arrays: the same bytes) does."""
     check_wire(wire)
-    if isinstance(events, StepEvents):
-        return events.encode(ts, dp_rank, wire)
+    encode = getattr(events, "encode", None)
+    if encode is not None:
+        payload: bytes = encode(ts, dp_rank, wire)
+        return payload
     if wire == "map":
         return _encoder.encode(KVEventBatch(ts, list(events), dp_rank))
     return _encoder.encode([ts, [_positional(e, wire) for e in events], dp_rank])
