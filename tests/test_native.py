@@ -137,3 +137,68 @@ def test_native_vllm_cbor_chain_equals_the_python_chain(
         assert len(want) == len(tokens) // page_size * page_hash.DIGEST_BYTES
     with pytest.raises(ValueError, match="prior digest must be 32 bytes, got 2"):
         native.cbor_chain_digests(units, page_size, b"ab", (b"", b"", b"", b""))
+
+
+@needs_native
+@pytest.mark.parametrize("page_size", [1, 16])
+@pytest.mark.parametrize("bigram", [False, True])
+def test_native_chain_of_many_nodes_equals_one_call_per_node(page_size: int, bigram: bool) -> None:
+    rng = np.random.default_rng(page_size + bigram)
+    seed = page_hash.salt_seed("tenant-3")
+    # A tree's worth of nodes, each chained from the root (None), a seed, a digest, or an
+    # earlier node (including one with no whole page, which passes its prior on).
+    units: list[bytes] = []
+    priors: list[bytes | int | None] = []
+    want: list[bytes] = []
+    for i in range(60):
+        num_units = int(rng.integers(0, 6)) * page_size + int(rng.integers(0, page_size))
+        key = (
+            RadixKey(rng.integers(0, 1 << 32, num_units), is_bigram=True).units
+            if bigram
+            else _random_units(rng, num_units, wide=i % 3 == 0)
+        )
+        kind = int(rng.integers(0, 4)) if i else 0
+        if kind == 0:
+            prior: bytes | int | None = None
+        elif kind == 1:
+            prior = seed
+        elif kind == 2:
+            prior = rng.bytes(page_hash.DIGEST_BYTES)
+        else:
+            prior = int(rng.integers(0, i))
+        if isinstance(prior, int):
+            last, j = want[prior], prior
+            while not last:  # an empty node chains on from its own prior
+                before = priors[j]
+                if not isinstance(before, int):
+                    break
+                last, j = want[before], before
+            start = last[-page_hash.DIGEST_BYTES :] if last else priors[j]
+            assert not isinstance(start, int)
+        else:
+            start = prior
+        want.append(native.chain_digests(key, page_size, start, bigram))
+        units.append(key)
+        priors.append(prior)
+    assert native.chain_digests_many(units, priors, page_size, bigram) == want
+    assert native.chain_digests_many([], [], page_size, bigram) == []
+
+
+@needs_native
+def test_native_chain_of_many_nodes_rejects_bad_input() -> None:
+    module = native._get()
+    key = bytes(16)
+    with pytest.raises(ValueError, match="page_size must be >= 1, got 0"):
+        module.chain_digests_many([key], [None], 0, False)
+    with pytest.raises(ValueError, match="1 priors for 2 nodes"):
+        module.chain_digests_many([key, key], [None], 1, False)
+    with pytest.raises(ValueError, match=r"priors\[1\] must be None, a 32-byte digest or an"):
+        module.chain_digests_many([key, key], [None, 1], 1, False)  # not an earlier node
+    with pytest.raises(ValueError, match=r"priors\[0\] must be"):
+        module.chain_digests_many([key], [bytes(31)], 1, False)
+    with pytest.raises(ValueError, match=r"priors\[0\] must be"):
+        module.chain_digests_many([key], [-1], 1, False)
+    with pytest.raises(TypeError, match=r"units\[0\] must be bytes"):
+        module.chain_digests_many([bytearray(key)], [None], 1, False)
+    with pytest.raises(TypeError):
+        module.chain_digests_many((key,), [None], 1, False)  # lists only

@@ -9,9 +9,10 @@ import threading
 import pytest
 
 from tests.helpers import insert_fresh, make_cache
-from uniradix import EvictParams, RadixKey
+from uniradix import EvictParams, RadixKey, native
+from uniradix.events.hashing import VllmCborHasher, vllm_none_hash
 from uniradix.events.recorder import EventRecorder
-from uniradix.node_digests import NodeDigests
+from uniradix.node_digests import NodeDigests, hash_cells
 from uniradix.page_hash import DIGEST_BYTES, chain_digests, page_digests, salt_seed
 from uniradix.storage.keys import KeySpace
 from uniradix.tree.node import TreeNode
@@ -150,3 +151,62 @@ def test_cells_read_on_several_threads_agree() -> None:
         whole = chain_digests(b"".join(reversed(keys)), 4)
         expected.append(whole[len(whole) - leaf.num_tokens // 4 * DIGEST_BYTES :])
     assert len(results) == 4 and all(got == expected for got in results)
+
+
+def _path_digests(node: TreeNode, page_size: int, seed: bytes | None) -> bytes:
+    """`node`'s digests hashed independently: its whole path, then its own pages."""
+    keys, n = [], node
+    while n.num_tokens:
+        keys.append(n.key)
+        n = n.parent  # type: ignore[assignment]
+    whole = chain_digests(b"".join(reversed(keys)), page_size, seed)
+    return whole[len(whole) - node.num_tokens // page_size * DIGEST_BYTES :]
+
+
+@pytest.mark.parametrize("native_on", [True, False])
+def test_hash_cells_hashes_a_forest_of_unhashed_cells_once(
+    monkeypatch: pytest.MonkeyPatch, native_on: bool
+) -> None:
+    monkeypatch.setattr(native, "HAVE_NATIVE", native_on and native.BUILT)
+    cache = make_cache(full_tokens=4096, page_size=4)
+    table = NodeDigests.of_tree(cache.tree)
+    rng = random.Random(11)
+    prefixes: list[list[int]] = [[]]
+    for _ in range(30):  # branches off earlier prompts at random depths
+        base = rng.choice(prefixes)
+        cut = rng.randrange(len(base) // 4 + 1) * 4  # whole pages
+        prompt = base[:cut] + [rng.randrange(1 << 20) for _ in range(12)]
+        insert_fresh(cache, prompt)
+        prefixes.append(prompt)
+    seed = salt_seed("t")
+    nodes = [n for n in cache.tree.nodes() if n.num_tokens]
+    cells = {n: table.cell(n, seed) for n in nodes}
+    some = rng.sample(nodes, 5)
+    for n in some:  # read already (by another thread, say): not hashed again
+        cells[n].blob()
+    before = table.pages_hashed
+    leaves = [n for n in nodes if not n.children]
+    hash_cells([cells[n] for n in leaves] + [cells[leaves[0]]])  # ancestors too, and twice
+    assert all(c.hashed for c in cells.values())
+    assert table.pages_hashed == sum(n.num_tokens // 4 for n in nodes)  # each page once
+    assert table.pages_hashed > before
+    for n, cell in cells.items():
+        assert cell.blob() == _path_digests(n, 4, seed)
+
+
+def test_hash_cells_with_another_chain_hash_and_hashed_cells() -> None:
+    cache = make_cache(full_tokens=256, page_size=2)
+    table = NodeDigests.of_tree(cache.tree)
+    insert_fresh(cache, TOKENS)
+    insert_fresh(cache, [10, 20, 30, 40, 1, 2])
+    leaf = node_at(cache, TOKENS)
+    hasher = VllmCborHasher()
+    seed = vllm_none_hash("0")
+    cell = table.cell(leaf, seed, hasher)
+    hash_cells([cell, table.cell(leaf, None)])  # two chains: one per call
+    want = hasher(RadixKey(TOKENS).units, 2, seed, None, True)
+    assert cell.blob() == want[-2 * DIGEST_BYTES :]
+    assert table.node(leaf, None) == chain_digests(RadixKey(TOKENS).units, 2)[-64:]
+    hashed = table.pages_hashed
+    hash_cells([cell])  # nothing left to hash
+    assert table.pages_hashed == hashed

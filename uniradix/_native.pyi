@@ -3,6 +3,9 @@
 from typing_extensions import Buffer
 
 def chain_digests(units: Buffer, page_size: int, prior: Buffer | None, bigram: bool) -> bytes: ...
+def chain_digests_many(
+    units: list[bytes], priors: list[bytes | int | None], page_size: int, bigram: bool
+) -> list[bytes]: ...
 def cbor_chain_digests(
     units: Buffer,
     page_size: int,

@@ -74,6 +74,16 @@ def chain_digests(units: bytes, page_size: int, prior: bytes | None, bigram: boo
     return bytes(_get().chain_digests(units, page_size, prior, bigram))
 
 
+def chain_digests_many(
+    units: list[bytes], priors: list[bytes | int | None], page_size: int, bigram: bool
+) -> list[bytes]:
+    """`chain_digests` of many nodes, the GIL released once: node `i` hashes `units[i]`
+    chained from `priors[i]`, a digest, None (an unseeded root) or the index of an earlier
+    node (its last digest; a node without whole pages passes its own prior on)."""
+    blobs: list[bytes] = _get().chain_digests_many(units, priors, page_size, bigram)
+    return blobs
+
+
 def cbor_chain_digests(
     units: bytes, page_size: int, prior: bytes, parts: tuple[bytes, bytes, bytes, bytes]
 ) -> bytes:

@@ -33,9 +33,10 @@ whole table when the tree was reset, so a user that never forgets leaks nothing 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
+from uniradix import native
 from uniradix.page_hash import DIGEST_BYTES, chain_digests
 from uniradix.tree.core import TreeCore
 from uniradix.tree.node import TreeNode
@@ -142,6 +143,84 @@ class PageDigests:
         return first, rest
 
 
+class ChainHash:
+    """Hashes nodes' pages in one chain of a `NodeDigests` (SGLang's chain, or a
+    `PageHasher`'s), counting them."""
+
+    __slots__ = ("_bigram", "_hasher", "_page_size", "_table")
+
+    def __init__(self, table: NodeDigests, hasher: PageHasher | None) -> None:
+        self._table = table
+        self._page_size = table.page_size
+        self._bigram = table.bigram
+        self._hasher = hasher
+
+    def __call__(
+        self, units: bytes, prior: bytes | None, extra_key: str | None, at_root: bool
+    ) -> bytes:
+        if self._hasher is None:
+            blob = chain_digests(units, self._page_size, prior, self._bigram)
+        else:
+            blob = self._hasher(units, self._page_size, prior, extra_key, at_root)
+        self._table.count(len(blob) // DIGEST_BYTES)
+        return blob
+
+    def many(self, cells: list[PageDigests]) -> None:
+        """Hashes `cells` (unhashed, each after any of them it chains from) in one native
+        call where there is one for this chain, else one by one."""
+        if self._hasher is not None or not native.HAVE_NATIVE:
+            for cell in cells:
+                cell._hash()
+            return
+        position = {id(cell): i for i, cell in enumerate(cells)}
+        units: list[bytes] = []
+        priors: list[bytes | int | None] = []
+        for cell in cells:
+            key, prior = cell._units, cell._prior
+            if key is None:  # hashed meanwhile by another thread: passes its last digest on
+                units.append(b"")
+                priors.append(cell.blob()[-DIGEST_BYTES:])
+                continue
+            units.append(key)
+            if isinstance(prior, PageDigests):
+                at = position.get(id(prior))
+                priors.append(at if at is not None else prior.blob()[-DIGEST_BYTES:])
+            else:
+                priors.append(prior)
+        blobs = native.chain_digests_many(units, priors, self._page_size, self._bigram)
+        pages = 0
+        for cell, key, blob in zip(cells, units, blobs, strict=True):
+            if key:
+                cell._blob = blob
+                cell._units = None
+                pages += len(blob)
+        self._table.count(pages // DIGEST_BYTES)
+
+
+def hash_cells(cells: Iterable[PageDigests]) -> None:
+    """Hashes every unhashed cell of `cells` and the cells they chain from, root side first,
+    one native call per chain: a thread hashing a step's digests beside a busy caller then
+    waits for the GIL once, not once per node (`PageDigests.blob` releases it per cell)."""
+    pending: dict[int, PageDigests] = {}  # insertion order: each cell after its prior
+    for cell in cells:
+        path: list[PageDigests] = []
+        c: PageDigests | bytes | None = cell
+        while isinstance(c, PageDigests) and c._units is not None and id(c) not in pending:
+            path.append(c)
+            c = c._prior
+        for c in reversed(path):
+            pending[id(c)] = c
+    groups: dict[int, tuple[ChainHash, list[PageDigests]]] = {}
+    for cell in pending.values():
+        hash_fn = cell._hash_fn
+        if isinstance(hash_fn, ChainHash):
+            groups.setdefault(id(hash_fn), (hash_fn, []))[1].append(cell)
+        else:
+            cell._hash()
+    for hash_fn, group in groups.values():
+        hash_fn.many(group)
+
+
 class NodeDigests:
     """Page digests (`page_hash.chain_digests` blobs: 32 bytes per page, root side first) of
     the nodes of one tree, per chain seed. `bigram` hashes EAGLE bigram units."""
@@ -151,7 +230,7 @@ class NodeDigests:
         self.page_size = tree.page_size
         self.bigram = bigram
         self._chains: dict[ChainId, dict[TreeNode, PageDigests]] = {}
-        self._hash_fns: dict[ChainId, HashFn] = {}
+        self._hash_fns: dict[ChainId, ChainHash] = {}
         self._root = tree.root
         self._prune_at = _MIN_PRUNE
         self.pages_hashed = 0  # pages hashed since creation (a split or reuse hashes none)
@@ -208,25 +287,16 @@ class NodeDigests:
             self._prune(chain)
         return chain[node]
 
-    def _hash_fn(self, chain_id: ChainId) -> HashFn:
-        """The function hashing one node's pages in chain `chain_id`, counting them."""
+    def _hash_fn(self, chain_id: ChainId) -> ChainHash:
+        """What hashes one node's pages in chain `chain_id`."""
         hash_fn = self._hash_fns.get(chain_id)
         if hash_fn is None:
-            page_size, bigram, hasher = self.page_size, self.bigram, chain_id[1]
-
-            def hash_fn(
-                units: bytes, prior: bytes | None, extra_key: str | None, at_root: bool
-            ) -> bytes:
-                if hasher is None:
-                    blob = chain_digests(units, page_size, prior, bigram)
-                else:
-                    blob = hasher(units, page_size, prior, extra_key, at_root)
-                with self._count_lock:  # the sender thread hashes too
-                    self.pages_hashed += len(blob) // DIGEST_BYTES
-                return blob
-
-            self._hash_fns[chain_id] = hash_fn
+            hash_fn = self._hash_fns[chain_id] = ChainHash(self, chain_id[1])
         return hash_fn
+
+    def count(self, pages: int) -> None:
+        with self._count_lock:  # the sender thread hashes too
+            self.pages_hashed += pages
 
     def last(
         self, node: TreeNode, seed: bytes | None, hasher: PageHasher | None = None

@@ -14,6 +14,7 @@ extern const char *native_compress_name;
 
 /* page_digests.c */
 PyObject *native_chain_digests(PyObject *module, PyObject *args);
+PyObject *native_chain_digests_many(PyObject *module, PyObject *args);
 PyObject *native_cbor_chain_digests(PyObject *module, PyObject *args);
 PyObject *native_sha256(PyObject *module, PyObject *args);
 PyObject *native_sha256_implementation(PyObject *module, PyObject *unused);

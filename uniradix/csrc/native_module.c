@@ -1,7 +1,8 @@
 /* uniradix._native: the hot loops the pure-Python code cannot run in one pass.
  *
  * - page_digests.c: chain_digests, SGLang's chained SHA-256 of every whole page of a packed
- *   key (the encoding of `uniradix/page_hash.py`, byte for byte), one call per node, and
+ *   key (the encoding of `uniradix/page_hash.py`, byte for byte), one call per node or
+ *   many nodes per call (chain_digests_many), and
  *   cbor_chain_digests, vLLM's sha256_cbor chain (`uniradix/events/hashing.py`), on
  *   sha256.c;
  * - row_copy.c: copy_row_runs, one copy per row (or per run of rows contiguous on both
@@ -28,6 +29,10 @@ static PyMethodDef methods[] = {
     {"chain_digests", native_chain_digests, METH_VARARGS,
      "chain_digests(units, page_size, prior, bigram) -> bytes: the chained SHA-256 digest of "
      "every whole page of a packed key (see uniradix.page_hash), 32 bytes each."},
+    {"chain_digests_many", native_chain_digests_many, METH_VARARGS,
+     "chain_digests_many(units, priors, page_size, bigram) -> list[bytes]: chain_digests of "
+     "many nodes, the GIL released once; priors[i] is None, a digest, or the index of an "
+     "earlier node to chain from."},
     {"cbor_chain_digests", native_cbor_chain_digests, METH_VARARGS,
      "cbor_chain_digests(units, page_size, prior, lead, array_head, first_tail, tail) -> "
      "bytes: vLLM's sha256_cbor digest of every whole page (see "

@@ -78,6 +78,24 @@ static PyObject *start_chain(Py_ssize_t units_len, Py_ssize_t page_size, const P
     return result;
 }
 
+/* Hashes one node's `num_pages` pages at `page` into `out`, chained from `previous` (NULL at
+ * an unseeded root); `scratch` has room for a prior digest and one encoded page. */
+static void chain_pages(const uint8_t *page, size_t num_pages, size_t page_size, int bigram,
+                        const uint8_t *previous, uint8_t *scratch, uint8_t *out) {
+    for (size_t p = 0; p < num_pages; p++) {
+        size_t len = 0;
+        if (previous != NULL) {
+            memcpy(scratch, previous, SHA256_DIGEST_BYTES);
+            len = SHA256_DIGEST_BYTES;
+        }
+        len += encode_page(scratch + len, page, page_size, bigram);
+        sha256_padded_digest(scratch, len, out, native_compress);
+        previous = out;
+        out += SHA256_DIGEST_BYTES;
+        page += UNIT_BYTES * page_size;
+    }
+}
+
 PyObject *native_chain_digests(PyObject *module, PyObject *args) {
     Py_buffer units, prior;
     Py_ssize_t page_size;
@@ -91,27 +109,105 @@ PyObject *native_chain_digests(PyObject *module, PyObject *args) {
                                    UNIT_BYTES, &num_pages, &scratch);
     if (result == NULL || num_pages == 0) goto done;
     uint8_t *out = (uint8_t *)PyBytes_AS_STRING(result);
-    const uint8_t *page = units.buf;
-    const uint8_t *previous = prior.buf; /* NULL at an unseeded root */
-    sha256_compress_fn compress = native_compress;
     Py_BEGIN_ALLOW_THREADS
-    for (size_t p = 0; p < num_pages; p++) {
-        size_t len = 0;
-        if (previous != NULL) {
-            memcpy(scratch, previous, SHA256_DIGEST_BYTES);
-            len = SHA256_DIGEST_BYTES;
-        }
-        len += encode_page(scratch + len, page, (size_t)page_size, bigram);
-        sha256_padded_digest(scratch, len, out, compress);
-        previous = out;
-        out += SHA256_DIGEST_BYTES;
-        page += UNIT_BYTES * (size_t)page_size;
-    }
+    chain_pages(units.buf, num_pages, (size_t)page_size, bigram, prior.buf, scratch, out);
     Py_END_ALLOW_THREADS
 done:
     free(scratch);
     PyBuffer_Release(&units);
     PyBuffer_Release(&prior);
+    return result;
+}
+
+/* chain_digests for many nodes in one call, the GIL released once: `units` a list of bytes,
+ * `priors` a list of the same length whose item i is None (an unseeded root), a 32-byte
+ * digest, or the index j < i of the node whose last digest node i chains from (a node
+ * without whole pages passes its own prior on). Returns the list of digest blobs. One
+ * release instead of one per node: a thread hashing a step's nodes beside a busy caller
+ * waits for the GIL after each release (`uniradix/node_digests.py`). */
+PyObject *native_chain_digests_many(PyObject *module, PyObject *args) {
+    PyObject *unit_list, *prior_list;
+    Py_ssize_t page_size;
+    int bigram;
+    (void)module;
+    if (!PyArg_ParseTuple(args, "O!O!np:chain_digests_many", &PyList_Type, &unit_list,
+                          &PyList_Type, &prior_list, &page_size, &bigram))
+        return NULL;
+    if (page_size < 1) {
+        PyErr_Format(PyExc_ValueError, "page_size must be >= 1, got %zd", page_size);
+        return NULL;
+    }
+    /* Tuples: what the loop reads while the GIL is released cannot change under it. */
+    PyObject *units = PyList_AsTuple(unit_list), *priors = PyList_AsTuple(prior_list);
+    PyObject *result = NULL;
+    const uint8_t **last = NULL, **first_prior = NULL;
+    uint8_t *scratch = NULL;
+    if (units == NULL || priors == NULL) goto done;
+    Py_ssize_t n = PyTuple_GET_SIZE(units);
+    if (PyTuple_GET_SIZE(priors) != n) {
+        PyErr_Format(PyExc_ValueError, "%zd priors for %zd nodes", PyTuple_GET_SIZE(priors), n);
+        goto done;
+    }
+    result = PyList_New(n);
+    /* Per node: the digest its first page chains from, and the digest it ends on. */
+    last = calloc((size_t)n + 1, sizeof(uint8_t *));
+    first_prior = calloc((size_t)n + 1, sizeof(uint8_t *));
+    scratch = malloc(sha256_padded_len(SHA256_DIGEST_BYTES + 1 + UNIT_BYTES * (size_t)page_size));
+    if (result == NULL || last == NULL || first_prior == NULL || scratch == NULL) {
+        if (result != NULL) PyErr_NoMemory();
+        Py_CLEAR(result);
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *key = PyTuple_GET_ITEM(units, i), *prior = PyTuple_GET_ITEM(priors, i);
+        if (!PyBytes_Check(key)) {
+            PyErr_Format(PyExc_TypeError, "units[%zd] must be bytes", i);
+            Py_CLEAR(result);
+            goto done;
+        }
+        if (prior == Py_None) {
+            first_prior[i] = NULL;
+        } else if (PyBytes_Check(prior) && PyBytes_GET_SIZE(prior) == SHA256_DIGEST_BYTES) {
+            first_prior[i] = (const uint8_t *)PyBytes_AS_STRING(prior);
+        } else {
+            Py_ssize_t j = PyLong_Check(prior) ? PyLong_AsSsize_t(prior) : -1;
+            if (j < 0 || j >= i) {
+                PyErr_Clear();
+                PyErr_Format(PyExc_ValueError,
+                             "priors[%zd] must be None, a %d-byte digest or an index below it",
+                             i, SHA256_DIGEST_BYTES);
+                Py_CLEAR(result);
+                goto done;
+            }
+            first_prior[i] = last[j];
+        }
+        size_t pages = (size_t)PyBytes_GET_SIZE(key) / UNIT_BYTES / (size_t)page_size;
+        PyObject *blob = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(pages * SHA256_DIGEST_BYTES));
+        if (blob == NULL) {
+            Py_CLEAR(result);
+            goto done;
+        }
+        PyList_SET_ITEM(result, i, blob);
+        last[i] = pages ? (const uint8_t *)PyBytes_AS_STRING(blob) +
+                              (pages - 1) * SHA256_DIGEST_BYTES
+                        : first_prior[i];
+    }
+    /* An index prior names a blob of `result`, written before it is read. */
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *blob = PyList_GET_ITEM(result, i);
+        size_t pages = (size_t)PyBytes_GET_SIZE(blob) / SHA256_DIGEST_BYTES;
+        chain_pages((const uint8_t *)PyBytes_AS_STRING(PyTuple_GET_ITEM(units, i)), pages,
+                    (size_t)page_size,
+                    bigram, first_prior[i], scratch, (uint8_t *)PyBytes_AS_STRING(blob));
+    }
+    Py_END_ALLOW_THREADS
+done:
+    Py_XDECREF(units);
+    Py_XDECREF(priors);
+    free(last);
+    free(first_prior);
+    free(scratch);
     return result;
 }
 

@@ -34,7 +34,7 @@ import numpy as np
 
 from uniradix import native
 from uniradix.events.types import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
-from uniradix.node_digests import PageDigests
+from uniradix.node_digests import PageDigests, hash_cells
 from uniradix.page_hash import DIGEST_BYTES
 
 _encoder = msgspec.msgpack.Encoder()
@@ -213,9 +213,17 @@ class StepEvents(Sequence[KVEvent]):
     @property
     def packed(self) -> list[Packed]:
         if self._packed is None:
+            hash_cells(self.cells())
             published, shape = self._published, self._shape
             self._packed = [pack_run(run, published, shape) for run in self._runs]
         return self._packed
+
+    def cells(self) -> Iterator[PageDigests]:
+        """The digests the step's events read: each run's and each store's parent's."""
+        for run in self._runs:
+            yield from run.cells
+            if run.prior is not None:
+                yield run.prior
 
     def events(self) -> list[KVEvent]:
         if self._events is None:

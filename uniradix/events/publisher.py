@@ -31,9 +31,10 @@ from typing import Protocol
 
 import zmq
 
+from uniradix.events.frame_send import frame_sender
 from uniradix.events.hashing import block_hashing
 from uniradix.events.types import KVEvent
-from uniradix.events.wire import check_wire, encode_batch
+from uniradix.events.wire import check_wire, encode_batch, prepare_batches
 
 END_SEQ = (-1).to_bytes(8, "big", signed=True)
 SENDERS = ("thread", "inline")
@@ -150,6 +151,7 @@ class ZmqEventPublisher:
         self._pub = self._ctx.socket(zmq.PUB)
         self._pub.setsockopt(zmq.SNDHWM, config.hwm)
         self._pub.setsockopt(zmq.LINGER, 1000)
+        self._frames = frame_sender(self._pub)
         endpoint = offset_endpoint_port(config.endpoint, config.dp_rank)
         self.endpoint = self._attach(self._pub, endpoint, config.binds(endpoint))
         self._replay: zmq.Socket[bytes] | None = None
@@ -230,16 +232,24 @@ class ZmqEventPublisher:
         """Sends `item` and, after `sender_wait_ms`, every batch queued by then, in order;
         False once the stop mark came. Waiting lets a busy scheduler's steps gather so that
         the thread takes the GIL once for several of them: each hand-off stalls the
-        scheduler's thread longer than encoding a batch takes."""
+        scheduler's thread longer than encoding a batch takes. So the batches' digests are
+        hashed together (one release of the GIL) and the frames sent with it held
+        (`frame_send`)."""
         if item is not None and self._wait_s:
             time.sleep(self._wait_s)
+        items: list[tuple[float, Sequence[KVEvent]]] = []
         while item is not None:
-            self._encode_and_send(*item)
+            items.append(item)
             try:
                 item = self._queue.get_nowait()
             except queue.Empty:
-                return True
-        return False
+                break
+        start = time.thread_time_ns()
+        prepare_batches([events for _, events in items])
+        self.busy_ns += time.thread_time_ns() - start
+        for ts, events in items:
+            self._encode_and_send(ts, events)
+        return item is not None
 
     def _encode_and_send(self, ts: float, events: Sequence[KVEvent]) -> None:
         start = time.thread_time_ns()  # CPU time: a wait for the GIL is not the sender's
@@ -248,7 +258,11 @@ class ZmqEventPublisher:
         self.busy_ns += time.thread_time_ns() - start
 
     def _send(self, payload: bytes) -> None:
-        self._pub.send_multipart((self._topic, self._seq.to_bytes(8, "big"), payload))
+        frames = (self._topic, self._seq.to_bytes(8, "big"), payload)
+        if self._frames is not None:
+            self._frames.send(frames)
+        else:
+            self._pub.send_multipart(frames)
         self._ring.append((self._seq, payload))
         self._seq += 1
         self.published += 1

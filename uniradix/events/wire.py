@@ -15,6 +15,7 @@ shape back into the map structs.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import chain
 from typing import Any
 
 import msgspec
@@ -30,6 +31,7 @@ from uniradix.events.types import (
     KVEvent,
     KVEventBatch,
 )
+from uniradix.node_digests import hash_cells
 
 WIRE_SHAPES = ("map", "vllm-array", "sglang-array")
 
@@ -74,6 +76,14 @@ def encode_batch(events: Sequence[KVEvent], ts: float, dp_rank: int, wire: str =
     if wire == "map":
         return _encoder.encode(KVEventBatch(ts, list(events), dp_rank))
     return _encoder.encode([ts, [_positional(e, wire) for e in events], dp_rank])
+
+
+def prepare_batches(batches: Sequence[Sequence[KVEvent]]) -> None:
+    """Hashes at once the digests of every batch that names them unhashed (a recorder's
+    `StepEvents`: `cells()`), so that encoding them lets go of the GIL once, not once per
+    node (`node_digests.hash_cells`)."""
+    named = [getattr(batch, "cells", None) for batch in batches]
+    hash_cells(chain.from_iterable(cells() for cells in named if cells is not None))
 
 
 def _from_array(event: ArrayKVEvent) -> KVEvent:
