@@ -5,7 +5,8 @@ It runs these hot loops in one call each (the digests, the copies and long integ
 with the GIL released):
 
 - `chain_digests`: the chained SHA-256 page digests of a packed key (`page_hash`'s chain,
-  byte for byte), with its own SHA-256 (on the CPU's SHA extensions where present), and
+  byte for byte), with its own SHA-256 (on the CPU's SHA extensions where present), per
+  node or for many nodes at once (`chain_digests_many`: one release of the GIL), and
   `cbor_chain_digests`, vLLM's `sha256_cbor` chain (`events.hashing`);
 - `copy_row_runs`: one `memmove` per page row of every layer's K and V (or per run of rows
   contiguous on both sides), for the host tier's CPU copier (`tiers.copiers`), where torch

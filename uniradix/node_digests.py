@@ -8,11 +8,13 @@ backup: a node's digests are computed on first read from its parent's last diges
 any ancestors not read yet, root side first) and then kept. Naming them is free: `cell()`
 gives a `PageDigests` that hashes when read, so the events' flush hands a step's digests to
 the publisher's sender thread unhashed, and the scheduler's thread hashes nothing (the native
-chain releases the GIL: the hashing runs on another core). A split keeps the chain: the new
-parent takes the first pages' digests and the child the rest, nothing is rehashed (the table
-is one of the tree's split hooks). One table per tree: `NodeDigests.of_tree` finds it among
-the split hooks or registers it, so an event recorder and a storage tier of one cache share
-it.
+chain releases the GIL: the hashing runs on another core). `hash_cells` hashes many cells in
+one native call, so that thread lets go of the GIL once for a whole gathering of steps: each
+time it takes the GIL back from a busy scheduler, it stops it wherever it is. A split
+keeps the chain: the new parent takes the first pages' digests and the child the rest,
+nothing is rehashed (the table is one of the tree's split hooks). One table per tree:
+`NodeDigests.of_tree` finds it among the split hooks or registers it, so an event recorder
+and a storage tier of one cache share it.
 
 Chains differ by their root seed (`None`, a salt's, or a namespace's: `page_hash.salt_seed`,
 `namespace_seed`) and by their hasher (SGLang's chain unless a `PageHasher` is given), so the

@@ -8,7 +8,9 @@ do) it puts the batch on a bounded queue that a background thread encodes and se
 queue drops the batch, counts it, and returns False (the caller then resyncs:
 `uniradix.events.stream`). Woken by a batch, the thread first waits `sender_wait_ms` (5 by
 default) and then sends everything queued, each batch with its own seq and publish time:
-a busy scheduler then hands it the GIL once per interval instead of once per step. With
+a busy scheduler then hands it the GIL once per interval instead of once per step; the
+batches' digests are hashed in one native call (`wire.prepare_batches`) and the frames sent
+with the GIL held (`frame_send`), so the thread takes the GIL back twice per interval. With
 `sender="inline"` it encodes and sends in the caller's thread (a PUB send only hands the
 bytes to ZeroMQ's own I/O thread, which needs no GIL); a replay socket is then served by a
 thread that sleeps in ZeroMQ's poll. The thread sender keeps encoding off a scheduler that
