@@ -128,3 +128,15 @@ def test_the_publisher_sends_the_same_frames_either_way(
         sub.close()
         pub.close()
         ctx.term()
+
+
+def test_a_library_that_does_not_own_the_socket_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    sock = ctx.socket(zmq.PUB)
+    try:
+        assert frame_sender(sock) is not None
+        monkeypatch.setattr(frame_send, "_socket_type", lambda lib, handle: None)
+        assert frame_sender(sock) is None  # ENOTSOCK from the library: pyzmq sends instead
+    finally:
+        sock.close()
+        ctx.term()

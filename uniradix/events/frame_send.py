@@ -10,10 +10,10 @@ forced hand-off taken out of the scheduler's cache calls (`benchmarks/events_ops
 socket's own handle (`Socket.underlying`, pyzmq's interop address): the frames are the same
 bytes on the same socket.
 
-It uses the very libzmq pyzmq loaded (found in the process's memory map): another copy of
-the library would not know the socket. Where that cannot be found (not Linux, or a pyzmq
-with libzmq linked into its own module) `frame_sender` returns None and the caller sends
-through pyzmq.
+It uses the very libzmq pyzmq loaded (found in the process's memory map, and checked by
+asking it the socket's type): another copy of the library would not know the socket. Where
+that cannot be found (not Linux, or a pyzmq with libzmq linked into its own module)
+`frame_sender` returns None and the caller sends through pyzmq.
 """
 
 from __future__ import annotations
@@ -44,12 +44,15 @@ class FrameSender:
     thread-safe)."""
 
     def __init__(self, sock: zmq.Socket[bytes], library: str) -> None:
-        send = ctypes.PyDLL(library).zmq_send
+        lib = ctypes.PyDLL(library)
+        send = lib.zmq_send
         send.argtypes = (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int)
         send.restype = ctypes.c_int
         self._zmq_send = send
         self._handle = sock.underlying
         self._sock = sock  # the handle is valid while the socket lives
+        if _socket_type(lib, self._handle) != sock.type:
+            raise OSError(f"{library} does not know this socket")
 
     def send(self, frames: Sequence[bytes]) -> None:
         last = len(frames) - 1
@@ -57,6 +60,23 @@ class FrameSender:
             flags = zmq.SNDMORE if i < last else 0
             if self._zmq_send(self._handle, frame, len(frame), flags) < 0:
                 raise zmq.ZMQError(zmq.zmq_errno())
+
+
+def _socket_type(lib: ctypes.PyDLL, handle: int) -> int | None:
+    """The socket's type as `lib` reads it: a library that does not own the socket answers
+    ENOTSOCK (libzmq checks each socket's tag)."""
+    getsockopt = lib.zmq_getsockopt
+    getsockopt.argtypes = (
+        ctypes.c_void_p,
+        ctypes.c_int,
+        ctypes.c_void_p,
+        ctypes.POINTER(ctypes.c_size_t),
+    )
+    getsockopt.restype = ctypes.c_int
+    value, size = ctypes.c_int(-1), ctypes.c_size_t(ctypes.sizeof(ctypes.c_int))
+    if getsockopt(handle, zmq.TYPE, ctypes.byref(value), ctypes.byref(size)) != 0:
+        return None
+    return value.value
 
 
 def frame_sender(sock: zmq.Socket[bytes]) -> FrameSender | None:
