@@ -25,7 +25,7 @@ nothing, so without checkpoint placement this order is `greedy_dual_window`.
 
 Measured (`python -m benchmarks.hybrid_hits`, full+SWA / full-only, `greedy_dual_window` ->
 this; benchmarks/results/hybrid_hits_h14z.md): whole Mooncake trace W=1024 0.998 -> 1.000,
-W=4096 0.948 -> 0.954 (the learned factor ends near 0.03: no sampled output window served);
+W=4096 0.948 -> 0.954 (the factor ends at 0.05: none of 71k sampled output tokens served);
 first 2,000 requests W=4096 0.892 -> 0.921; built-in workloads: every row unchanged (their
 outputs are sent back, the factor stays 1); full+SWA+Mamba on the trace 0.904 / 0.939 ->
 0.904 / 0.939. Synthetic multi-turn traces (`benchmarks.variant_trace`): W=1024 0.910 -> 0.915
