@@ -31,9 +31,9 @@ outputs are sent back, the factor stays 1); full+SWA+Mamba on the trace 0.904 / 
 0.904 / 0.939. Synthetic multi-turn traces (`benchmarks.variant_trace`): W=1024 0.910 -> 0.915
 (continuation 0.5) and 0.904 -> 0.924 (0.8); W=4096 at continuation 0.8 unchanged (0.806) but
 at 0.5 lower on five of six seeds (-0.001 to -0.005, mean -0.003): a few continuations after
-~150-200 requests find the previous turn's deep window gone sooner (inflation rose faster; not
-from the output victims themselves: they do not raise it enough to matter). That loss is why
-this order is not the default.
+~150-200 requests find the previous turn's deep, never-served window gone sooner (the final
+inflation is the same, and output victims not raising it changes nothing: the mechanism is not
+pinned down). That loss is why this order is not the default.
 """
 
 from __future__ import annotations
