@@ -62,14 +62,17 @@ class FreeSlots(NamedTuple):
 # on every built-in workload at 24-512 Mamba slots and on every Mamba config of the Mooncake
 # trace (benchmarks/results/hybrid_hits_reuse_aware.md).
 DEFAULT_AUX_EVICTION_POLICY = "reuse_aware"
-# The order of SWA windows (`uniradix.components.swa_reuse`, `swa_credit`): "lru",
-# "reuse_aware", "greedy_dual" or "greedy_dual_window" (unless `aux_eviction_policy` is
-# "branch_aware", which orders SWA windows itself). `greedy_dual_window` wins or ties
-# `greedy_dual` (which wins or ties `reuse_aware`, which wins or ties `lru`) on every built-in
-# workload at issue 14's sizes and on every SWA config of the Mooncake trace; its few losses
-# elsewhere (other workload seeds, Mamba slot counts, synthetic traces) are single hits, within
-# the seed-to-seed spread, while its gains are not (benchmarks/results/hybrid_hits_h14w_window.md,
-# h14x_window_seeds.md); full-attention-only caches have no SWA.
+# The order of SWA windows (`uniradix.components.swa_reuse`, `swa_credit`, `swa_output`):
+# "lru", "reuse_aware", "greedy_dual", "greedy_dual_window" or "greedy_dual_output" (unless
+# `aux_eviction_policy` is "branch_aware", which orders SWA windows itself).
+# `greedy_dual_output` is not the default: it loses ~0.003 at W=4096 on synthetic traces whose
+# conversations go on half the time (benchmarks/results/hybrid_hits_h14z.md).
+# `greedy_dual_window` wins or ties `greedy_dual` (which wins or ties `reuse_aware`, which wins
+# or ties `lru`) on every built-in workload at issue 14's sizes and on every SWA config of the
+# Mooncake trace; its few losses elsewhere (other workload seeds, Mamba slot counts, synthetic
+# traces) are single hits, within the seed-to-seed spread, while its gains are not
+# (benchmarks/results/hybrid_hits_h14w_window.md, h14x_window_seeds.md); full-attention-only
+# caches have no SWA.
 DEFAULT_SWA_EVICTION_POLICY = "greedy_dual_window"
 
 
@@ -82,9 +85,9 @@ class CacheSettings:
     `mamba_max_states_per_path` caps the states kept along one root-to-node path (None: no
     cap). `aux_eviction_policy` orders the eviction of SWA windows and Mamba states ("lru",
     "branch_aware", "flop_aware" or "reuse_aware", see `uniradix.components.aux_eviction`);
-    `swa_eviction_policy` orders SWA windows ("lru", "reuse_aware", "greedy_dual" or
-    "greedy_dual_window", `uniradix.components.swa_reuse` and `swa_credit`) unless the aux
-    policy is "branch_aware".
+    `swa_eviction_policy` orders SWA windows ("lru", "reuse_aware", "greedy_dual",
+    "greedy_dual_window" or "greedy_dual_output", `uniradix.components.swa_reuse`, `swa_credit`
+    and `swa_output`) unless the aux policy is "branch_aware".
     """
 
     page_size: int = 1
@@ -153,6 +156,9 @@ class InsertParams:
     priority: int = 0
     mamba_value: torch.Tensor | None = None
     swa_evicted_seqlen: int = 0
+    # the inserting request's `Req.checkpoint_seqlens`: the SWA order learns how often the
+    # windows it leaves past its last checkpoint (its decode outputs) are reused
+    checkpoint_seqlens: tuple[int, ...] = ()
     # values of components registered from outside, by component name (their own pools)
     extra_values: Mapping[str, torch.Tensor] | None = None
 

@@ -9,7 +9,7 @@ import pytest
 
 from tests.components.test_swa_reuse import evict_order, insert, live_windows, match, swa_cache
 from tests.driver import MiniScheduler
-from uniradix import EvictParams
+from uniradix import EvictParams, RadixKey
 from uniradix.cache.controller import UnifiedRadixCache
 from uniradix.components import swa_reuse
 from uniradix.components.swa import SWAComponent
@@ -20,7 +20,9 @@ from uniradix.components.swa_credit import (
     WINDOW_PASSED_WORTH,
     SWACreditEviction,
 )
-from uniradix.types import ComponentType
+from uniradix.components.swa_output import SWAOutputCreditEviction
+from uniradix.memory.swa_allocator import SWASlotAllocator
+from uniradix.types import ComponentType, InsertParams
 
 
 def order_of(cache: UnifiedRadixCache) -> SWACreditEviction:
@@ -237,3 +239,67 @@ def test_greedy_dual_window_drops_a_passed_chunk_end_window_sooner(
     assert order_obj._passed == {by_first[104]}
     assert order_obj.credit(by_first[104]) == pytest.approx(worth * math.pow(8, COST_EXPONENT))
     assert evict_order(cache) == order
+
+
+def insert_with_checkpoints(
+    cache: UnifiedRadixCache, tokens: list[int], checkpoints: tuple[int, ...]
+) -> None:
+    a = cache.pools.kv_allocator
+    assert isinstance(a, SWASlotAllocator)
+    value = a.alloc(len(tokens))
+    assert value is not None
+    cache.insert(InsertParams(RadixKey(tokens), value, checkpoint_seqlens=checkpoints))
+
+
+@pytest.mark.parametrize(
+    ("output_matched", "factor", "order"),
+    [(False, 0.5, [208, 6, 1, 108, 100, 200]), (True, 1.0, [6, 1, 208, 200, 108, 100])],
+)
+def test_an_output_window_is_worth_its_measured_reuse(
+    output_matched: bool, factor: float, order: list[int]
+) -> None:
+    """Window 4, page 1, `greedy_dual_output`. A = a prompt of 8 tokens plus 4 outputs
+    [100..111] (last checkpoint 8): its leaf [108..111] lies past the checkpoint, an output
+    window, the first of its kind, so sampled (full worth, counted). B = [200..211] likewise;
+    its output window [208..211] is not sampled and is worth `factor * 12 ** 1.5`, where
+    `factor` compares the served share of sampled output tokens with that of prompt tokens
+    (each with a prior of one window at the prompt share). Nobody matched A's output: prompt
+    share (0 + 4) / (16 + 4) = 0.2, output share (0 + 4 * 0.2) / (4 + 4) = 0.1, factor 0.5,
+    so B's output (~20.8) goes before C = [1..9] (9 ** 1.5 = 27), a fresh prompt shallower
+    than the rest (12 ** 1.5 ~ 41.6). A match through A's output makes it 1: (8 + 4) / 20 =
+    0.6 against (4 + 4 * 0.6) / 8 = 0.8, so B's output keeps its depth's worth and C goes
+    first; A, served, goes last (tied nodes go together, the leaf first)."""
+    cache = swa_cache("greedy_dual_output")
+    order_obj = order_of(cache)
+    assert isinstance(order_obj, SWAOutputCreditEviction)
+    insert_with_checkpoints(cache, list(range(100, 112)), (8,))
+    if output_matched:
+        assert match(cache, list(range(100, 112))) == 12
+    insert_with_checkpoints(cache, list(range(200, 212)), (8,))
+    insert(cache, list(range(1, 10)))
+    cache.check_invariants()
+    by_first = {int(np.frombuffer(n.key, dtype="<i8")[0]): n for n in order_obj.component.lru}
+    assert order_obj._outputs == {by_first[108], by_first[208]}
+    assert order_obj._sampled == {by_first[108]}
+    assert order_obj.output_factor() == pytest.approx(factor)
+    assert order_obj.credit(by_first[208]) == pytest.approx(factor * math.pow(12, COST_EXPONENT))
+    assert evict_order(cache) == order
+
+
+def test_output_windows_are_marked_only_past_the_last_checkpoint() -> None:
+    """Without checkpoints (an engine that names none), or with the last one at the insert's
+    end, no window is an output window and the order is `greedy_dual_window`'s: the same
+    victims, every node at its window's end."""
+    victims = {}
+    for policy in ("greedy_dual_window", "greedy_dual_output"):
+        cache = swa_cache(policy)
+        insert_with_checkpoints(cache, list(range(100, 112)), ())
+        insert_with_checkpoints(cache, list(range(200, 212)), (12,))
+        insert_with_checkpoints(cache, list(range(1, 10)), ())
+        order_obj = order_of(cache)
+        if isinstance(order_obj, SWAOutputCreditEviction):
+            assert order_obj._outputs == set()
+            assert order_obj.output_factor() == 1.0
+        victims[policy] = evict_order(cache)
+    assert victims["greedy_dual_output"] == victims["greedy_dual_window"]
+    assert victims["greedy_dual_window"] == [6, 1, 108, 100, 208, 200]

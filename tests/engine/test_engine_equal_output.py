@@ -184,7 +184,9 @@ def test_branch_aware_eviction_and_checkpoint_placement_generate_the_same(
         assert result.mamba_tombstones > 0
 
 
-@pytest.mark.parametrize("swa_policy", ["reuse_aware", "greedy_dual", "greedy_dual_window"])
+@pytest.mark.parametrize(
+    "swa_policy", ["reuse_aware", "greedy_dual", "greedy_dual_window", "greedy_dual_output"]
+)
 @pytest.mark.parametrize("aux_policy", ["flop_aware", "reuse_aware"])
 @pytest.mark.parametrize("placement", [False, True])
 @pytest.mark.parametrize("page_size", [1, 4])

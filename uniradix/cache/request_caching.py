@@ -107,6 +107,7 @@ def _insert_req(
             priority=req.priority,
             swa_evicted_seqlen=req.swa_evicted_seqlen,
             mamba_value=mamba_value,
+            checkpoint_seqlens=req.checkpoint_seqlens,
         )
     )
     cache.mamba_requests.after_caching(req, mamba_value, result, finished)

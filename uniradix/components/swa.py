@@ -31,7 +31,7 @@ import numpy as np
 
 from uniradix.components.aux_eviction import BranchAwareEviction, check_aux_eviction_policy
 from uniradix.components.base import EVICTED_MARK, TreeComponent, mark_evicted
-from uniradix.components.swa_credit import swa_order
+from uniradix.components.swa_orders import swa_order
 from uniradix.components.swa_reuse import check_swa_eviction_policy
 from uniradix.memory.pools import CachePools
 from uniradix.memory.swa_allocator import SWASlotAllocator
@@ -66,11 +66,8 @@ class SWAComponent(TreeComponent):
         self.lru = LRUList(index, tree.num_components)
         self._uuids = itertools.count(1)
         self._allocator: SWASlotAllocator | None = None
-        self._order = (
-            BranchAwareEviction(self, (index, window), covered=False)
-            if check_aux_eviction_policy(settings.aux_eviction_policy) == "branch_aware"
-            else None
-        )
+        branch = check_aux_eviction_policy(settings.aux_eviction_policy) == "branch_aware"
+        self._order = BranchAwareEviction(self, (index, window), covered=False) if branch else None
         # `branch_aware` (an aux policy) orders SWA windows itself; else `swa_eviction_policy`.
         policy = check_swa_eviction_policy(settings.swa_eviction_policy)
         self._reuse = swa_order(self, policy, self.window_tail) if self._order is None else None
@@ -234,6 +231,8 @@ class SWAComponent(TreeComponent):
         if is_new_leaf:
             self._commit_leaf(node, end, params)
         self._refresh_window(node, end)
+        if self._reuse is not None and params.checkpoint_seqlens:
+            self._reuse.inserted_past_checkpoints(node, end, max(params.checkpoint_seqlens))
 
     def _commit_leaf(self, leaf: TreeNode, end: int, params: InsertParams) -> None:
         """Gives the new leaf live SWA from the request's cursor on, as at most one

@@ -86,6 +86,9 @@ by +-0.02, a change of no meaning, moves W=4096 by up to 0.002). Out of sample o
 variant traces and the built-in workloads: benchmarks/results/hybrid_hits_h14y.md, which also
 logs the first-use rules tried in that session and lost (branch-point windows treated as
 served, the prompt-end tail past the grid boundary split off and dropped first).
+
+`greedy_dual_output` (`uniradix.components.swa_output`, not the default) is this order with
+the windows past a request's last checkpoint (its decode outputs) worth their measured reuse.
 """
 
 from __future__ import annotations
@@ -154,9 +157,12 @@ class SWACreditEviction(GreedyDualCredits, SWAReuseEviction):
                 and n.data[swa.index].value is not None
                 and not any(a < end and start < b for a, b in kept)
             ):
-                self._passed.add(n)
-                self._set_credit(n, self.inflation + self.worth(n, end))
+                self._mark_passed(n, end)
             end = start
+
+    def _mark_passed(self, node: TreeNode, depth: int) -> None:
+        self._passed.add(node)
+        self._set_credit(node, self.inflation + self.worth(node, depth))
 
     def credit(self, node: TreeNode) -> float | None:
         return self._credit.get(node)
@@ -249,17 +255,3 @@ class SWAWindowCreditEviction(SWACreditEviction):
 
     def refreshed(self, node: TreeNode, depth: int, window_end: int) -> None:
         super().refreshed(node, depth if node in self._serves else window_end, window_end)
-
-
-def swa_order(
-    component: EvictingComponent, policy: str, window_tail: int
-) -> SWAReuseEviction | None:
-    """The order object of an SWA component under `policy` (None: plain LRU); `window_tail`:
-    its window rounded up to whole pages."""
-    if policy == "reuse_aware":
-        return SWAReuseEviction(component)
-    if policy == "greedy_dual":
-        return SWACreditEviction(component, window_tail)
-    if policy == "greedy_dual_window":
-        return SWAWindowCreditEviction(component, window_tail)
-    return None

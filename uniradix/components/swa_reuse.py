@@ -30,7 +30,13 @@ from uniradix.components.aux_eviction import EvictingComponent
 from uniradix.tree.node import TreeNode
 from uniradix.types import Req
 
-SWA_EVICTION_POLICIES = ("lru", "reuse_aware", "greedy_dual", "greedy_dual_window")
+SWA_EVICTION_POLICIES = (
+    "lru",
+    "reuse_aware",
+    "greedy_dual",
+    "greedy_dual_window",
+    "greedy_dual_output",
+)
 SCAN: int | None = 64  # least recent windows searched for one without evidence (None: all)
 
 
@@ -62,6 +68,11 @@ class SWAReuseEviction:
     def refreshed(self, node: TreeNode, depth: int, window_end: int) -> None:
         """An insert ending `window_end` units deep stored or touched `node`'s window (ending
         `depth` units deep): no evidence of reuse (LRU order)."""
+
+    def inserted_past_checkpoints(self, node: TreeNode, end: int, last_checkpoint: int) -> None:
+        """An insert ending at `node` (`end` units deep) was made by a request whose last
+        checkpoint (`Req.checkpoint_seqlens`) is `last_checkpoint` units deep: the nodes past
+        it hold its decode outputs' window."""
 
     def request_step(self, req: Req) -> None:
         """`req` is running (called at each of its out-of-window steps)."""

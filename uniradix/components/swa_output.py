@@ -1,0 +1,163 @@
+"""The `greedy_dual_output` eviction order of SWA windows: `greedy_dual_window`, with the
+windows a request leaves past its last checkpoint (its decode outputs) worth what their
+measured reuse says.
+
+A finished request publishes its prompt and outputs, and the SWA window ending at the outputs'
+end is live: a next turn that sends the outputs back (a chat, an agent's loop) resumes there.
+Where none does (the Mooncake trace: its next turns share the prompt's whole blocks only, and
+none of its 3,203 Mamba finish states was ever resumed from, `uniradix.sim.placement`), the
+output window is dead, yet `greedy_dual_window` credits it with the depth of the outputs' end,
+the deepest of the request's windows. Which traffic it is can be told only from the stream, so
+the order measures it (as Marconi learns what to admit, and as placement decides whether to
+checkpoint decode outputs): it counts the tokens of windows stored and of those that later
+served a match, for prompt windows (all but passed and output ones) and for output windows,
+and a never-served output window is worth
+
+    factor * depth ** COST_EXPONENT,  factor = min(1, output share / prompt share)
+
+each share with a prior of one window's tokens at the prompt share (so the factor starts at 1:
+`greedy_dual_window`'s worth). The count needs output windows kept as long as prompt windows,
+else a demoted window could not show it would have served: every `OUTPUT_SAMPLE`-th (8th)
+request's output window keeps the full worth, and only those are counted. Output nodes are the
+nodes of a finished request's insert wholly past its last checkpoint
+(`InsertParams.checkpoint_seqlens`, from `Req.checkpoint_seqlens`); an insert naming none marks
+nothing, so without checkpoint placement this order is `greedy_dual_window`.
+
+Measured (`python -m benchmarks.hybrid_hits`, full+SWA / full-only, `greedy_dual_window` ->
+this; benchmarks/results/hybrid_hits_h14z.md): whole Mooncake trace W=1024 0.998 -> 1.000,
+W=4096 0.948 -> 0.954 (the factor ends at 0.05: none of 71k sampled output tokens served);
+first 2,000 requests W=4096 0.892 -> 0.921; built-in workloads: every row unchanged (their
+outputs are sent back, the factor stays 1); full+SWA+Mamba on the trace 0.904 / 0.939 ->
+0.904 / 0.939. Synthetic multi-turn traces (`benchmarks.variant_trace`): W=1024 0.910 -> 0.915
+(continuation 0.5) and 0.904 -> 0.924 (0.8); W=4096 at continuation 0.8 unchanged (0.806) but
+at 0.5 lower on five of six seeds (-0.001 to -0.005, mean -0.003): a few continuations after
+~150-200 requests find the previous turn's deep, never-served window gone sooner (the final
+inflation is the same, and output victims not raising it changes nothing: the mechanism is not
+pinned down). That loss is why this order is not the default.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from uniradix.components.aux_eviction import EvictingComponent
+from uniradix.components.swa_credit import COST_EXPONENT, REUSE_WEIGHT, SWAWindowCreditEviction
+from uniradix.tree.node import TreeNode
+
+OUTPUT_SAMPLE = 8  # every 8th request's output window keeps the full worth and is counted
+
+
+@dataclass
+class OutputReuseCounts:
+    """Tokens of windows stored, and of those that served a match, by class: prompt windows
+    (all but passed and output ones) and sampled output windows."""
+
+    prompt_stored: int = 0
+    prompt_served: int = 0
+    output_stored: int = 0
+    output_served: int = 0
+
+
+class SWAOutputCreditEviction(SWAWindowCreditEviction):
+    """`greedy_dual_output`: `greedy_dual_window` with never-served output windows worth
+    `output_factor()` of their depth's worth (module docstring)."""
+
+    def __init__(
+        self,
+        component: EvictingComponent,
+        window_tail: int,
+        reuse_weight: float = REUSE_WEIGHT,
+        cost_exponent: float = COST_EXPONENT,
+    ) -> None:
+        super().__init__(component, window_tail, reuse_weight, cost_exponent)
+        self._outputs: set[TreeNode] = set()  # live output windows' nodes
+        self._sampled: set[TreeNode] = set()  # those at the full worth, whose reuse is counted
+        self._output_inserts = 0
+        self.counts = OutputReuseCounts()
+
+    def output_factor(self) -> float:
+        """The worth factor of a never-served output window that is not sampled: the share
+        of sampled output tokens that served a match over that of prompt tokens, each with
+        a prior of one window's tokens at the prompt share; at most 1."""
+        c, prior = self.counts, self.window_tail
+        prompt = (c.prompt_served + prior) / (c.prompt_stored + prior)
+        output = (c.output_served + prior * prompt) / (c.output_stored + prior)
+        return min(1.0, output / prompt)
+
+    def worth(self, node: TreeNode, depth: int) -> float:
+        if node in self._outputs and node not in self._sampled and node not in self._serves:
+            return self.output_factor() * math.pow(depth, self.cost_exponent)
+        return super().worth(node, depth)
+
+    def inserted_past_checkpoints(self, node: TreeNode, end: int, last_checkpoint: int) -> None:
+        """Marks the never-served nodes of the insert wholly past `last_checkpoint` as an
+        output window; every `OUTPUT_SAMPLE`-th request's stay at the full worth and are
+        counted."""
+        i, top, fresh = self.component.index, end, []
+        for n in self.component.tree.path_to_root(node):
+            start = end - n.num_tokens
+            if start < last_checkpoint:
+                break
+            if n.data[i].value is not None and not (
+                n in self._serves or n in self._outputs or n in self._passed
+            ):
+                fresh.append(n)
+            end = start
+        if not fresh:
+            return
+        sampled = self._output_inserts % OUTPUT_SAMPLE == 0
+        self._output_inserts += 1
+        for n in fresh:
+            self.counts.prompt_stored -= n.num_tokens  # counted as a prompt's when stored
+            self._outputs.add(n)
+            if sampled:
+                self._sampled.add(n)
+                self.counts.output_stored += n.num_tokens
+            else:
+                self._set_credit(n, self.inflation + self.worth(n, top))
+
+    def _mark_passed(self, node: TreeNode, depth: int) -> None:
+        self.counts.prompt_stored -= node.num_tokens  # counted as a prompt's when stored
+        super()._mark_passed(node, depth)
+
+    def served(self, node: TreeNode, depth: int, window_end: int) -> None:
+        if node not in self._serves:
+            if node in self._sampled:
+                self.counts.output_served += node.num_tokens
+            elif node not in self._outputs and node not in self._passed:
+                self.counts.prompt_served += node.num_tokens
+        super().served(node, depth, window_end)
+
+    def refreshed(self, node: TreeNode, depth: int, window_end: int) -> None:
+        if node not in self._credit:
+            self.counts.prompt_stored += node.num_tokens
+        super().refreshed(node, depth, window_end)
+
+    def split(self, parent: TreeNode, child: TreeNode) -> None:
+        for table in (self._outputs, self._sampled):
+            if child in table:
+                table.add(parent)
+        super().split(parent, child)
+
+    def forget(self, node: TreeNode) -> None:
+        super().forget(node)
+        self._outputs.discard(node)
+        self._sampled.discard(node)
+
+    def reset(self) -> None:
+        super().reset()
+        self._outputs.clear()
+        self._sampled.clear()
+        self._output_inserts = 0
+        self.counts = OutputReuseCounts()
+
+    def check_invariants(self, errors: list[str]) -> None:
+        """Output marks are kept for live windows only; sampled ones are output ones."""
+        super().check_invariants(errors)
+        i = self.component.index
+        stale = [n.id for n in self._outputs | self._sampled if n.data[i].value is None]
+        if stale:
+            errors.append(f"swa order: output marks kept for nodes {stale} holding no window")
+        if not self._sampled <= self._outputs:
+            errors.append("swa order: sampled output windows not marked as outputs")
