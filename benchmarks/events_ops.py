@@ -1,20 +1,20 @@
 """What KV events cost the cache's calls: `python -m benchmarks.bench_events ops`.
 
 `ops` plays the same request stream (`benchmarks/streams.py`, the call sequence of
-`benchmarks/ops.py`) on caches without a sink (`none`), with a sink that ignores its reports
-(`hook`), hashing each new leaf's pages without events (`hash_only`, a control), with the
-recorder flushing to a null publisher (`null`: it reads nothing, so the step's events stay
-in arrays, `uniradix.events.packed`), publishing to a real ZMQ
-socket (`zmq` from the sender thread, `zmq_per_batch` from a thread woken per batch,
-`zmq_inline` from the caller) and, with `--before REV`, the recorder of an older revision
-(`null_before`, `zmq_before`), with `--python-hashing` the `hash_only`, `null` and `zmq`
-modes again with the native module switched off (`*_pyhash`: the page chain in Python and
-hashlib), with `--eager-flush` the `null` and `zmq` modes with each step's events packed
+`benchmarks/ops.py`) on caches without a sink (`none`, and `none_again`: the run's noise
+floor), with a sink that ignores its reports (`hook`), hashing each new leaf's pages without
+events (`hash_only`, a control), with the recorder flushing to a null publisher (`null`: it
+reads nothing, so the step's events stay in arrays, `uniradix.events.packed`), publishing to
+a real ZMQ socket (`zmq` from the sender thread, `zmq_per_batch` from a thread woken per
+batch, `zmq_inline` from the caller) and, with `--before REV`, the recorder of an older
+revision (`null_before`, `zmq_before`), with `--python-hashing` the `hash_only`, `null` and
+`zmq` modes again with the native module switched off (`*_pyhash`: the page chain in Python
+and hashlib), with `--eager-flush` the `null` and `zmq` modes with each step's events packed
 at the flush as before h12c (`*_eager`: numpy views, parent hashes and records made by the
-scheduler's thread; now whoever reads the step makes them), with `--flush-hashing` the `null`
-and `zmq` modes with each step's digests hashed at the flush as before h12d (`*_hashed`; now
-whoever makes the events hashes them), at each `--page-sizes`, each
-mode also with the CPU caches cooled between steps (`--cool-kb`). All variants play in one
+scheduler's thread; now whoever reads the step makes them), with `--flush-hashing` the
+`null` and `zmq` modes with each step's digests hashed at the flush as before h12d
+(`*_hashed`; now whoever makes the events hashes them), at each `--page-sizes`, each mode
+also with the CPU caches cooled between steps (`--cool-kb`). All variants play in one
 process, 25 requests at a time in turn. The timed cache calls (match / insert / evict
 medians) show the cost inside and next to the events' work; that work itself is counted per
 request (one request is one scheduler step): the flush in the caller (coalescing, queueing;
@@ -123,7 +123,7 @@ class IdleSink:
 
 
 TIMED_OPS = ("match", "insert", "evict")
-MODES = ("none", "hook", "hash_only", "null", "zmq", "zmq_per_batch", "zmq_inline")
+MODES = ("none", "none_again", "hook", "hash_only", "null", "zmq", "zmq_per_batch", "zmq_inline")
 PYHASH = "_pyhash"  # a mode's variant hashing in Python (native module off)
 PYHASH_MODES = tuple(m + PYHASH for m in ("hash_only", "null", "zmq"))
 EAGER = "_eager"  # a mode's variant whose flush packs the step at once (before h12c)
@@ -208,7 +208,7 @@ def _adapter(
             step.stream.recorder = recorder(step.cache)
             step.cache.set_event_sink(step.stream.recorder)
             return step
-    if mode == "none":
+    if mode in ("none", "none_again"):
         return StepAdapter(adapter, None, cool_kb)
     if mode == "hook":
         adapter.cache.set_event_sink(IdleSink())
@@ -240,7 +240,9 @@ def bench_ops(
     every mode in one process, modes interleaved round by round (the machine's drift hits
     all alike), each mode with the CPU caches left as the step left them (`cool_kb` 0) and
     with `cool_kb` written between steps (`StepAdapter`).
-    Modes: `none` no sink; `hook` a sink that ignores its reports (the call sites' cost);
+    Modes: `none` no sink; `none_again` the same on a cache of its own (the run's noise
+    floor: whatever it reads against `none` is not the events'); `hook` a sink that ignores
+    its reports (the call sites' cost);
     `hash_only` no sink, the new leaf's pages hashed between steps (a control: the flush's
     main work without events);
     `null` the recorder flushed to a `NullEventPublisher`; `zmq` publishing over loopback
