@@ -123,7 +123,7 @@ def _cluster_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--kv-events-sender-wait-ms",
         type=int,
-        default=5,
+        default=20,
         help="the thread sender, once woken, waits this long and sends every batch queued by "
         "then (0: one wake-up per batch)",
     )

@@ -6,7 +6,7 @@ ring of the last `buffer_steps` batches.
 `publish()` never blocks the scheduler. With `sender="thread"` (default, as vLLM and SGLang
 do) it puts the batch on a bounded queue that a background thread encodes and sends; a full
 queue drops the batch, counts it, and returns False (the caller then resyncs:
-`uniradix.events.stream`). Woken by a batch, the thread first waits `sender_wait_ms` (5 by
+`uniradix.events.stream`). Woken by a batch, the thread first waits `sender_wait_ms` (20 by
 default) and then sends everything queued, each batch with its own seq and publish time:
 a busy scheduler then hands it the GIL once per interval instead of once per step; the
 batches' digests are hashed in one native call (`wire.prepare_batches`) and the frames sent
@@ -70,7 +70,7 @@ class KVEventsConfig:
     hash_algo: str = "sglang_sha256"
     hash_seed: str | None = None
     sender: str = "thread"
-    sender_wait_ms: float = 5.0
+    sender_wait_ms: float = 20.0
 
     def __post_init__(self) -> None:
         if self.sender not in SENDERS:
