@@ -98,18 +98,12 @@ class PageDigests:
 
     def blob(self) -> bytes:
         """The digests, 32 bytes a page, root side first; hashes this cell and any cells it
-        chains from that are not hashed yet, root side first (iteratively: a chain of
-        unread cells may be as deep as the tree)."""
+        chains from that are not hashed yet, root side first (`hash_cells`: one native call
+        for the whole chain, however deep)."""
         blob = self._blob
         if blob is not None:
             return blob
-        pending: list[PageDigests] = []
-        cell: PageDigests | bytes | None = self
-        while isinstance(cell, PageDigests) and cell._units is not None:
-            pending.append(cell)
-            cell = cell._prior
-        for cell in reversed(pending):
-            cell._hash()
+        hash_cells((self,))
         blob = self._blob
         assert blob is not None
         return blob
