@@ -44,6 +44,7 @@ from uniradix import native
 from uniradix.events import KVEventsConfig, KVEventStream, NullEventPublisher, ZmqEventPublisher
 from uniradix.events.packed import StepEvents
 from uniradix.events.recorder import EventRecorder
+from uniradix.events.stream import PUBLISH_INTERVAL_MS
 from uniradix.page_hash import chain_digests
 from uniradix.types import InsertParams, InsertResult
 
@@ -123,7 +124,19 @@ class IdleSink:
 
 
 TIMED_OPS = ("match", "insert", "evict")
-MODES = ("none", "none_again", "hook", "hash_only", "null", "zmq", "zmq_per_batch", "zmq_inline")
+MODES = (
+    "none",
+    "none_again",
+    "hook",
+    "hash_only",
+    "null",
+    "null_every_step",
+    "zmq",
+    "zmq_every_step",
+    "zmq_per_batch",
+    "zmq_inline",
+)
+EVERY_STEP = "_every_step"  # a mode's variant publishing at every flush (publish_interval_ms=0)
 PYHASH = "_pyhash"  # a mode's variant hashing in Python (native module off)
 PYHASH_MODES = tuple(m + PYHASH for m in ("hash_only", "null", "zmq"))
 EAGER = "_eager"  # a mode's variant whose flush packs the step at once (before h12c)
@@ -219,7 +232,8 @@ def _adapter(
     wait_ms = 0.0 if mode == "zmq_per_batch" else KVEventsConfig.sender_wait_ms
     config = KVEventsConfig(endpoint="tcp://127.0.0.1:*", sender=sender, sender_wait_ms=wait_ms)
     publisher = ZmqEventPublisher(config) if mode.startswith("zmq") else NullEventPublisher()
-    stream = KVEventStream(adapter.cache, [publisher])
+    interval = 0.0 if mode.endswith(EVERY_STEP) else PUBLISH_INTERVAL_MS
+    stream = KVEventStream(adapter.cache, [publisher], publish_interval_ms=interval)
     if mode.endswith("before") and before is not None:
         stream.recorder = before(adapter.cache)
         adapter.cache.set_event_sink(stream.recorder)

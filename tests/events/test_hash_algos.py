@@ -57,6 +57,7 @@ def test_vllm_sha256_cbor_over_zmq(lora: str | None, salt: str | None) -> None:
         cache_salt=salt,
         hash_algo="vllm_sha256_cbor",
         hash_seed="1234",
+        publish_interval_ms=0,
     )
     try:
         stream.flush()
@@ -118,7 +119,7 @@ def bigram_chain(tokens: list[int]) -> list[int]:
 @pytest.mark.parametrize("sender", ["thread", "inline"])
 def test_eagle_bigram_pages_publish_the_bigram_chain_and_original_tokens(sender: str) -> None:
     cache = make_cache(full_tokens=64, page_size=2, is_eagle=True)
-    stream = KVEventStream(cache, [loopback_publisher(sender=sender)])
+    stream = KVEventStream(cache, [loopback_publisher(sender=sender)], publish_interval_ms=0)
     tokens = [7, 8, 9, 10, 11, 12, 70000, 13, 14]  # 9 tokens: 8 bigrams, 4 pages
     try:
         key = RadixKey(tokens, is_bigram=True)

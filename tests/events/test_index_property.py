@@ -1,7 +1,9 @@
 """Random traffic through the scheduler on every config (and EAGLE bigram keys where the
 cache has no Mamba): after every step the published stream keeps its contract and the
 index, fed the decoded bytes, equals the cache's actual full-KV content, on the device and
-(full attention with a host tier) on the host."""
+(full attention with a host tier) on the host. With a publish interval (steps coalesced into
+one batch) the contract holds for every batch, and the index equals the content after
+every forced flush."""
 
 from __future__ import annotations
 
@@ -22,13 +24,19 @@ from uniradix.sim.scheduler import Scheduler, SchedulerConfig
 
 
 class Checker(NullListener):
-    def __init__(self, stream: KVEventStream, index: KVEventIndex, wire: str) -> None:
+    def __init__(
+        self, stream: KVEventStream, index: KVEventIndex, wire: str, force_every: int = 1
+    ) -> None:
+        """`force_every`: a coalescing stream's flush is forced (and the index compared with
+        the cache) every that many steps."""
         self.stream, self.index, self.wire = stream, index, wire
         self.strict = StrictStream(index.block_size)
         self.seq = 0
+        self.force_every = force_every
+        self.steps = 0
 
-    def check(self) -> None:
-        self.stream.flush()
+    def check(self, force: bool = True) -> None:
+        self.stream.flush(force=force)
         events: list[Any] = []
         for batch in self.sent:
             payload = encode_batch(batch, 0.0, 0, self.wire)
@@ -37,6 +45,8 @@ class Checker(NullListener):
             events.extend(batch)
         self.sent.clear()
         self.strict.apply(events)
+        if not force:
+            return
         cache = self.stream.cache
         assert self.index.blocks("a") == cached_hashes(cache) == set(self.strict.parent)
         host = cached_hashes(cache, "CPU_PINNED")
@@ -48,7 +58,8 @@ class Checker(NullListener):
         assert self.index.stats.orphan_stores == 0
 
     def on_step(self, scheduler: Scheduler) -> None:
-        self.check()
+        self.steps += 1
+        self.check(force=self.steps % self.force_every == 0)
 
 
 class Capture(NullEventPublisher):
@@ -75,10 +86,11 @@ class Capture(NullEventPublisher):
     reset_midway=st.booleans(),
     write_policy=st.sampled_from([None, "write_through", "write_through_selective", "write_back"]),
     eagle=st.booleans(),
+    force_every=st.sampled_from([1, 1, 3, 7]),
 )
 def test_index_follows_the_cache(  # type: ignore[no-untyped-def]
     config, wire, prompts, outputs, page_size, full_pages, window, max_running, chunk_pages,
-    reset_midway, write_policy, eagle,
+    reset_midway, write_policy, eagle, force_every,
 ) -> None:  # fmt: skip
     full_tokens = full_pages * page_size
     eagle = eagle and config in ("full", "swa")  # Mamba refuses bigram keys
@@ -90,8 +102,10 @@ def test_index_follows_the_cache(  # type: ignore[no-untyped-def]
         write_policy=write_policy or "write_through", is_eagle=eagle,
     )  # fmt: skip
     sent: list[Any] = []
-    stream = KVEventStream(cache, [Capture(sent)])
-    checker = Checker(stream, KVEventIndex(page_size, bigram=eagle), wire)
+    # force_every > 1: steps coalesced (a flush within a second of the last batch waits).
+    interval = 0 if force_every == 1 else 1000
+    stream = KVEventStream(cache, [Capture(sent)], publish_interval_ms=interval)
+    checker = Checker(stream, KVEventIndex(page_size, bigram=eagle), wire, force_every)
     checker.sent = sent  # type: ignore[attr-defined]
     specs = fitting_specs(prompts, outputs, full_tokens // 2)
     for round_ in range(2 if reset_midway else 1):

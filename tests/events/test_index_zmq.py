@@ -20,7 +20,10 @@ from uniradix.events.stream import KVEventStream
 def test_two_publishers_replay_and_prefix_lengths() -> None:
     caches = [make_cache(full_tokens=4096, page_size=2) for _ in range(2)]
     wires = ["map", "sglang-array"]
-    streams = [KVEventStream(c, [loopback_publisher(wire=w)]) for c, w in zip(caches, wires)]  # noqa: B905
+    streams = [
+        KVEventStream(c, [loopback_publisher(wire=w)], publish_interval_ms=0)
+        for c, w in zip(caches, wires, strict=True)
+    ]
     index = KVEventIndex(block_size=2)
     try:
         for s in streams:

@@ -51,7 +51,7 @@ def decoded(stream: KVEventStream) -> list[list[object]]:
 
 def test_store_extend_split_evict_reset() -> None:
     cache = make_cache(full_tokens=64, page_size=2)
-    stream = KVEventStream(cache, [loopback_publisher()])
+    stream = KVEventStream(cache, [loopback_publisher()], publish_interval_ms=0)
     try:
         stream.flush()  # start-up: AllBlocksCleared (empty cache)
         insert_fresh(cache, [10, 20, 30, 40, 50, 60, 70, 80])
@@ -91,7 +91,7 @@ def test_store_extend_split_evict_reset() -> None:
 
 def test_chained_stores_in_one_step_coalesce_and_salt_seeds() -> None:
     cache = make_cache(full_tokens=64, page_size=2)
-    stream = KVEventStream(cache, [loopback_publisher()], cache_salt="s1")
+    stream = KVEventStream(cache, [loopback_publisher()], cache_salt="s1", publish_interval_ms=0)
     try:
         insert_fresh(cache, [1, 2, 3, 4])
         stream.flush()  # first batch: clear + the snapshot of what is cached
@@ -117,7 +117,7 @@ def test_store_then_split_in_the_same_step_keeps_hashes() -> None:
     """A leaf split before its (deferred) hashing still publishes the stored edge's hashes,
     and a later store under the split point chains from the right page."""
     cache = make_cache(full_tokens=64, page_size=2)
-    stream = KVEventStream(cache, [loopback_publisher()])
+    stream = KVEventStream(cache, [loopback_publisher()], publish_interval_ms=0)
     try:
         stream.flush()
         insert_fresh(cache, [1, 2, 3, 4, 5, 6])
@@ -138,7 +138,7 @@ def test_store_then_split_in_the_same_step_keeps_hashes() -> None:
 
 def test_swa_tombstone_is_silent() -> None:
     cache = make_cache(full_tokens=64, page_size=2, sliding_window=2, swa_tokens=64)
-    stream = KVEventStream(cache, [loopback_publisher()])
+    stream = KVEventStream(cache, [loopback_publisher()], publish_interval_ms=0)
     try:
         stream.flush()
         insert_fresh(cache, [1, 2, 3, 4])
@@ -166,7 +166,7 @@ def test_topic_template_and_live_subscriber() -> None:
     sub.setsockopt(zmq.LINGER, 0)
     sub.setsockopt(zmq.SUBSCRIBE, b"kv@")
     sub.connect(publisher.endpoint)
-    stream = KVEventStream(cache, [publisher])
+    stream = KVEventStream(cache, [publisher], publish_interval_ms=0)
     try:
         # PUB drops what it sends before the subscription arrives: publish until one lands.
         frames = None

@@ -42,7 +42,7 @@ def test_sender_hashes_while_the_cache_changes(  # type: ignore[no-untyped-def]
     full_tokens = 40 * page_size
     cache = small_cache(config, full_tokens, page_size, 4, 12)
     # No wait: the sender hashes a step's cells while the next steps run.
-    stream = KVEventStream(cache, [loopback_publisher(sender_wait_ms=0.0)])
+    stream = KVEventStream(cache, [loopback_publisher(sender_wait_ms=0.0)], publish_interval_ms=0)
     try:
         specs = fitting_specs(prompts, outputs, full_tokens // 2)
         config_ = SchedulerConfig(max_running, 2 * page_size, 0.0, check_invariants=True)

@@ -125,7 +125,7 @@ def test_full_queue_drops_counts_and_resyncs(monkeypatch: pytest.MonkeyPatch) ->
 
     monkeypatch.setattr(publisher_module, "encode_batch", held)
     cache = make_cache(full_tokens=64, page_size=2)
-    stream = KVEventStream(cache, [loopback_publisher(max_queue_size=1)])
+    stream = KVEventStream(cache, [loopback_publisher(max_queue_size=1)], publish_interval_ms=0)
     try:
         stream.flush()  # the sender takes it and waits
         assert entered.wait(5)

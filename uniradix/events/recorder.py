@@ -211,6 +211,15 @@ class EventRecorder:
         return values
 
     # ------------------------------------------------------------------ events
+    @property
+    def pending(self) -> bool:
+        """Whether anything was recorded since the last `take_step()`."""
+        return bool(self._log or self._runs or self._cleared)
+
+    def empty_step(self) -> StepEvents:
+        """A step without events (what a flush that publishes nothing returns)."""
+        return StepEvents(False, [], self.hashing.published, self._shape)
+
     def take_events(self) -> list[KVEvent]:
         """The step's events, coalesced, in execution order; empties the record."""
         return self.take_step().events()

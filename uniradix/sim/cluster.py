@@ -168,7 +168,14 @@ class Cluster:
                     cache,
                     scheduler,
                     metrics,
-                    KVEventStream(cache, publishers, hash_algo=hash_algo, hash_seed=hash_seed),
+                    # Every step: the router reads simulated steps, not the wall clock.
+                    KVEventStream(
+                        cache,
+                        publishers,
+                        hash_algo=hash_algo,
+                        hash_seed=hash_seed,
+                        publish_interval_ms=0,
+                    ),
                 )
             )
         self._ready: list[int] = []
