@@ -205,19 +205,22 @@ class UnifiedRadixCache:
         for c in self._insert_checkers:
             c.check_insert(value, params)
         actions: list[FreeSlots] = []
-        prev, aux, sink = params.prev_prefix_len, self._overlapping, self.event_sink
+        prev, aux = params.prev_prefix_len, self._overlapping
+        # Only a host tier leaves host-only (demoted) nodes in the tree; without one nothing
+        # is revived, and the per-node check would cost a sink's insert ~2%.
+        revival_sink = self.event_sink if self.host_tier.enabled else None
         free_args = (value, params.swa_evicted_seqlen, self.page_size, self._num_pages)
 
         def on_overlap(node: TreeNode, offset: int, num: int) -> None:
             # An insert over a demoted (host-only) node revives its device copy.
-            revived = sink is not None and node.data[0].value is None
+            revived = revival_sink is not None and node.data[0].value is None
             adopted_from = num
             for c in aux:
                 adopted_from = min(
                     adopted_from, c.insert_overlap(node, offset, num, value, params, actions)
                 )
-            if revived and sink is not None and node.data[0].value is not None:
-                sink.on_stored(node, MEDIUM_GPU)
+            if revived and revival_sink is not None and node.data[0].value is not None:
+                revival_sink.on_stored(node, MEDIUM_GPU)
             start = max(0, prev - offset)
             if start < adopted_from:
                 actions.extend(duplicate_frees(node, num, offset, start, adopted_from, *free_args))
@@ -233,8 +236,8 @@ class UnifiedRadixCache:
             c.commit_insert(target, is_new, leaf_value, params, actions)
         if is_new:
             self.tree.update_leaf(target)
-            if sink is not None:
-                sink.on_stored(target, MEDIUM_GPU)
+            if self.event_sink is not None:
+                self.event_sink.on_stored(target, MEDIUM_GPU)
         self.apply(actions)
         if self.host_tier.enabled:
             self.host_tier.after_insert(target)

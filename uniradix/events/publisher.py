@@ -7,16 +7,17 @@ ring of the last `buffer_steps` batches.
 do) it puts the batch on a bounded queue that a background thread encodes and sends; a full
 queue drops the batch, counts it, and returns False (the caller then resyncs:
 `uniradix.events.stream`). Woken by a batch, the thread first waits `sender_wait_ms` (20 by
-default) and then sends everything queued, each batch with its own seq and publish time:
-a busy scheduler then hands it the GIL once per interval instead of once per step; the
-batches' digests are hashed in one native call (`wire.prepare_batches`) and the frames sent
-with the GIL held (`frame_send`), so the thread takes the GIL back twice per interval. With
-`sender="inline"` it encodes and sends in the caller's thread (a PUB send only hands the
-bytes to ZeroMQ's own I/O thread, which needs no GIL); a replay socket is then served by a
-thread that sleeps in ZeroMQ's poll. The thread sender keeps encoding off a scheduler that
-waits on the GPU with the GIL released; the inline one suits a CPU-bound caller
-(`benchmarks/events_ops.py`). Both count the CPU time they spend encoding and sending
-(`busy_ns`).
+default) and then sends everything queued, each batch with its own seq and publish time: a
+busy scheduler then hands it the GIL once per interval instead of once per batch (even
+behind a `KVEventStream` that publishes every 20 ms: a thread woken at once, at the step
+boundary, cost a CPU-bound caller's next calls 4-6 points more); the batches' digests are
+hashed in one native call (`wire.prepare_batches`) and the frames sent with the GIL held
+(`frame_send`), so the thread takes the GIL back twice per interval. With `sender="inline"`
+it encodes and sends in the caller's thread (a PUB send only hands the bytes to ZeroMQ's own
+I/O thread, which needs no GIL); a replay socket is then served by a thread that sleeps in
+ZeroMQ's poll. The thread sender keeps encoding off a scheduler that waits on the GPU with
+the GIL released; the inline one suits a CPU-bound caller (`benchmarks/events_ops.py`). Both
+count the CPU time they spend encoding and sending (`busy_ns`).
 `NullEventPublisher` counts only.
 """
 

@@ -1,19 +1,20 @@
 """EventRecorder: the cache's event sink. It records what the cache executed (a new leaf's
 full KV stored, a leaf's full KV removed, a reset; with a host tier also revival, load-back,
-demotion, host backup and host eviction, each on its medium) and, once per scheduler step,
-turns it into coalesced `BlockStored` / `BlockRemoved` / `AllBlocksCleared` events.
+demotion, host backup and host eviction, each on its medium) and, at each flush that
+publishes (once per scheduler step, or per `KVEventStream` interval), turns it into
+coalesced `BlockStored` / `BlockRemoved` / `AllBlocksCleared` events.
 
 A cache operation pays only for appending a tuple to a log (a remove also reads the node's
 digests, known since its store's step, while the node is still attached). Everything else
-waits for `take_events()`, once per step: which nodes are new (a component may have split a
-new leaf before the cache reports it: its never-announced ancestors are stored with it),
-parents' hashes, tokens, media, coalescing. The log is derived earlier only when a node
-stored since is removed, as its pages must be named while it is attached. Page digests come
-from the cache's `NodeDigests` (shared with L3 storage keys) as cells hashed when read: the
-flush only names them, and whoever makes the events hashes them (the ZMQ publisher's sender
-thread, off the scheduler's thread and, as the native chain releases the GIL, on another
-core; a null publisher never does). Each page is hashed once while its node lives, a split
-keeps them, and a remove names them again instead of hashing.
+waits for `take_events()`, once per published batch: which nodes are new (a component may
+have split a new leaf before the cache reports it: its never-announced ancestors are stored
+with it), parents' hashes, tokens, media, coalescing. The log is derived earlier only when a
+node stored since is removed, as its pages must be named while it is attached. Page digests
+come from the cache's `NodeDigests` (shared with L3 storage keys) as cells hashed when read:
+the flush only names them, and whoever makes the events hashes them (the ZMQ publisher's
+sender thread, off the scheduler's thread and, as the native chain releases the GIL, on
+another core; a null publisher never does). Each page is hashed once while its node lives, a
+split keeps them, and a remove names them again instead of hashing.
 Per step, in execution order::
 
     store(node)   -> BlockStored(hashes of node's pages, parent = parent's last hash)

@@ -1,6 +1,6 @@
 """KV event types as routers decode them (vLLM / SGLang `kv_events`, see
 `reference/kv_events.md`): `BlockStored`, `BlockRemoved`, `AllBlocksCleared`, and the batch
-`[ts, events, dp_rank]` published once per scheduler step.
+`[ts, events, dp_rank]` published at most once per scheduler step (`KVEventStream`).
 
 The map-shaped structs (`BlockStored`, ...) are what the library builds and what the default
 `map` wire shape encodes: a `"type"` tag key, optional nulls left out. The `Array*` structs
@@ -45,7 +45,8 @@ KVEvent = BlockStored | BlockRemoved | AllBlocksCleared
 
 
 class KVEventBatch(msgspec.Struct, array_like=True):
-    """One scheduler step's events; always the 3-element array routers require."""
+    """One published batch (a step's events, or several steps' coalesced); always the
+    3-element array routers require."""
 
     ts: float
     events: list[KVEvent]
