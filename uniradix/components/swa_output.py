@@ -23,14 +23,15 @@ nodes of a finished request's insert wholly past its last checkpoint
 (`InsertParams.checkpoint_seqlens`, from `Req.checkpoint_seqlens`); an insert naming none marks
 nothing, so without checkpoint placement this order is `greedy_dual_window`.
 
-Measured (`python -m benchmarks.hybrid_hits`, full+SWA / full-only, `greedy_dual_window` ->
-this; benchmarks/results/hybrid_hits_h14z.md): whole Mooncake trace W=1024 0.998 -> 1.000,
-W=4096 0.948 -> 0.954 (the factor ends at 0.05: none of 71k sampled output tokens served);
-first 2,000 requests W=4096 0.892 -> 0.921; built-in workloads: every row unchanged (their
-outputs are sent back, the factor stays 1); full+SWA+Mamba on the trace 0.904 / 0.939 ->
-0.904 / 0.939. Synthetic multi-turn traces (`benchmarks.variant_trace`): W=1024 0.910 -> 0.915
-(continuation 0.5) and 0.904 -> 0.924 (0.8); W=4096 at continuation 0.8 unchanged (0.806) but
-at 0.5 lower on five of six seeds (-0.001 to -0.005, mean -0.003).
+Measured without the checkpoint-window refresh below (`python -m benchmarks.hybrid_hits`,
+full+SWA / full-only, `greedy_dual_window` -> this; benchmarks/results/hybrid_hits_h14z.md):
+whole Mooncake trace W=1024 0.998 -> 1.000, W=4096 0.948 -> 0.954 (the factor ends at
+0.05: none of 71k sampled output tokens served); first 2,000 requests W=4096 0.892 -> 0.921;
+built-in workloads: every row unchanged (their outputs are sent back, the factor stays 1);
+full+SWA+Mamba on the trace 0.904 / 0.939 -> 0.904 / 0.939. Synthetic multi-turn traces
+(`benchmarks.variant_trace`): W=1024 0.910 -> 0.915 (continuation 0.5) and 0.904 -> 0.924
+(0.8); W=4096 at continuation 0.8 unchanged (0.806) but at 0.5 lower on five of six seeds
+(-0.001 to -0.005, mean -0.003).
 
 The mechanism of that loss (session 10, benchmarks/results/hybrid_hits_h14q_checkpoint_windows.md):
 an insert refreshes only the nodes within one window and a page of its end, so the window at
