@@ -5,6 +5,7 @@ which each hybrid config reaches 0.95x full-only.
     .venv/bin/python -m benchmarks.hybrid_hits --label before [--sources trace multi_turn ...]
         [--policy lru] [--swa-policy reuse_aware] [--placement] [--pool-search]
         [--mamba-slots 512] [--max-requests 2000] [--configs swa hybrid] [--swa-floor]
+        [--scales 1 1.25 1.5 2]
         [--out benchmarks/results]
 
 Sizes: page 16; full KV = a quarter of the working set (the tokens an unbounded cache would
@@ -13,7 +14,8 @@ is rejected; SWA pool = full / 4 (window 1024 and 4096), raised to a prefill chu
 windows (at most the full pool) where that is more (small workloads), or just that with
 `--swa-floor`; 512 Mamba slots.
 `--pool-search` doubles the auxiliary pool (SWA tokens, Mamba slots; both for
-full+SWA+Mamba) up to 4x until the config reaches 0.95x full-only. Writes
+full+SWA+Mamba) up to 4x until the config reaches 0.95x full-only; `--scales 1 1.0625 1.125
+1.25 1.5 2` tries those multiples instead, in order. Writes
 `hybrid_hits_<label>.json` and `.md`; `--merge A.json B.json --label L` writes one labelled
 run from runs over different sources (the trace apart from the workloads).
 """
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import platform
 import sys
 import time
@@ -38,7 +41,7 @@ PAGE = 16
 WINDOWS = (1024, 4096)
 MAMBA_SLOTS = 512
 TARGET = 0.95
-MAX_SCALE = 4
+SCALES = (1.0, 2.0, 4.0)  # the pool search's multiples of the auxiliary pools
 CONFIGS = [("swa", w) for w in WINDOWS] + [("mamba", None)] + [("hybrid", w) for w in WINDOWS]
 
 
@@ -68,22 +71,23 @@ def sized(
     base: ReplayOptions,
     config: str,
     window: int | None,
-    scale: int,
+    scale: float,
     slots: int = MAMBA_SLOTS,
     swa_floor: bool = False,
 ) -> ReplayOptions:
-    """`base` at issue 14's sizes; `swa_floor`: the SWA pool at its floor, not a quarter."""
+    """`base` at issue 14's sizes, the auxiliary pools times `scale` (rounded up to a page
+    and a slot); `swa_floor`: the SWA pool at its floor, not a quarter."""
     # An SWA pool must hold a prefill chunk and two windows, else the scheduler stalls.
     floor = base.chunk_size + 2 * (window or WINDOWS[0])
     swa = min(base.full_tokens, floor if swa_floor else max(base.full_tokens // 4, floor))
-    swa *= scale if config in ("swa", "hybrid") else 1
-    slots *= scale if config in ("mamba", "hybrid") else 1
+    swa_scale = scale if config in ("swa", "hybrid") else 1
+    slots_scale = scale if config in ("mamba", "hybrid") else 1
     return replace(
         base,
         config=config,
         sliding_window=window or WINDOWS[0],
-        swa_tokens=-(-swa // PAGE) * PAGE,
-        mamba_slots=slots,
+        swa_tokens=math.ceil(swa * swa_scale / PAGE) * PAGE,
+        mamba_slots=math.ceil(slots * slots_scale),
     )
 
 
@@ -100,6 +104,13 @@ def main() -> int:
     )
     parser.add_argument("--placement", action=argparse.BooleanOptionalAction, default=None)
     parser.add_argument("--pool-search", action="store_true")
+    parser.add_argument(
+        "--scales",
+        nargs="+",
+        type=float,
+        default=None,
+        help="the pool search's multiples, in order (implies --pool-search; default 1 2 4)",
+    )
     parser.add_argument("--mamba-slots", type=int, default=MAMBA_SLOTS, help="at scale 1")
     parser.add_argument("--no-trace-search", action="store_true", help="no pool search on it")
     parser.add_argument(
@@ -109,6 +120,8 @@ def main() -> int:
     parser.add_argument("--compare", nargs="+", help="write hybrid_hits.md from these JSONs")
     parser.add_argument("--merge", nargs="+", help="one labelled run from these runs' JSONs")
     args = parser.parse_args()
+    if args.scales is not None and (args.scales[0] != 1 or args.scales != sorted(args.scales)):
+        raise ValueError(f"--scales {args.scales}: must start at 1 and increase")
     if args.compare:
         compare(args.compare, Path(args.out))
         return 0
@@ -127,6 +140,8 @@ def main() -> int:
     if args.placement is not None:
         extra["checkpoint_placement"] = args.placement
     configs = [c for c in CONFIGS if args.configs is None or c[0] in args.configs]
+    searching = args.pool_search or args.scales is not None
+    scales = args.scales or list(SCALES)
     rows: list[dict[str, Any]] = []
     for source in args.sources:
         base = replace(base_options(source, args.trace), **extra)
@@ -136,19 +151,20 @@ def main() -> int:
         full = run(replace(base, config="full"))
         print(f"{source} full {full['hit_rate']:.4f} ({time.perf_counter() - t0:.0f}s)", flush=True)
         for config, window in configs:
-            scale, found = 1, None
+            found: float | None = None
             first: dict[str, Any] | None = None
-            while True:
+            tried: list[tuple[float, float]] = []
+            search = searching and not (source == "trace" and args.no_trace_search)
+            for scale in scales if search else scales[:1]:
                 s = run(sized(base, config, window, scale, args.mamba_slots, args.swa_floor))
                 ratio = s["hit_rate"] / full["hit_rate"] if full["hit_rate"] else 1.0
                 first = first or {**s, "ratio": ratio}
+                tried.append((scale, ratio))
                 if ratio >= TARGET:
                     found = scale
-                search = args.pool_search and not (source == "trace" and args.no_trace_search)
-                if found or not search or scale >= MAX_SCALE:
                     break
-                scale *= 2
-            opts = sized(base, config, window, found or scale, args.mamba_slots, args.swa_floor)
+            assert first is not None
+            opts = sized(base, config, window, found or 1, args.mamba_slots, args.swa_floor)
             row = {
                 "source": source,
                 "config": config,
@@ -168,6 +184,7 @@ def main() -> int:
                 "reaches_target_at_scale": found,
                 "target_swa_tokens": opts.swa_tokens if found else None,
                 "target_mamba_slots": opts.mamba_slots if found else None,
+                "scales_tried": tried,
             }
             rows.append(row)
             print(
@@ -229,6 +246,19 @@ def full_kv_share(r: dict[str, Any]) -> str:
     return f"{lost['full_kv_hit_tokens'] / prompt / r['full_hit_rate']:.3f}"
 
 
+def pool_text(r: dict[str, Any]) -> str:
+    """The auxiliary pools reaching 0.95x full-only, and each multiple the search tried with
+    its ratio; `-` where there was no search."""
+    tried = r.get("scales_tried", [])
+    if len(tried) < 2 and not r["reaches_target_at_scale"]:
+        return "-"
+    steps = ", ".join(f"x{scale:g}: {ratio:.3f}" for scale, ratio in tried)
+    if not r["reaches_target_at_scale"]:
+        return f"not reached ({steps})"
+    swa = r["target_swa_tokens"] if r["window"] else "-"
+    return f"{swa}, {r['target_mamba_slots']} ({steps})"
+
+
 def write(args: argparse.Namespace, rows: list[dict[str, Any]], command: str = "") -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -250,13 +280,7 @@ def write(args: argparse.Namespace, rows: list[dict[str, Any]], command: str = "
         lost = r["lost_hits"]
         full = max(lost["full_kv_hit_tokens"], 1)
         c = {k: f"{v / full:.1%}" for k, v in lost["causes"].items()}
-        at = (
-            f"{r['target_swa_tokens']}, {r['target_mamba_slots']}"
-            if r["reaches_target_at_scale"]
-            else f"not within {MAX_SCALE}x"
-            if args.pool_search
-            else "-"
-        )
+        at = pool_text(r)
         lines.append(
             f"| {r['source']} | {r['config']} | {r['window'] or '-'} | {r['full_tokens']} | "
             f"{r['swa_tokens'] or '-'} | {ratio_text(r)} | {full_kv_share(r)} | "

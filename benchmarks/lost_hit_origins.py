@@ -3,7 +3,7 @@ full-KV match end `F`), was `F` a position where an earlier request had been giv
 checkpoint (`Req.checkpoint_seqlens`), or one it only computed through?
 
     .venv/bin/python -m benchmarks.lost_hit_origins [--max-requests 2000] [--config hybrid]
-        [--window 1024] [--mamba-slots 512]
+        [--window 1024] [--mamba-slots 512] [--swa-policy greedy_dual_output]
 
 Kinds of `F` (the lost tokens of each, as a share of the full-KV hit tokens, split by the
 cause `uniradix.sim.lost_hits` names):
@@ -35,6 +35,7 @@ from typing import Any
 from benchmarks.hybrid_hits import TRACE, base_options, full_pool, run, sized
 from uniradix.sim import metrics as metrics_module
 from uniradix.sim import scheduler as scheduler_module
+from uniradix.sim.replay import ReplayOptions
 from uniradix.sim.request_spec import BlockPrompt
 
 GRID = 512
@@ -119,23 +120,36 @@ class Origins:
         self.requests[key] += 1
 
 
-def main() -> int:
+def replay_options(argv: list[str] | None = None) -> ReplayOptions:
+    """The replay the command line asks for, at issue 14's sizes (`benchmarks.hybrid_hits`)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--max-requests", type=int, default=2000, help="0: the whole trace")
     parser.add_argument("--config", default="hybrid", choices=["swa", "mamba", "hybrid"])
     parser.add_argument("--window", type=int, default=1024)
     parser.add_argument("--mamba-slots", type=int, default=512)
-    args = parser.parse_args()
+    parser.add_argument("--swa-policy", default=None, help="SWA eviction policy (None: default)")
+    args = parser.parse_args(argv)
     base = base_options("trace", str(TRACE))
+    if args.swa_policy is not None:
+        base = replace(base, swa_eviction_policy=args.swa_policy)
     if args.max_requests:
         base = replace(base, max_requests=args.max_requests)
     base = replace(base, full_tokens=full_pool(base)[0])
+    window = None if args.config == "mamba" else args.window
+    return sized(base, args.config, window, 1, args.mamba_slots)
+
+
+def main() -> int:
+    options = replay_options()
     origins = Origins()
     origins.install()
-    window = None if args.config == "mamba" else args.window
-    s = run(sized(base, args.config, window, 1, args.mamba_slots))
+    s = run(options)
     full_hits = s["lost_hits"]["full_kv_hit_tokens"]
-    print(f"{args.config} W={window} hit rate {s['hit_rate']:.4f}; lost per kind of boundary:")
+    window = options.sliding_window if options.config != "mamba" else None
+    print(
+        f"{options.config} W={window} SWA order {options.swa_eviction_policy}: "
+        f"hit rate {s['hit_rate']:.4f}; lost per kind of boundary:"
+    )
     print("| kind | causes | requests | lost / full-KV hit tokens |\n|---|---|---|---|")
     for (kind, causes), num in origins.tokens.most_common():
         share = num / full_hits

@@ -3,7 +3,14 @@
 import json
 from pathlib import Path
 
-from benchmarks.hybrid_hits import base_options, compare, full_kv_share, full_pool, sized
+from benchmarks.hybrid_hits import (
+    base_options,
+    compare,
+    full_kv_share,
+    full_pool,
+    pool_text,
+    sized,
+)
 
 
 def test_sizes_follow_the_issue() -> None:
@@ -12,6 +19,36 @@ def test_sizes_follow_the_issue() -> None:
     assert full_tokens % 16 == 0 and full_tokens >= working // 4
     opts = sized(base.__class__(**{**vars(base), "full_tokens": 65536}), "hybrid", 1024, 2)
     assert (opts.swa_tokens, opts.mamba_slots, opts.sliding_window) == (32768, 1024, 1024)
+
+
+def test_a_fractional_scale_rounds_up_to_a_page_and_a_slot() -> None:
+    base = base_options("trace", "unused").__class__(
+        **{**vars(base_options("trace", "unused")), "full_tokens": 5335968}
+    )
+    one = sized(base, "hybrid", 4096, 1)
+    assert (one.swa_tokens, one.mamba_slots) == (1334000, 512)
+    finer = sized(base, "hybrid", 4096, 1.0625)
+    # 1334000 * 1.0625 = 1417375 tokens, up to a page of 16; 544 slots
+    assert (finer.swa_tokens, finer.mamba_slots) == (1417376, 544)
+    assert sized(base, "mamba", None, 1.25).mamba_slots == 640
+    assert sized(base, "mamba", None, 1.25).swa_tokens == one.swa_tokens
+    assert sized(base, "swa", 4096, 1.3, slots=100).mamba_slots == 100
+
+
+def test_the_pool_column_lists_every_multiple_tried() -> None:
+    row = {
+        "window": 4096,
+        "reaches_target_at_scale": 1.25,
+        "target_swa_tokens": 1667504,
+        "target_mamba_slots": 640,
+        "scales_tried": [(1.0, 0.939), (1.125, 0.947), (1.25, 0.951)],
+    }
+    assert pool_text(row) == "1667504, 640 (x1: 0.939, x1.125: 0.947, x1.25: 0.951)"
+    missed = {**row, "reaches_target_at_scale": None, "scales_tried": [(1.0, 0.9), (2.0, 0.94)]}
+    assert pool_text(missed) == "not reached (x1: 0.900, x2: 0.940)"
+    assert pool_text({**missed, "scales_tried": [(1.0, 0.9)]}) == "-"
+    assert pool_text({"reaches_target_at_scale": None}) == "-"
+    assert pool_text({**row, "window": None}).startswith("-, 640 (x1: 0.939")
 
 
 def test_compare_table(tmp_path: Path) -> None:

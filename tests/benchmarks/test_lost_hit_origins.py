@@ -2,9 +2,10 @@
 earlier request listed (kept then lost, recreated since, or still running), an earlier prompt
 end, or a grid boundary that earlier prompts only computed through."""
 
-from benchmarks.lost_hit_origins import Origins, prefix_id
+from benchmarks.lost_hit_origins import Origins, prefix_id, replay_options
 from uniradix.sim.lost_hits import LostHit
 from uniradix.sim.request_spec import BlockPrompt
+from uniradix.types import DEFAULT_SWA_EVICTION_POLICY
 
 PROMPT = BlockPrompt((1, 2, 3, 4), 2000, 512)
 
@@ -42,3 +43,14 @@ def test_a_prefix_differs_by_block_and_by_length() -> None:
     assert prefix_id(PROMPT, 1024) == prefix_id(other, 1024)  # blocks 1, 2 shared
     assert prefix_id(PROMPT, 1100) != prefix_id(other, 1100)  # block 3 differs
     assert prefix_id(PROMPT, 1024) != prefix_id(PROMPT, 1008)
+
+
+def test_the_swa_order_is_an_option() -> None:
+    options = replay_options(
+        ["--max-requests", "20", "--config", "swa", "--window", "4096"]
+        + ["--swa-policy", "greedy_dual_output"]
+    )
+    assert (options.config, options.sliding_window) == ("swa", 4096)
+    assert options.swa_eviction_policy == "greedy_dual_output"
+    assert options.max_requests == 20
+    assert replay_options([]).swa_eviction_policy == DEFAULT_SWA_EVICTION_POLICY

@@ -303,3 +303,39 @@ def test_output_windows_are_marked_only_past_the_last_checkpoint() -> None:
         victims[policy] = evict_order(cache)
     assert victims["greedy_dual_output"] == victims["greedy_dual_window"]
     assert victims["greedy_dual_window"] == [6, 1, 108, 100, 208, 200]
+
+
+@pytest.mark.parametrize(
+    ("policy", "credit", "order"),
+    [
+        ("greedy_dual_window", 10**1.5, [106, 100, 305, 300, 206, 200]),
+        ("greedy_dual_output", 8 + 10**1.5, [100, 305, 300, 106, 206, 200]),
+    ],
+)
+def test_an_insert_refreshes_its_checkpoints_windows_beyond_its_last_window(
+    policy: str, credit: float, order: list[int]
+) -> None:
+    """Window 4, page 1. P = [100..109] is stored as [100..105] and [106..109], both credited
+    at depth 10 (~31.6); Q = [1..4] (8) is evicted, so L = 8. Then P's next turn, 20 tokens
+    through P, with its checkpoint at 10: its insert refreshes the nodes within one window
+    and a page of its end ([200..205], [206..209], output nodes, sampled: full worth), not
+    [106..109], the window at its checkpoint. Then R = [300..308] at L + 9 ** 1.5 = 35.
+    `greedy_dual_window` leaves the checkpoint's window at its old credit, below R's, and
+    evicts it first; `greedy_dual_output` credits it at L + 10 ** 1.5 with the insert (a
+    window's nodes worth the hit at its end, as the insert's own window is), so R goes first.
+    On the synthetic continuation-0.5 traces at W=4096 such a window (a previous turn's grid
+    window whose top node ends more than a window below the next turn's end) was where the
+    next turn resumed (benchmarks/results/hybrid_hits_h14q_checkpoint_windows.md)."""
+    cache = swa_cache(policy)
+    insert(cache, list(range(100, 110)))
+    insert(cache, [1, 2, 3, 4])
+    cache.evict(EvictParams(swa_num_tokens=1))
+    order_obj = order_of(cache)
+    assert order_obj.inflation == pytest.approx(8.0)
+    insert_with_checkpoints(cache, list(range(100, 110)) + list(range(200, 210)), (10,))
+    insert(cache, list(range(300, 309)))
+    cache.check_invariants()
+    by_first = {int(np.frombuffer(n.key, dtype="<i8")[0]): n for n in order_obj.component.lru}
+    assert order_obj.credit(by_first[106]) == pytest.approx(credit)
+    assert order_obj.credit(by_first[100]) == pytest.approx(10**1.5)  # not in the window at 10
+    assert evict_order(cache) == order

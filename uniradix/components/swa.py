@@ -232,7 +232,8 @@ class SWAComponent(TreeComponent):
             self._commit_leaf(node, end, params)
         self._refresh_window(node, end)
         if self._reuse is not None and params.checkpoint_seqlens:
-            self._reuse.inserted_past_checkpoints(node, end, max(params.checkpoint_seqlens))
+            walked = end - self.window - self.settings.page_size  # nodes ending above: refreshed
+            self._reuse.inserted_past_checkpoints(node, end, params.checkpoint_seqlens, walked)
 
     def _commit_leaf(self, leaf: TreeNode, end: int, params: InsertParams) -> None:
         """Gives the new leaf live SWA from the request's cursor on, as at most one

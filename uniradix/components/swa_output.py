@@ -23,22 +23,36 @@ nodes of a finished request's insert wholly past its last checkpoint
 (`InsertParams.checkpoint_seqlens`, from `Req.checkpoint_seqlens`); an insert naming none marks
 nothing, so without checkpoint placement this order is `greedy_dual_window`.
 
-Measured (`python -m benchmarks.hybrid_hits`, full+SWA / full-only, `greedy_dual_window` ->
-this; benchmarks/results/hybrid_hits_h14z.md): whole Mooncake trace W=1024 0.998 -> 1.000,
-W=4096 0.948 -> 0.954 (the factor ends at 0.05: none of 71k sampled output tokens served);
-first 2,000 requests W=4096 0.892 -> 0.921; built-in workloads: every row unchanged (their
-outputs are sent back, the factor stays 1); full+SWA+Mamba on the trace 0.904 / 0.939 ->
-0.904 / 0.939. Synthetic multi-turn traces (`benchmarks.variant_trace`): W=1024 0.910 -> 0.915
-(continuation 0.5) and 0.904 -> 0.924 (0.8); W=4096 at continuation 0.8 unchanged (0.806) but
-at 0.5 lower on five of six seeds (-0.001 to -0.005, mean -0.003): a few continuations after
-~150-200 requests find the previous turn's deep, never-served window gone sooner (the final
-inflation is the same, and output victims not raising it changes nothing: the mechanism is not
-pinned down). That loss is why this order is not the default.
+Measured without the checkpoint-window refresh below (`python -m benchmarks.hybrid_hits`,
+full+SWA / full-only, `greedy_dual_window` -> this; benchmarks/results/hybrid_hits_h14z.md):
+whole Mooncake trace W=1024 0.998 -> 1.000, W=4096 0.948 -> 0.954 (the factor ends at
+0.05: none of 71k sampled output tokens served); first 2,000 requests W=4096 0.892 -> 0.921;
+built-in workloads: every row unchanged (their outputs are sent back, the factor stays 1);
+full+SWA+Mamba on the trace 0.904 / 0.939 -> 0.904 / 0.939. Synthetic multi-turn traces
+(`benchmarks.variant_trace`): W=1024 0.910 -> 0.915 (continuation 0.5) and 0.904 -> 0.924
+(0.8); W=4096 at continuation 0.8 unchanged (0.806) but at 0.5 lower on five of six seeds
+(-0.001 to -0.005, mean -0.003).
+
+The mechanism of that loss (session 10, benchmarks/results/hybrid_hits_h14q_checkpoint_windows.md):
+an insert refreshes only the nodes within one window and a page of its end, so the window at
+an earlier checkpoint of the same request (the grid boundary a next turn resumes at) keeps
+the credit of the insert that stored it whenever its top node ends further up than that, and
+goes at that older credit. Which node boundaries a path has depends on its history: with the
+output leaf demoted and evicted early, the prompt's nodes become leaves, an SWA eviction of a
+leaf drops its full KV too (not a tombstone), the next turn recomputes from shallower, and its
+insert leaves a short node straddling the grid window's start, out of the finish insert's
+reach. So this order also refreshes, at each insert naming checkpoints, the never-served nodes
+of the windows ending at them (at most the insert's end deep) that the insert's own refresh
+did not reach, at the hit at the deepest such checkpoint. With it (full+SWA / full-only,
+`greedy_dual_window` -> this): whole trace W=1024 0.998 -> 1.000, W=4096 0.948 -> 0.954;
+continuation 0.5 W=4096 0.845 -> 0.853 and five more seeds +0.006 to +0.020; W=1024 0.910 ->
+0.926; continuation 0.8 0.904 -> 0.924 and 0.806 -> 0.817; built-in workloads unchanged.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from uniradix.components.aux_eviction import EvictingComponent
@@ -90,10 +104,38 @@ class SWAOutputCreditEviction(SWAWindowCreditEviction):
             return self.output_factor() * math.pow(depth, self.cost_exponent)
         return super().worth(node, depth)
 
-    def inserted_past_checkpoints(self, node: TreeNode, end: int, last_checkpoint: int) -> None:
-        """Marks the never-served nodes of the insert wholly past `last_checkpoint` as an
+    def inserted_past_checkpoints(
+        self, node: TreeNode, end: int, checkpoints: Sequence[int], walked: int
+    ) -> None:
+        """Marks the never-served nodes of the insert wholly past its last checkpoint as an
         output window; every `OUTPUT_SAMPLE`-th request's stay at the full worth and are
-        counted."""
+        counted. Then refreshes the checkpoints' windows above `walked`."""
+        self._mark_outputs(node, end, max(checkpoints))
+        self._refresh_checkpoint_windows(node, end, checkpoints, walked)
+
+    def _refresh_checkpoint_windows(
+        self, node: TreeNode, end: int, checkpoints: Sequence[int], walked: int
+    ) -> None:
+        """Credits the never-served nodes of the windows ending at `checkpoints` (on the
+        insert's path, at most `end` deep) that the insert's own refresh did not reach (they
+        end at `walked` or above) with the hit at the deepest such checkpoint, as
+        `greedy_dual_window` credits a window's nodes together."""
+        tail, i = self.window_tail, self.component.index
+        windows = sorted((c for c in checkpoints if c <= end), reverse=True)
+        if not windows:
+            return
+        stop = end
+        for n in self.component.tree.path_to_root(node):
+            start = stop - n.num_tokens
+            if stop <= windows[-1] - tail:
+                break
+            if stop <= walked and n.data[i].value is not None and n not in self._serves:
+                deepest = next((c for c in windows if start < c and c - tail < stop), None)
+                if deepest is not None and n not in self._passed and n not in self._outputs:
+                    self.refreshed(n, stop, deepest)
+            stop = start
+
+    def _mark_outputs(self, node: TreeNode, end: int, last_checkpoint: int) -> None:
         i, top, fresh = self.component.index, end, []
         for n in self.component.tree.path_to_root(node):
             start = end - n.num_tokens

@@ -24,7 +24,7 @@ it), C (never matched): A goes first, then C, then B.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from uniradix.components.aux_eviction import EvictingComponent
 from uniradix.tree.node import TreeNode
@@ -69,10 +69,13 @@ class SWAReuseEviction:
         """An insert ending `window_end` units deep stored or touched `node`'s window (ending
         `depth` units deep): no evidence of reuse (LRU order)."""
 
-    def inserted_past_checkpoints(self, node: TreeNode, end: int, last_checkpoint: int) -> None:
-        """An insert ending at `node` (`end` units deep) was made by a request whose last
-        checkpoint (`Req.checkpoint_seqlens`) is `last_checkpoint` units deep: the nodes past
-        it hold its decode outputs' window."""
+    def inserted_past_checkpoints(
+        self, node: TreeNode, end: int, checkpoints: Sequence[int], walked: int
+    ) -> None:
+        """An insert ending at `node` (`end` units deep) was made by a request with
+        `checkpoints` (`Req.checkpoint_seqlens`): the nodes past the last hold its decode
+        outputs' window. The insert refreshed the windows of the nodes ending deeper than
+        `walked` (one window and a page below `end`), not those above."""
 
     def request_step(self, req: Req) -> None:
         """`req` is running (called at each of its out-of-window steps)."""
