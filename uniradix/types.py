@@ -65,15 +65,16 @@ DEFAULT_AUX_EVICTION_POLICY = "reuse_aware"
 # The order of SWA windows (`uniradix.components.swa_reuse`, `swa_credit`, `swa_output`):
 # "lru", "reuse_aware", "greedy_dual", "greedy_dual_window" or "greedy_dual_output" (unless
 # `aux_eviction_policy` is "branch_aware", which orders SWA windows itself).
-# `greedy_dual_output` is not the default: it loses ~0.003 at W=4096 on synthetic traces whose
-# conversations go on half the time (benchmarks/results/hybrid_hits_h14z.md).
-# `greedy_dual_window` wins or ties `greedy_dual` (which wins or ties `reuse_aware`, which wins
-# or ties `lru`) on every built-in workload at issue 14's sizes and on every SWA config of the
-# Mooncake trace; its few losses elsewhere (other workload seeds, Mamba slot counts, synthetic
-# traces) are single hits, within the seed-to-seed spread, while its gains are not
-# (benchmarks/results/hybrid_hits_h14w_window.md, h14x_window_seeds.md); full-attention-only
-# caches have no SWA.
-DEFAULT_SWA_EVICTION_POLICY = "greedy_dual_window"
+# `greedy_dual_output` (the default since session 10) wins or ties `greedy_dual_window` on every
+# SWA config of the Mooncake trace, on synthetic multi-turn traces (continuation 0.5 and 0.8, six
+# seeds at W=4096) and ties it on every built-in workload
+# (benchmarks/results/hybrid_hits_h14q_checkpoint_windows.md). `greedy_dual_window` wins or ties
+# `greedy_dual` (which wins or ties `reuse_aware`, which wins or ties `lru`) on every built-in
+# workload at issue 14's sizes and on every SWA config of the Mooncake trace; its few losses
+# elsewhere (other workload seeds, Mamba slot counts, synthetic traces) are single hits, within
+# the seed-to-seed spread, while its gains are not (benchmarks/results/hybrid_hits_h14w_window.md,
+# h14x_window_seeds.md); full-attention-only caches have no SWA.
+DEFAULT_SWA_EVICTION_POLICY = "greedy_dual_output"
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """The `greedy_dual` eviction order of SWA windows: GreedyDual over the hit tokens a window
 serves, weighted by the matches it served, never-served windows first among the least credited;
-and `greedy_dual_window` (the default, at the end), which credits a window's nodes together.
+and `greedy_dual_window` (at the end), which credits a window's nodes together.
 
 An SWA window at prefix length `d` lets a later request resume at `d`: its hit is `d` tokens,
 whatever the window's size. On the Mooncake trace the chance that a request's windows are
@@ -53,7 +53,7 @@ on the same 2,000 requests (W=4096 / W=1024): before 0.733 / 0.967; factor 0 0.8
 0.05 0.866 / 0.987, 0.1 (kept) 0.867 / 0.987, 0.2 0.858 / 0.979, 0.5 0.849 / 0.974; whole
 trace 0.843 -> 0.918 and 0.978 -> 0.995 (benchmarks/results/hybrid_hits_swa_passed.md).
 
-`greedy_dual_window` (the default). A window is live only while every node of it is: losing
+`greedy_dual_window`. A window is live only while every node of it is: losing
 any one of them loses the hit at the window's end. `greedy_dual` values each node by its own
 end, so a window's upper nodes are worth less than its last one and go first. With checkpoint
 placement a prompt keeps two windows: the one ending at the last grid boundary `g` and the one
@@ -87,7 +87,7 @@ variant traces and the built-in workloads: benchmarks/results/hybrid_hits_h14y.m
 logs the first-use rules tried in that session and lost (branch-point windows treated as
 served, the prompt-end tail past the grid boundary split off and dropped first).
 
-`greedy_dual_output` (`uniradix.components.swa_output`, not the default) is this order with
+`greedy_dual_output` (`uniradix.components.swa_output`, the default) is this order with
 the windows past a request's last checkpoint (its decode outputs) worth their measured reuse.
 """
 

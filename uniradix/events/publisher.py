@@ -10,7 +10,7 @@ queue drops the batch, counts it, and returns False (the caller then resyncs:
 default) and then sends everything queued, each batch with its own seq and publish time: a
 busy scheduler then hands it the GIL once per interval instead of once per batch (even
 behind a `KVEventStream` that publishes every 20 ms: a thread woken at once, at the step
-boundary, cost a CPU-bound caller's next calls 4-6 points more); the batches' digests are
+boundary, cost a CPU-bound caller's next calls 3-7 points more); the batches' digests are
 hashed in one native call (`wire.prepare_batches`) and the frames sent with the GIL held
 (`frame_send`), so the thread takes the GIL back twice per interval. With `sender="inline"`
 it encodes and sends in the caller's thread (a PUB send only hands the bytes to ZeroMQ's own
