@@ -2,6 +2,9 @@
 earlier request listed (kept then lost, recreated since, or still running), an earlier prompt
 end, or a grid boundary that earlier prompts only computed through."""
 
+import pytest
+
+from benchmarks import lost_hit_origins
 from benchmarks.lost_hit_origins import Origins, prefix_id, replay_options
 from uniradix.sim.lost_hits import LostHit
 from uniradix.sim.request_spec import BlockPrompt
@@ -45,7 +48,9 @@ def test_a_prefix_differs_by_block_and_by_length() -> None:
     assert prefix_id(PROMPT, 1024) != prefix_id(PROMPT, 1008)
 
 
-def test_the_swa_order_is_an_option() -> None:
+def test_the_swa_order_is_an_option(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The sizing reads the Mooncake trace (in ../shared, not in a clone): a fixed pool here.
+    monkeypatch.setattr(lost_hit_origins, "full_pool", lambda options: (1 << 20, 1 << 22))
     options = replay_options(
         ["--max-requests", "20", "--config", "swa", "--window", "4096"]
         + ["--swa-policy", "greedy_dual_output"]
