@@ -20,6 +20,7 @@ class Capture:
         self.batches: list[list[KVEvent]] = []
         self.published = 0
         self.dropped = 0
+        self.closes = 0
 
     def publish(self, events: Sequence[KVEvent]) -> bool:
         self.batches.append(list(events))
@@ -27,7 +28,7 @@ class Capture:
         return True
 
     def close(self) -> None:
-        return
+        self.closes += 1
 
 
 @pytest.fixture
@@ -100,6 +101,8 @@ def test_forced_flush_publishes_at_once(clock: list[int]) -> None:
     assert len(stream.flush(force=True)) == 1 and len(capture.batches) == 3
     stream.close()
     assert len(capture.batches) == 3  # nothing left to publish
+    stream.close()  # a second close does nothing
+    assert len(capture.batches) == 3 and capture.closes == 1
 
 
 @pytest.mark.parametrize("bad", [-1.0, 1000.5, float("nan")])

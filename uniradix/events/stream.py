@@ -59,6 +59,7 @@ class KVEventStream:
         self._interval_ns = int(publish_interval_ms * 1e6)
         self._due_ns = 0  # no publishing before this (monotonic clock)
         self._nothing = self.recorder.empty_step()
+        self._closed = False
         cache.set_event_sink(self.recorder)
 
     def flush(self, force: bool = False) -> StepEvents:
@@ -98,7 +99,11 @@ class KVEventStream:
         return sum(p.dropped for p in self.publishers)
 
     def close(self) -> None:
-        """Publishes what is pending, detaches from the cache and closes the publishers."""
+        """Publishes what is pending, detaches from the cache and closes the publishers;
+        a second call does nothing."""
+        if self._closed:
+            return
+        self._closed = True
         try:
             self.flush(force=True)
         finally:
