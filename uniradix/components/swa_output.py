@@ -57,7 +57,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from uniradix.components.aux_eviction import EvictingComponent
-from uniradix.components.swa_credit import COST_EXPONENT, REUSE_WEIGHT, SWAWindowCreditEviction
+from uniradix.components.swa_credit import SWAWindowCreditEviction
 from uniradix.tree.node import TreeNode
 
 OUTPUT_SAMPLE = 8  # every 8th request's output window keeps the full worth and is counted
@@ -78,14 +78,9 @@ class SWAOutputCreditEviction(SWAWindowCreditEviction):
     """`greedy_dual_output`: `greedy_dual_window` with never-served output windows worth
     `output_factor()` of their depth's worth (module docstring)."""
 
-    def __init__(
-        self,
-        component: EvictingComponent,
-        window_tail: int,
-        reuse_weight: float = REUSE_WEIGHT,
-        cost_exponent: float = COST_EXPONENT,
-    ) -> None:
-        super().__init__(component, window_tail, reuse_weight, cost_exponent)
+    def __init__(self, component: EvictingComponent, window_tail: int, **weights: float) -> None:
+        """`weights`: `reuse_weight` / `cost_exponent`, as `greedy_dual_window`'s."""
+        super().__init__(component, window_tail, **weights)
         self._outputs: set[TreeNode] = set()  # live output windows' nodes
         self._sampled: set[TreeNode] = set()  # those at the full worth, whose reuse is counted
         self._output_inserts = 0
