@@ -34,14 +34,14 @@ from uniradix.events import (
     KVEventsConfig,
     ZmqEventPublisher,
 )
-from uniradix.events.hashing import block_hashing
 from uniradix.events.types import KVEvent
+from uniradix.hashing.events import block_hashing
+from uniradix.hashing.node_digests import NodeDigests
+from uniradix.hashing.page import chain_digests, page_digests
+from uniradix.hashing.storage_keys import KeySpace
 from uniradix.key import RadixKey
-from uniradix.node_digests import NodeDigests
-from uniradix.page_hash import chain_digests, page_digests
 from uniradix.sim.cluster import run_cluster
 from uniradix.sim.replay import ReplayOptions
-from uniradix.storage.keys import KeySpace
 from uniradix.types import InsertParams
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -84,7 +84,7 @@ def bench_hashing(num_tokens: int, before_rev: str | None) -> dict[str, Any]:
     if before_rev:
         before = types.ModuleType("page_hash_before")
         exec(
-            compile(git_show(before_rev, "uniradix/page_hash.py"), "before", "exec"),
+            compile(git_show(before_rev, "uniradix/hashing/page.py"), "before", "exec"),
             before.__dict__,
         )
     vllm = block_hashing("vllm_sha256_cbor", hash_seed="0").hasher

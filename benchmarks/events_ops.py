@@ -45,7 +45,7 @@ from uniradix.events import KVEventsConfig, KVEventStream, NullEventPublisher, Z
 from uniradix.events.packed import StepEvents
 from uniradix.events.recorder import EventRecorder
 from uniradix.events.stream import PUBLISH_INTERVAL_MS
-from uniradix.page_hash import chain_digests
+from uniradix.hashing.page import chain_digests
 from uniradix.types import InsertParams, InsertResult
 
 ROOT = Path(__file__).resolve().parents[1]

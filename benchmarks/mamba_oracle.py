@@ -23,7 +23,7 @@ from collections import defaultdict
 from dataclasses import replace
 
 from benchmarks.hybrid_hits import PAGE, TRACE, base_options, full_pool, sized
-from uniradix.components.flop_aware import FlopAwareEviction
+from uniradix.eviction.flop_aware import FlopAwareEviction
 from uniradix.sim.replay import ReplayOptions, load_specs, run_replay
 from uniradix.sim.scheduler import Scheduler
 from uniradix.tree.node import TreeNode

@@ -31,8 +31,8 @@ import numpy as np
 import redis
 import xxhash
 
+from uniradix.hashing.page import page_digests
 from uniradix.key import RadixKey
-from uniradix.page_hash import page_digests
 from uniradix.storage import KeySpace, open_backend
 from uniradix.storage.file_backend import FileBackend
 

@@ -21,17 +21,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-# Lowest first: DESIGN.md's rows, refined where the code has more modules than the drawing.
-# A module belongs to the longest entry that is its dotted name below the package or a
-# prefix of it (`tree.core` -> "tree", `tree.node` -> "tree.node"); "" is the package's own
-# `__init__`. Departures from DESIGN.md's drawing, each for a reason:
+# Lowest first: the layer table of docs/design.md. A module belongs to the longest entry that
+# is its dotted name below the package or a prefix of it (`tree.core` -> "tree", `tree.node`
+# -> "tree.node"); "" is the package's own `__init__`. Placements that need a reason:
 # - `slots` (the slot-array type) and `tree.node` (the node record) sit below `types`: the
 #   params and results in `types` carry slots and nodes, and nodes carry slots;
-# - `node_digests` (the per-tree page-digest table events and L3 keys share) sits just above
-#   `tree`;
+# - `hashing` (page digests, the per-tree digest table, event hashes, storage keys) sits just
+#   above `tree`: its digest table follows the tree's nodes;
 # - `event_sink` (the protocol a sink implements) sits below `components` and `tiers`, which
-#   report to it; `sessions.coverage` (the controller's session bookkeeping) below `cache`;
-#   the rest of `sessions` (streaming sessions) is a user of the cache;
+#   report to it;
+# - `eviction` (orders of the auxiliary pools) sits below `components`, which pick one;
 # - `_native` (the compiled module, known here by its stub) sits below `native`, its
 #   wrapper, which sits with `errors` at the bottom: the hashing and the copier call it;
 # - `sim` sits below `engine` and `plan`: the scheduler is shared, the planner replays;
@@ -42,12 +41,12 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "native"),
     ("key", "slots"),
     ("tree.node",),
-    ("types", "page_hash"),
+    ("types",),
     ("memory",),
     ("tree",),
-    ("event_sink", "node_digests"),
+    ("event_sink", "hashing"),
+    ("eviction",),
     ("components",),
-    ("sessions.coverage",),
     ("storage",),
     ("tiers",),
     ("cache",),

@@ -11,8 +11,9 @@ import sys
 import numpy as np
 import pytest
 
-from uniradix import native, page_hash
-from uniradix.events.hashing import VllmCborHasher, vllm_none_hash
+from uniradix import native
+from uniradix.hashing import page as page_hash
+from uniradix.hashing.events import VllmCborHasher, vllm_none_hash
 from uniradix.key import RadixKey
 
 needs_native = pytest.mark.skipif(not native.BUILT, reason="uniradix._native was not built")

@@ -12,8 +12,8 @@ if TYPE_CHECKING:
 
 
 def _replay_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from uniradix.components.aux_eviction import AUX_EVICTION_POLICIES
-    from uniradix.components.swa_reuse import SWA_EVICTION_POLICIES
+    from uniradix.eviction.aux_eviction import AUX_EVICTION_POLICIES
+    from uniradix.eviction.swa_reuse import SWA_EVICTION_POLICIES
     from uniradix.sim.replay import CONFIG_COMPONENTS, ReplayOptions
     from uniradix.sim.traces import TRACE_FORMATS
     from uniradix.sim.workloads import WORKLOADS
@@ -104,9 +104,9 @@ def _replay_parser(commands: argparse._SubParsersAction) -> None:  # type: ignor
 
 
 def _cluster_arguments(p: argparse.ArgumentParser) -> None:
-    from uniradix.events.hashing import HASH_ALGOS
     from uniradix.events.publisher import SENDERS
     from uniradix.events.wire import WIRE_SHAPES
+    from uniradix.hashing.events import HASH_ALGOS
     from uniradix.sim.router import ROUTERS
 
     p.add_argument("--instances", type=int, default=1, help="instances behind a router")

@@ -4,10 +4,10 @@ behind typed, checked wrappers.
 It runs these hot loops in one call each (the digests, the copies and long integer arrays
 with the GIL released):
 
-- `chain_digests`: the chained SHA-256 page digests of a packed key (`page_hash`'s chain,
+- `chain_digests`: the chained SHA-256 page digests of a packed key (`hashing.page`'s chain,
   byte for byte), with its own SHA-256 (on the CPU's SHA extensions where present), per
   node or for many nodes at once (`chain_digests_many`: one release of the GIL), and
-  `cbor_chain_digests`, vLLM's `sha256_cbor` chain (`events.hashing`);
+  `cbor_chain_digests`, vLLM's `sha256_cbor` chain (`hashing.events`);
 - `copy_row_runs`: one `memmove` per page row of every layer's K and V (or per run of rows
   contiguous on both sides), for the host tier's CPU copier (`tiers.copiers`), where torch
   needs a gather into a staging buffer and a scatter, two passes over the bytes;
@@ -66,7 +66,7 @@ def sha256(data: bytes, portable: bool = False) -> bytes:
 
 
 def chain_digests(units: bytes, page_size: int, prior: bytes | None, bigram: bool) -> bytes:
-    """`page_hash.chain_digests` computed natively: the 32-byte digest of every whole page of
+    """`hashing.page.chain_digests` computed natively: the 32-byte digest of every whole page of
     `units` (packed int64 little-endian units), chained from `prior`, concatenated."""
     if page_size < 1:
         raise ValueError(f"page_size must be >= 1, got {page_size}")
@@ -88,7 +88,7 @@ def chain_digests_many(
 def cbor_chain_digests(
     units: bytes, page_size: int, prior: bytes, parts: tuple[bytes, bytes, bytes, bytes]
 ) -> bytes:
-    """vLLM's `sha256_cbor` chain (`events.hashing.VllmCborHasher`) computed natively: page
+    """vLLM's `sha256_cbor` chain (`hashing.events.VllmCborHasher`) computed natively: page
     `p`'s digest is SHA-256 of `lead || prior || array_head || its units as CBOR unsigned
     integers || (first_tail if p == 0 else tail)`, `parts` being
     `(lead, array_head, first_tail, tail)`. Units must be >= 0 (the caller checks)."""

@@ -57,12 +57,12 @@ class FreeSlots(NamedTuple):
     node_value: bool = False
 
 
-# The default order of Mamba states (`uniradix.components.aux_eviction`): no change for
+# The default order of Mamba states (`uniradix.eviction.aux_eviction`): no change for
 # full-only and full+SWA caches; with the reuse-aware SWA order it ties or beats `flop_aware`
 # on every built-in workload at 24-512 Mamba slots and on every Mamba config of the Mooncake
 # trace (benchmarks/results/hybrid_hits_reuse_aware.md).
 DEFAULT_AUX_EVICTION_POLICY = "reuse_aware"
-# The order of SWA windows (`uniradix.components.swa_reuse`, `swa_credit`, `swa_output`):
+# The order of SWA windows (`uniradix.eviction.swa_reuse`, `swa_credit`, `swa_output`):
 # "lru", "reuse_aware", "greedy_dual", "greedy_dual_window" or "greedy_dual_output" (unless
 # `aux_eviction_policy` is "branch_aware", which orders SWA windows itself).
 # `greedy_dual_output` (the default since session 10) wins or ties `greedy_dual_window` on every
@@ -85,9 +85,9 @@ class CacheSettings:
     `lcm(mamba_cache_chunk_size, page_size)` (the SSM kernel materializes states per chunk);
     `mamba_max_states_per_path` caps the states kept along one root-to-node path (None: no
     cap). `aux_eviction_policy` orders the eviction of SWA windows and Mamba states ("lru",
-    "branch_aware", "flop_aware" or "reuse_aware", see `uniradix.components.aux_eviction`);
+    "branch_aware", "flop_aware" or "reuse_aware", see `uniradix.eviction.aux_eviction`);
     `swa_eviction_policy` orders SWA windows ("lru", "reuse_aware", "greedy_dual",
-    "greedy_dual_window" or "greedy_dual_output", `uniradix.components.swa_reuse`, `swa_credit`
+    "greedy_dual_window" or "greedy_dual_output", `uniradix.eviction.swa_reuse`, `swa_credit`
     and `swa_output`) unless the aux policy is "branch_aware".
     """
 

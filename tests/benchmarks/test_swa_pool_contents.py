@@ -5,8 +5,8 @@ import numpy as np
 
 from benchmarks.swa_oracle import NEVER
 from benchmarks.swa_pool_contents import window_class
-from tests.components.test_swa_reuse import match, swa_cache
 from tests.driver import MiniScheduler
+from tests.eviction.test_swa_reuse import match, swa_cache
 from uniradix.components.swa import SWAComponent
 from uniradix.tree.node import TreeNode
 from uniradix.types import ComponentType

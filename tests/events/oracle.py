@@ -7,7 +7,7 @@ from __future__ import annotations
 from uniradix import UnifiedRadixCache
 from uniradix.events import AllBlocksCleared, BlockRemoved, BlockStored
 from uniradix.events.types import KVEvent
-from uniradix.page_hash import digest_to_int64, page_digests
+from uniradix.hashing.page import digest_to_int64, page_digests
 from uniradix.tree.node import TreeNode
 
 

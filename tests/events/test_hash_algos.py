@@ -17,9 +17,9 @@ from tests.events.zmq_helpers import loopback_publisher, published
 from tests.helpers import alloc, insert_fresh, make_cache
 from uniradix import EvictParams, InsertParams, RadixKey
 from uniradix.events import BlockRemoved, BlockStored, KVEventBatch, KVEventsConfig, KVEventStream
-from uniradix.events.hashing import block_hashing
 from uniradix.events.index import KVEventIndex
 from uniradix.events.recorder import EventRecorder
+from uniradix.hashing.events import block_hashing
 
 DECODER = msgspec.msgpack.Decoder(KVEventBatch)
 # Tokens covering every CBOR integer width: < 24, 1, 2, 4 and 8 bytes.
@@ -143,7 +143,7 @@ def test_eagle_bigram_pages_publish_the_bigram_chain_and_original_tokens(sender:
 
 
 def test_cbor_integers_match_cbor2_at_every_width() -> None:
-    from uniradix.events.hashing import _cbor_uints
+    from uniradix.hashing.events import _cbor_uints
 
     values = [0, 5, 23, 24, 255, 256, 65535, 65536, 2**32 - 1, 2**32, 2**63 - 1]
     data, offsets = _cbor_uints(np.array(values, dtype="<i8"))

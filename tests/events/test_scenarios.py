@@ -16,7 +16,7 @@ from uniradix.events import (
     KVEventBatch,
     KVEventStream,
 )
-from uniradix.page_hash import digest_to_int64, page_digests, salt_seed
+from uniradix.hashing.page import digest_to_int64, page_digests, salt_seed
 
 DECODER = msgspec.msgpack.Decoder(KVEventBatch)
 # kv_events.md §c golden vector: [10, 20, ..., 80] in pages of 2.

@@ -196,7 +196,7 @@ def test_wide_pages_hash_their_tagged_int64_bytes() -> None:
     import hashlib
 
     from uniradix import RadixKey
-    from uniradix.page_hash import page_digests
+    from uniradix.hashing.page import page_digests
 
     big = (1 << 32) + 5
     got = page_digests(RadixKey([1, 2, big, 3, 4, 5]).units, 2)

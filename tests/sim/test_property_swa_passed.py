@@ -7,7 +7,7 @@ vacuously without them)."""
 from hypothesis import HealthCheck, given, settings
 
 from tests.sim.specs import CHUNKED_TRAFFIC, ChunkedTraffic, drain_and_check
-from uniradix.components.swa_credit import SWACreditEviction
+from uniradix.eviction.swa_credit import SWACreditEviction
 
 MARKED = {"windows": 0}
 

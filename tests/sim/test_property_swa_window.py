@@ -8,8 +8,8 @@ marked (the property would hold vacuously without them)."""
 from hypothesis import HealthCheck, given, settings
 
 from tests.sim.specs import CHUNKED_TRAFFIC, ChunkedTraffic, drain_and_check
-from uniradix.components.swa_credit import SWAWindowCreditEviction
-from uniradix.components.swa_output import SWAOutputCreditEviction
+from uniradix.eviction.swa_credit import SWAWindowCreditEviction
+from uniradix.eviction.swa_output import SWAOutputCreditEviction
 
 TAKEN = {"victims": 0, "outputs": 0}
 

@@ -29,6 +29,7 @@ from uniradix.cache.insert_slots import checked_value, duplicate_frees
 from uniradix.cache.lock_receipts import LockReceipts
 from uniradix.cache.mamba_requests import MambaRequests, NoMambaRequests
 from uniradix.cache.paths import concat_values
+from uniradix.cache.sessions import NullSessions, SessionCache, SessionRelease
 from uniradix.components.base import TreeComponent, overriding
 from uniradix.components.registry import (
     DEFAULT_REGISTRY,
@@ -39,7 +40,6 @@ from uniradix.components.registry import (
 from uniradix.event_sink import MEDIUM_GPU, CacheEventSink
 from uniradix.key import RadixKey
 from uniradix.memory.pools import CachePools
-from uniradix.sessions.coverage import NullSessions, SessionCache, SessionRelease
 from uniradix.tiers.null import NoHostTier
 from uniradix.tree.core import TreeCore
 from uniradix.tree.node import TreeNode

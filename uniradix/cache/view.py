@@ -13,9 +13,9 @@ if TYPE_CHECKING:
     import torch
 
     from uniradix.cache.mamba_requests import MambaRequests, NoMambaRequests
+    from uniradix.cache.sessions import NullSessions, SessionCache
     from uniradix.components.base import TreeComponent
     from uniradix.key import RadixKey
-    from uniradix.sessions.coverage import NullSessions, SessionCache
     from uniradix.tiers.null import NoHostTier
     from uniradix.tree.node import TreeNode
     from uniradix.types import FreeSlots, InsertParams, InsertResult

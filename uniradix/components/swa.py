@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from uniradix.components.aux_eviction import BranchAwareEviction, check_aux_eviction_policy
 from uniradix.components.base import EVICTED_MARK, TreeComponent, mark_evicted
-from uniradix.components.swa_orders import swa_order
-from uniradix.components.swa_reuse import check_swa_eviction_policy
+from uniradix.eviction.aux_eviction import BranchAwareEviction, check_aux_eviction_policy
+from uniradix.eviction.swa_orders import swa_order
+from uniradix.eviction.swa_reuse import check_swa_eviction_policy
 from uniradix.memory.pools import CachePools
 from uniradix.memory.swa_allocator import SWASlotAllocator
 from uniradix.tree.core import MatchWalk, TreeCore, Validator

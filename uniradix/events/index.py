@@ -9,7 +9,7 @@ instance is cleared (it then under-reports, never over-reports, until stores arr
 A sequence number going back means the publisher restarted: the instance is cleared.
 
 `prefix_lengths(tokens)` answers, per instance, how many leading tokens it holds: the
-request's pages are hashed with the publishers' chain (`uniradix.page_hash`) and matched
+request's pages are hashed with the publishers' chain (`uniradix.hashing.page`) and matched
 page by page.
 """
 
@@ -23,11 +23,11 @@ import numpy as np
 import zmq
 
 from uniradix.event_sink import MEDIUM_GPU
-from uniradix.events.hashing import block_hashing
 from uniradix.events.types import AllBlocksCleared, BlockStored, KVEvent, KVEventBatch
 from uniradix.events.wire import decode_batch
+from uniradix.hashing.events import block_hashing
+from uniradix.hashing.page import chain_digests
 from uniradix.key import RadixKey
-from uniradix.page_hash import chain_digests
 
 REPLAY_WAIT_MS = 2000
 

@@ -34,8 +34,8 @@ import numpy as np
 
 from uniradix import native
 from uniradix.events.types import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
-from uniradix.node_digests import PageDigests, hash_cells
-from uniradix.page_hash import DIGEST_BYTES
+from uniradix.hashing.node_digests import PageDigests, hash_cells
+from uniradix.hashing.page import DIGEST_BYTES
 
 _encoder = msgspec.msgpack.Encoder()
 

@@ -35,9 +35,9 @@ from typing import Protocol
 import zmq
 
 from uniradix.events.frame_send import frame_sender
-from uniradix.events.hashing import block_hashing
 from uniradix.events.types import KVEvent
 from uniradix.events.wire import check_wire, encode_batch, prepare_batches
+from uniradix.hashing.events import block_hashing
 
 END_SEQ = (-1).to_bytes(8, "big", signed=True)
 SENDERS = ("thread", "inline")
@@ -50,7 +50,7 @@ class KVEventsConfig:
     """Mirrors vLLM's / SGLang's `KVEventsConfig`. `topic` may use `{pod}` and `{model}`
     (llm-d needs `kv@{pod}@{model}`); `bind=None` binds when the endpoint has `*`, `::`,
     or is `ipc://` / `inproc://`, else connects. Ports are offset by `dp_rank`.
-    `hash_algo` / `hash_seed` pick the block hash (`uniradix.events.hashing`: SGLang's chain
+    `hash_algo` / `hash_seed` pick the block hash (`uniradix.hashing.events`: SGLang's chain
     by default, or vLLM's `sha256_cbor` with its `PYTHONHASHSEED`); a `KVEventStream` and a
     `KVEventIndex` built from this config use them. `sender_wait_ms`: how long the sender
     thread lets batches gather before sending them (0: as each comes); events reach

@@ -40,10 +40,10 @@ from __future__ import annotations
 
 from uniradix.cache.controller import UnifiedRadixCache
 from uniradix.event_sink import MEDIA, MEDIUM_CPU_PINNED, MEDIUM_DISK, MEDIUM_GPU
-from uniradix.events.hashing import block_hashing
 from uniradix.events.packed import PackedStored, StepEvents, StepRun, StoredShape
 from uniradix.events.types import KVEvent
-from uniradix.node_digests import NodeDigests, PageDigests
+from uniradix.hashing.events import block_hashing
+from uniradix.hashing.node_digests import NodeDigests, PageDigests
 from uniradix.tree.node import TreeNode
 
 
@@ -66,7 +66,7 @@ _Record = tuple[TreeNode, TreeNode | PageDigests | None, str]
 class EventRecorder:
     """A `CacheEventSink` for one cache. `group_idx` / `kv_cache_spec_kind` describe the
     published (full-attention) group in map events; `cache_salt` seeds every chain;
-    `hash_algo` (`uniradix.events.hashing.HASH_ALGOS`) picks the block hash, `hash_seed` is
+    `hash_algo` (`uniradix.hashing.events.HASH_ALGOS`) picks the block hash, `hash_seed` is
     vLLM's `PYTHONHASHSEED` for `vllm_sha256_cbor`."""
 
     def __init__(

@@ -42,7 +42,7 @@ class KVEventStream:
         hash_seed: str | None = None,
         publish_interval_ms: float = PUBLISH_INTERVAL_MS,
     ) -> None:
-        """`hash_algo` / `hash_seed`: the block hash (`uniradix.events.hashing`);
+        """`hash_algo` / `hash_seed`: the block hash (`uniradix.hashing.events`);
         `publish_interval_ms`: the least time between two published batches (module doc)."""
         if not 0 <= publish_interval_ms <= MAX_PUBLISH_INTERVAL_MS:
             raise ValueError(

@@ -5,7 +5,7 @@
 The map-shaped structs (`BlockStored`, ...) are what the library builds and what the default
 `map` wire shape encodes: a `"type"` tag key, optional nulls left out. The `Array*` structs
 decode the positional wire shapes (`vllm-array`, `sglang-array`), tag first. Hashes are
-signed int64 (SGLang's chained SHA-256, `uniradix.page_hash.digest_to_int64`).
+signed int64 (SGLang's chained SHA-256, `uniradix.hashing.page.digest_to_int64`).
 """
 
 from __future__ import annotations

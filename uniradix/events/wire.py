@@ -31,7 +31,7 @@ from uniradix.events.types import (
     KVEvent,
     KVEventBatch,
 )
-from uniradix.node_digests import hash_cells
+from uniradix.hashing.node_digests import hash_cells
 
 WIRE_SHAPES = ("map", "vllm-array", "sglang-array")
 
@@ -81,7 +81,7 @@ def encode_batch(events: Sequence[KVEvent], ts: float, dp_rank: int, wire: str =
 def prepare_batches(batches: Sequence[Sequence[KVEvent]]) -> None:
     """Hashes at once the digests of every batch that names them unhashed (a recorder's
     `StepEvents`: `cells()`), so that encoding them lets go of the GIL once, not once per
-    node (`node_digests.hash_cells`)."""
+    node (`hashing.node_digests.hash_cells`)."""
     named = [getattr(batch, "cells", None) for batch in batches]
     hash_cells(chain.from_iterable(cells() for cells in named if cells is not None))
 

@@ -4,7 +4,7 @@
 cache without sessions); `StreamingSessions` keeps a finished turn's KV row for the next turn.
 """
 
-from uniradix.sessions.coverage import NullSessions, SessionCache, SessionRelease, SessionStats
+from uniradix.cache.sessions import NullSessions, SessionCache, SessionRelease, SessionStats
 from uniradix.sessions.streaming import StreamingSessions
 
 __all__ = ["NullSessions", "SessionCache", "SessionRelease", "SessionStats", "StreamingSessions"]

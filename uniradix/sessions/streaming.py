@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from uniradix.sessions.coverage import SessionRelease
+from uniradix.cache.sessions import SessionRelease
 from uniradix.types import Req
 
 if TYPE_CHECKING:

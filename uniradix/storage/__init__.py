@@ -5,6 +5,7 @@ Backends (`file://`, `redis://`, `redis+cluster://`) are imported on first use b
 `open_backend`, so redis-py loads only in processes that open a Redis URL.
 """
 
+from uniradix.hashing.storage_keys import KeySpace, PageKey
 from uniradix.storage.backend import StorageBackend, StorageStats, open_backend, register_backend
 from uniradix.storage.breaker import BreakerState, CircuitBreaker
 from uniradix.storage.io import (
@@ -15,7 +16,6 @@ from uniradix.storage.io import (
     PrefetchPolicy,
     PrefetchTimeout,
 )
-from uniradix.storage.keys import KeySpace, PageKey
 from uniradix.storage.page_format import Miss, MissReason
 
 __all__ = [

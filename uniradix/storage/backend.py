@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
+from uniradix.hashing.storage_keys import PageKey
 from uniradix.storage.breaker import BreakerState, CircuitBreaker
-from uniradix.storage.keys import PageKey
 from uniradix.storage.page_format import (
     Miss,
     MissReason,

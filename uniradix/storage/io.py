@@ -31,8 +31,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from uniradix.hashing.storage_keys import PageKey
 from uniradix.storage.backend import StorageBackend
-from uniradix.storage.keys import PageKey
 from uniradix.storage.page_format import Payload
 
 BATCH_PAGES = 128  # pages per store call: progress survives a failure part-way

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import xxhash
 
-from uniradix.storage.keys import PageKey
+from uniradix.hashing.storage_keys import PageKey
 
 MAGIC = b"URPG"
 FORMAT_VERSION = 1

@@ -31,6 +31,7 @@ from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
 from redis.retry import Retry
 
+from uniradix.hashing.storage_keys import KEY_PREFIX
 from uniradix.storage.backend import (
     BREAKER_OPTIONS,
     StorageBackend,
@@ -40,7 +41,6 @@ from uniradix.storage.backend import (
     url_options,
 )
 from uniradix.storage.breaker import CircuitBreaker
-from uniradix.storage.keys import KEY_PREFIX
 from uniradix.storage.page_format import Payload
 
 _CLEAR_CHUNK = 1000

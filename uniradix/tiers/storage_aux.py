@@ -30,9 +30,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from uniradix.hashing.storage_keys import KeySpace, PageKey
 from uniradix.memory.host_kv import HostKVPool, HostMambaStates
 from uniradix.storage.backend import StorageBackend
-from uniradix.storage.keys import KeySpace, PageKey
 from uniradix.storage.page_format import Payload
 from uniradix.tiers.aux_tier import alloc_aux_host
 from uniradix.tiers.host_aux import HostAux

@@ -32,8 +32,8 @@ from uniradix.tree.node import TreeNode
 from uniradix.types import IncLockRefResult, MatchPrefixParams, Slots
 
 if TYPE_CHECKING:
+    from uniradix.hashing.storage_keys import KeySpace
     from uniradix.memory.host_kv import HostKVPool
-    from uniradix.storage.keys import KeySpace
     from uniradix.tiers.host_aux import HostAux
     from uniradix.tiers.storage_aux import AuxPlan, AuxStorage
     from uniradix.tiers.views import HostTierView

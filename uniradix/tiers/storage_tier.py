@@ -39,13 +39,13 @@ from typing import Protocol
 import numpy as np
 
 from uniradix.event_sink import MEDIUM_DISK
+from uniradix.hashing.node_digests import NodeDigests
+from uniradix.hashing.page import DIGEST_BYTES, namespace_seed
+from uniradix.hashing.storage_keys import KeySpace, PageKey
 from uniradix.key import RadixKey
 from uniradix.memory.host_kv import HostKVPool, HostMambaStates
-from uniradix.node_digests import NodeDigests
-from uniradix.page_hash import DIGEST_BYTES, namespace_seed
 from uniradix.storage.backend import StorageBackend
 from uniradix.storage.io import BackupWriter, Prefetcher, PrefetchPolicy, PrefetchTimeout
-from uniradix.storage.keys import KeySpace, PageKey
 from uniradix.storage.page_format import Payload
 from uniradix.tiers.storage_aux import AuxStorage
 from uniradix.tiers.storage_prefetch import PrefetchRun, StoragePrefetches, StorageTierStats

@@ -56,8 +56,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from uniradix.components.aux_eviction import EvictingComponent
-from uniradix.components.swa_credit import SWAWindowCreditEviction
+from uniradix.eviction.aux_eviction import EvictingComponent
+from uniradix.eviction.swa_credit import SWAWindowCreditEviction
 from uniradix.tree.node import TreeNode
 
 OUTPUT_SAMPLE = 8  # every 8th request's output window keeps the full worth and is counted

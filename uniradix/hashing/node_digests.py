@@ -2,7 +2,8 @@
 lives, shared by everything that names pages of one cache.
 
 The KV events (`uniradix.events`) publish each cached page's digest and the L3 storage keys
-(`uniradix.storage.keys`) are built on the same chain (`uniradix.page_hash`). Hashing a page
+(`uniradix.hashing.storage_keys`) are built on the same chain (`uniradix.hashing.page`).
+Hashing a page
 costs ~0.5 µs of Python per page, so it must happen once per page, not once per event or per
 backup: a node's digests are computed on first read from its parent's last digest (hashing
 any ancestors not read yet, root side first) and then kept. Naming them is free: `cell()`
@@ -16,7 +17,7 @@ nothing is rehashed (the table is one of the tree's split hooks). One table per 
 `NodeDigests.of_tree` finds it among the split hooks or registers it, so an event recorder
 and a storage tier of one cache share it.
 
-Chains differ by their root seed (`None`, a salt's, or a namespace's: `page_hash.salt_seed`,
+Chains differ by their root seed (`None`, a salt's, or a namespace's: `hashing.page.salt_seed`,
 `namespace_seed`) and by their hasher (SGLang's chain unless a `PageHasher` is given), so the
 table keeps one map per (seed, hasher); with no salt and no LoRA the events and the storage
 keys both ask for seed `None` and share each digest.
@@ -39,7 +40,7 @@ from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from uniradix import native
-from uniradix.page_hash import DIGEST_BYTES, chain_digests
+from uniradix.hashing.page import DIGEST_BYTES, chain_digests
 from uniradix.tree.core import TreeCore
 from uniradix.tree.node import TreeNode
 
@@ -218,7 +219,7 @@ def hash_cells(cells: Iterable[PageDigests]) -> None:
 
 
 class NodeDigests:
-    """Page digests (`page_hash.chain_digests` blobs: 32 bytes per page, root side first) of
+    """Page digests (`hashing.page.chain_digests` blobs: 32 bytes per page, root side first) of
     the nodes of one tree, per chain seed. `bigram` hashes EAGLE bigram units."""
 
     def __init__(self, tree: TreeCore, bigram: bool = False) -> None:

@@ -3,12 +3,12 @@ victims."""
 
 import pytest
 
-from tests.components.test_aux_eviction import holders, mamba_cache, put
+from tests.eviction.test_aux_eviction import holders, mamba_cache, put
 from uniradix import EvictParams, MatchPrefixParams, RadixKey
 from uniradix.cache.controller import UnifiedRadixCache
-from uniradix.components.aux_eviction import prefix_cost
-from uniradix.components.flop_aware import FlopAwareEviction
 from uniradix.components.mamba import MambaComponent
+from uniradix.eviction.aux_eviction import prefix_cost
+from uniradix.eviction.flop_aware import FlopAwareEviction
 from uniradix.tree.node import TreeNode
 from uniradix.types import ComponentType
 

@@ -5,7 +5,7 @@ import torch
 
 from uniradix import CacheConfig, EvictParams, InsertParams, RadixKey, build_cache
 from uniradix.cache.controller import UnifiedRadixCache
-from uniradix.components.aux_eviction import prefix_cost
+from uniradix.eviction.aux_eviction import prefix_cost
 from uniradix.memory.swa_allocator import SWASlotAllocator
 from uniradix.types import ComponentType, FreeSlots
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from uniradix.components.aux_eviction import EvictingComponent
+from uniradix.eviction.aux_eviction import EvictingComponent
 from uniradix.tree.node import TreeNode
 from uniradix.types import Req
 

@@ -1,7 +1,7 @@
 import pytest
 
+from uniradix.hashing.page import digest_to_int64, namespace_seed, page_digests, salt_seed
 from uniradix.key import RadixKey
-from uniradix.page_hash import digest_to_int64, namespace_seed, page_digests, salt_seed
 
 pytestmark = pytest.mark.usefixtures("python_and_native")  # every test on both paths
 

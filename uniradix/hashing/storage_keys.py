@@ -1,6 +1,6 @@
 """Storage keys: a page's chained digest bound to everything that decides what its bytes mean.
 
-A page digest (`uniradix.page_hash`) names a token prefix. The bytes stored for it also
+A page digest (`uniradix.hashing.page`) names a token prefix. The bytes stored for it also
 depend on the model's weights, the KV dtype, the memory layout, the page size and the pool
 (full KV, SWA KV, Mamba state), so two caches that differ in any of these must never read
 each other's pages (wrong KV reused across model revisions is a reported failure of
@@ -16,8 +16,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
+from uniradix.hashing.page import DIGEST_BYTES, namespace_seed, page_digests
 from uniradix.key import RadixKey
-from uniradix.page_hash import DIGEST_BYTES, namespace_seed, page_digests
 
 KEY_PREFIX = "ur1"
 FINGERPRINT_BYTES = 16

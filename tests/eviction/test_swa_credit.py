@@ -7,20 +7,20 @@ import math
 import numpy as np
 import pytest
 
-from tests.components.test_swa_reuse import evict_order, insert, live_windows, match, swa_cache
 from tests.driver import MiniScheduler
+from tests.eviction.test_swa_reuse import evict_order, insert, live_windows, match, swa_cache
 from uniradix import EvictParams, RadixKey
 from uniradix.cache.controller import UnifiedRadixCache
-from uniradix.components import swa_reuse
 from uniradix.components.swa import SWAComponent
-from uniradix.components.swa_credit import (
+from uniradix.eviction import swa_reuse
+from uniradix.eviction.swa_credit import (
     COST_EXPONENT,
     PASSED_WORTH,
     REUSE_WEIGHT,
     WINDOW_PASSED_WORTH,
     SWACreditEviction,
 )
-from uniradix.components.swa_output import SWAOutputCreditEviction
+from uniradix.eviction.swa_output import SWAOutputCreditEviction
 from uniradix.memory.swa_allocator import SWASlotAllocator
 from uniradix.types import ComponentType, InsertParams
 

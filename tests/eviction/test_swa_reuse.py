@@ -6,7 +6,7 @@ import pytest
 
 from uniradix import CacheConfig, EvictParams, InsertParams, RadixKey, build_cache
 from uniradix.cache.controller import UnifiedRadixCache
-from uniradix.components import swa_reuse
+from uniradix.eviction import swa_reuse
 from uniradix.memory.swa_allocator import SWASlotAllocator
 from uniradix.types import ComponentType, MatchPrefixParams
 

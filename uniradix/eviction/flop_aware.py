@@ -18,7 +18,7 @@ when the credit is set (an ancestor evicted later makes it an underestimate, whi
 evicts the state sooner).
 
 Before the credit order, states that cannot end any match are evicted first (class 0 of
-`uniradix.components.aux_eviction`: on full+SWA+Mamba, a state whose SWA window is
+`uniradix.eviction.aux_eviction`: on full+SWA+Mamba, a state whose SWA window is
 tombstoned), among the `WINDOW` least recent.
 
 `reuse_aware` is the same order with a state's worth weighted by how likely a match is to
@@ -44,13 +44,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
-from uniradix.components.aux_eviction import (
+from uniradix.eviction.aux_eviction import (
     WINDOW,
     BranchAwareEviction,
     EvictingComponent,
     prefix_cost,
 )
-from uniradix.components.greedy_dual import GreedyDualCredits
+from uniradix.eviction.greedy_dual import GreedyDualCredits
 from uniradix.tree.node import TreeNode
 
 # `reuse_aware`'s weights, measured on the Mooncake trace's first 2,000 requests at 512 slots

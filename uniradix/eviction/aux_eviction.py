@@ -4,11 +4,11 @@
 `lru` evicts each component's least recent unlocked node first.
 
 `flop_aware` orders Mamba states by GreedyDual over the compute a state saves beyond the
-nearest state above it (`uniradix.components.flop_aware`); `reuse_aware` (the default) weighs
+nearest state above it (`uniradix.eviction.flop_aware`); `reuse_aware` (the default) weighs
 that compute by the matches that resumed on the state's path (same module). Under
 both, and `lru`, SWA windows follow `swa_eviction_policy` (`greedy_dual_output`, the
 default, `greedy_dual_window`, `greedy_dual`, `reuse_aware` or `lru`:
-`uniradix.components.swa_reuse`, `swa_credit`, `swa_output`).
+`uniradix.eviction.swa_reuse`, `swa_credit`, `swa_output`).
 
 `branch_aware` (after Marconi, MLSys 2025) looks at the `WINDOW` least recent unlocked nodes of
 the component's LRU list and evicts, in this order of classes:

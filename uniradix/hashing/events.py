@@ -1,6 +1,6 @@
 """Block hash algorithms of the KV events (`reference/kv_events.md` §c).
 
-- `sglang_sha256` (default): SGLang's seedless SHA-256 page chain (`uniradix.page_hash`),
+- `sglang_sha256` (default): SGLang's seedless SHA-256 page chain (`uniradix.hashing.page`),
   published as the first 8 bytes, big-endian, signed. The SGLang router recomputes exactly
   this chain on request tokens; every other router treats hashes as opaque.
 - `vllm_sha256_cbor`: vLLM's `sha256_cbor` block hash, for consumers that reproduce vLLM's
@@ -26,9 +26,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from uniradix import native
+from uniradix.hashing.node_digests import PageHasher
+from uniradix.hashing.page import DIGEST_BYTES, salt_seed
 from uniradix.key import UNIT_BYTES
-from uniradix.node_digests import PageHasher
-from uniradix.page_hash import DIGEST_BYTES, salt_seed
 
 HASH_ALGOS = ("sglang_sha256", "vllm_sha256_cbor")
 

@@ -19,7 +19,7 @@ its standing as `L` rises past it, a deep one later than a shallow one. As for M
 where `depth` is the prefix length at the node's end and `serves` counts the matches that
 ended within one window below the node (those it served). The worth is taken when the credit
 is set; a split parent keeps its child's serve count and credit (it was stored and used with
-it). As in `reuse_aware` (`uniradix.components.swa_reuse`), a window that served a match is
+it). As in `reuse_aware` (`uniradix.eviction.swa_reuse`), a window that served a match is
 kept past those that never did while one of those is among the `SCAN` (64) least credited:
 the victim is the least credited never-served window among them, else the least credited.
 Without that rule, deep one-off prompts outlived the shallow agent contexts that every turn
@@ -87,7 +87,7 @@ variant traces and the built-in workloads: benchmarks/results/hybrid_hits_h14y.m
 logs the first-use rules tried in that session and lost (branch-point windows treated as
 served, the prompt-end tail past the grid boundary split off and dropped first).
 
-`greedy_dual_output` (`uniradix.components.swa_output`, the default) is this order with
+`greedy_dual_output` (`uniradix.eviction.swa_output`, the default) is this order with
 the windows past a request's last checkpoint (its decode outputs) worth their measured reuse.
 """
 
@@ -96,10 +96,10 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
-from uniradix.components import swa_reuse
-from uniradix.components.aux_eviction import EvictingComponent
-from uniradix.components.greedy_dual import GreedyDualCredits
-from uniradix.components.swa_reuse import SWAReuseEviction
+from uniradix.eviction import swa_reuse
+from uniradix.eviction.aux_eviction import EvictingComponent
+from uniradix.eviction.greedy_dual import GreedyDualCredits
+from uniradix.eviction.swa_reuse import SWAReuseEviction
 from uniradix.tree.node import TreeNode
 from uniradix.types import Req
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from uniradix.components.aux_eviction import EvictingComponent
-from uniradix.components.swa_credit import SWACreditEviction, SWAWindowCreditEviction
-from uniradix.components.swa_output import SWAOutputCreditEviction
-from uniradix.components.swa_reuse import SWAReuseEviction
+from uniradix.eviction.aux_eviction import EvictingComponent
+from uniradix.eviction.swa_credit import SWACreditEviction, SWAWindowCreditEviction
+from uniradix.eviction.swa_output import SWAOutputCreditEviction
+from uniradix.eviction.swa_reuse import SWAReuseEviction
 
 
 def swa_order(

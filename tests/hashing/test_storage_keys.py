@@ -1,7 +1,7 @@
 import pytest
 
+from uniradix.hashing.page import namespace_seed, page_digests
 from uniradix.key import RadixKey
-from uniradix.page_hash import namespace_seed, page_digests
 from uniradix.storage import KeySpace
 
 

@@ -10,11 +10,11 @@ import pytest
 
 from tests.helpers import insert_fresh, make_cache
 from uniradix import EvictParams, RadixKey, native
-from uniradix.events.hashing import VllmCborHasher, vllm_none_hash
 from uniradix.events.recorder import EventRecorder
-from uniradix.node_digests import NodeDigests, hash_cells
-from uniradix.page_hash import DIGEST_BYTES, chain_digests, page_digests, salt_seed
-from uniradix.storage.keys import KeySpace
+from uniradix.hashing.events import VllmCborHasher, vllm_none_hash
+from uniradix.hashing.node_digests import NodeDigests, hash_cells
+from uniradix.hashing.page import DIGEST_BYTES, chain_digests, page_digests, salt_seed
+from uniradix.hashing.storage_keys import KeySpace
 from uniradix.tree.node import TreeNode
 
 TOKENS = [10, 20, 30, 40, 50, 60, 70, 80]
