@@ -226,7 +226,7 @@ class Req:
     tree). The cache maintains the rest: the tree owns row entries `[0, cache_protected_len)`,
     kept alive by `lock`, which is anchored at `last_node`.
 
-    Mamba fields (see `uniradix.cache_mamba` for the protocol), all set by the cache at
+    Mamba fields (see `uniradix.cache.mamba_requests` for the protocol), all set by the cache at
     `match_prefix(MatchPrefixParams(key, req=req))` and cleared when the request finishes:
     `mamba_pool_idx` is the request's working state slot (the state after
     `token_ids[:kv_committed_len]`); in extra-buffer mode `mamba_ping_pong` holds the two

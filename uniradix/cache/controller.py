@@ -11,7 +11,7 @@ Typical scheduler use::
     cache.cache_finished_req(req)                               # publish, unlock, free row
 
 A request matched with `req=` but never admitted gives its slots back with
-`cache.release_req_slots(req)`. The Mamba protocol is in `uniradix.cache_mamba`; SWA adds
+`cache.release_req_slots(req)`. The Mamba protocol is in `uniradix.cache.mamba_requests`; SWA adds
 `free_out_of_window_slots(req)` and `release_window_lock(req)` for running requests.
 """
 
@@ -164,7 +164,7 @@ class UnifiedRadixCache:
 
         Mutates the tree: splits a node the key ends inside, refreshes access times. With
         `params.req` on a Mamba cache, gives the request its state slots (copy-on-write of
-        the matched state, evicting Mamba states if short; see `uniradix.cache_mamba`).
+        the matched state, evicting Mamba states if short; see `uniradix.cache.mamba_requests`).
         """
         num_units = self._aligned_len(params.key)
         validators = []
@@ -291,7 +291,7 @@ class UnifiedRadixCache:
         """Publishes the request's computed KV (`token_ids[:kv_committed_len]`, page aligned)
         mid-flight, e.g. after a prefill chunk: the row then points at the tree's slots and
         the request's lock moves to the new last node. With Mamba, the published prefix may
-        stop at the last tracked state (see `uniradix.cache_mamba`)."""
+        stop at the last tracked state (see `uniradix.cache.mamba_requests`)."""
         request_caching.cache_unfinished_req(self, req)
 
     def cache_finished_req(self, req: Req, is_insert: bool = True) -> None:

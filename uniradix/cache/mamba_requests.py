@@ -1,5 +1,5 @@
 """The controller's Mamba request steps: giving requests their state slots, copy-on-write at
-match, checkpointing into the tree, and giving slots back. Kept apart from `cache.py`, which
+match, checkpointing into the tree, and giving slots back. Kept apart from `controller.py`, which
 calls these steps at fixed points; a cache without a Mamba component uses the null object
 `NoMambaRequests`, whose steps do nothing.
 

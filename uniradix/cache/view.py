@@ -1,6 +1,6 @@
 """`ControllerView`: the controller as its helper modules (eviction, invariant checks, request
 caching) use it. They take it as an argument typed by this protocol instead of importing
-`UnifiedRadixCache`, which imports them (DESIGN.md, "Layers": no circle of imports)."""
+`UnifiedRadixCache`, which imports them (docs/design.md, "Layers": no circle of imports)."""
 
 from __future__ import annotations
 

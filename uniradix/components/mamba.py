@@ -17,7 +17,7 @@ whole prefix ending at that node, and only *checkpoint* nodes carry one:
   tell a scheduler whether checkpointing decode outputs pays (`uniradix.sim.placement`).
 
 The ledgers count slots (`value_len` is 1). The slots themselves, and the copy-on-write of a
-matched state into a request's own slot, belong to the cache (`uniradix.cache_mamba`).
+matched state into a request's own slot, belong to the cache (`uniradix.cache.mamba_requests`).
 """
 
 from __future__ import annotations

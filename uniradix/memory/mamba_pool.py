@@ -14,7 +14,7 @@ simulation then carries the slot accounting without the memory.
 
 This module is memory only: which slot holds which prefix's state is the tree's business
 (`components/mamba.py`), when a request gets and gives back slots is the cache's
-(`cache_mamba.py`).
+(`uniradix/cache/mamba_requests.py`).
 """
 
 from __future__ import annotations

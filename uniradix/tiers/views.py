@@ -1,6 +1,6 @@
 """What the host tier's parts and the controller's helpers see of the controller and of the
 host tier: two small protocols, so those modules take them as arguments instead of importing
-the classes that import them (DESIGN.md, "Layers": no circle of imports).
+the classes that import them (docs/design.md, "Layers": no circle of imports).
 
 `CacheView` is the controller (`UnifiedRadixCache`) as the host tier, the L3 wiring and the
 Mamba request steps use it; `HostTierView` is the host tier (`HostTier`) as its load-back,
