@@ -17,7 +17,6 @@ import json
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from benchmarks.replay_diff import differences, without_timings
@@ -71,8 +70,9 @@ def cases(trace: str, store: str) -> dict[str, list[str]]:
 
 def record(directory: Path, trace: str, only: list[str] | None) -> None:
     directory.mkdir(parents=True, exist_ok=True)
-    # One fixed store path, emptied per case: a path that differed would differ in the JSON.
-    store = Path(tempfile.gettempdir()) / "uniradix_identity_store"
+    # Each recording has its own store; its path is written as <store> so that two
+    # recordings compare equal.
+    store = directory / "store"
     for name, args in cases(trace, str(store)).items():
         if only and name not in only:
             continue
@@ -81,8 +81,9 @@ def record(directory: Path, trace: str, only: list[str] | None) -> None:
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             print(f"{name}: exit {done.returncode}\n{done.stderr}", file=sys.stderr)
-        (directory / f"{name}.json").write_text(done.stdout)
+        (directory / f"{name}.json").write_text(done.stdout.replace(str(store), "<store>"))
         print(f"{name}: recorded", flush=True)
+    shutil.rmtree(store, ignore_errors=True)
 
 
 def compare(before: Path, after: Path) -> int:
