@@ -237,7 +237,7 @@ def _generate_parser(commands: argparse._SubParsersAction) -> None:  # type: ign
         p.add_argument(flag, type=int, default=default, help=f"{what} (default {default})")
     p.add_argument("--dtype", choices=sorted(DTYPES), default=d.dtype)
     p.add_argument("--device", default=d.device)
-    p.add_argument("--host-tokens", type=int, help="host tier (L2) size in tokens (full only)")
+    p.add_argument("--host-tokens", type=int, help="host tier (L2) size in full-KV tokens")
     p.add_argument(
         "--write-policy",
         choices=["write_through", "write_through_selective", "write_back"],

@@ -2,9 +2,8 @@
 
 One Redis key per page (its `PageKey.name`) holding one string, the 72-byte header followed
 by the payload, written by one `SET`: a page is written and replaced atomically, and a reader
-(`GET`) gets a whole page or nothing. (Pages used to be a hash of two fields, header and
-payload, to spare joining them; measured side by side against plain pipelined `SET`, the
-join costs less than the `HSET` path did: `benchmarks/results/storage.md`.) Batches are one
+(`GET`) gets a whole page or nothing (joining header and payload costs less than a two-field
+`HSET`: `python -m benchmarks.storage`). Batches are one
 non-transactional pipeline, parsed by hiredis (redis-py picks it when installed). A key
 holding anything else (another type, a short value) is a rejected page, not a store
 failure. Options:
