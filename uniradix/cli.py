@@ -60,7 +60,9 @@ def _replay_parser(commands: argparse._SubParsersAction) -> None:  # type: ignor
         "--storage",
         dest="storage_url",
         metavar="URL",
-        help="L3 store under the host tier: file://DIR, file (a temp dir), redis://HOST:PORT/DB",
+        help="L3 store under the host tier: file://DIR[?max_bytes=10G], file (a temp dir), "
+        "redis://[:PASSWORD@]HOST:PORT/DB, rediss://... (TLS), redis+cluster://HOST:PORT; "
+        "a failing store prints one line on stderr and the replay goes on without it",
     )
     p.add_argument("--model-fingerprint", default=d.model_fingerprint, help="isolates L3 pages")
     p.add_argument(
@@ -150,6 +152,10 @@ def _cluster(args: argparse.Namespace, options: ReplayOptions) -> int:
         )
     summary = run_cluster(options, args.instances, args.router, kv_events)
     print(json.dumps(summary) if args.json else cluster_text(summary))
+    leaked = {i["name"]: n for i in summary["instances"] if (n := sum(i["leaked"].values()))}
+    if leaked:
+        print(f"uniradix replay: leaked slots per instance: {leaked}", file=sys.stderr)
+        return 1
     return 0
 
 
