@@ -34,6 +34,7 @@ from typing import Protocol
 
 import zmq
 
+from uniradix.events.endpoints import attach, auto_binds
 from uniradix.events.frame_send import frame_sender
 from uniradix.events.types import KVEvent
 from uniradix.events.wire import check_wire, encode_batch, prepare_batches
@@ -49,7 +50,8 @@ REPLAY_POLL_MS = 100  # how often an inline publisher's replay thread checks for
 class KVEventsConfig:
     """Mirrors vLLM's / SGLang's `KVEventsConfig`. `topic` may use `{pod}` and `{model}`
     (llm-d needs `kv@{pod}@{model}`); `bind=None` binds when the endpoint has `*`, `::`,
-    or is `ipc://` / `inproc://`, else connects. Ports are offset by `dp_rank`.
+    or is `ipc://` / `inproc://`, else connects (`uniradix.events.endpoints`: vLLM's and
+    SGLang's rule; True / False force a side). Ports are offset by `dp_rank`.
     `hash_algo` / `hash_seed` pick the block hash (`uniradix.hashing.events`: SGLang's chain
     by default, or vLLM's `sha256_cbor` with its `PYTHONHASHSEED`); a `KVEventStream` and a
     `KVEventIndex` built from this config use them. `sender_wait_ms`: how long the sender
@@ -96,7 +98,7 @@ class KVEventsConfig:
     def binds(self, endpoint: str) -> bool:
         if self.bind is not None:
             return self.bind
-        return "*" in endpoint or "::" in endpoint or endpoint.startswith(("ipc://", "inproc://"))
+        return auto_binds(endpoint)
 
 
 def offset_endpoint_port(endpoint: str, dp_rank: int) -> str:
@@ -156,14 +158,14 @@ class ZmqEventPublisher:
         self._pub.setsockopt(zmq.LINGER, 1000)
         self._frames = frame_sender(self._pub)
         endpoint = offset_endpoint_port(config.endpoint, config.dp_rank)
-        self.endpoint = self._attach(self._pub, endpoint, config.binds(endpoint))
+        self.endpoint = self._attach_or_close(self._pub, endpoint, config.binds(endpoint))
         self._replay: zmq.Socket[bytes] | None = None
         self.replay_endpoint: str | None = None
         if config.replay_endpoint is not None:
             self._replay = self._ctx.socket(zmq.ROUTER)
             self._replay.setsockopt(zmq.LINGER, 0)
             replay = offset_endpoint_port(config.replay_endpoint, config.dp_rank)
-            self.replay_endpoint = self._attach(self._replay, replay, True)
+            self.replay_endpoint = self._attach_or_close(self._replay, replay, True)
         # The last batches, for replay requests: without a replay socket none can come, and
         # keeping `buffer_steps` payloads (~45 KB each for a Mooncake request at page 16)
         # would only hold memory and move every new payload to fresh cache lines.
@@ -182,13 +184,13 @@ class ZmqEventPublisher:
         if not self._inline or self._replay is not None:
             self._thread.start()
 
-    @staticmethod
-    def _attach(sock: zmq.Socket[bytes], endpoint: str, bind: bool) -> str:
-        if bind:
-            sock.bind(endpoint)
-            return bytes(sock.getsockopt(zmq.LAST_ENDPOINT)).decode()
-        sock.connect(endpoint)
-        return endpoint
+    def _attach_or_close(self, sock: zmq.Socket[bytes], endpoint: str, bind: bool) -> str:
+        """`endpoints.attach`; a bad or busy endpoint closes what was opened first."""
+        try:
+            return attach(sock, endpoint, bind)
+        except ValueError:
+            self._ctx.destroy(linger=0)
+            raise
 
     def publish(self, events: Sequence[KVEvent]) -> bool:
         """Queues one batch (stamped now), or sends it when inline; False when it was
