@@ -105,6 +105,7 @@ def _replay_parser(commands: argparse._SubParsersAction) -> None:  # type: ignor
 
 def _cluster_arguments(p: argparse.ArgumentParser) -> None:
     from uniradix.events.endpoints import BIND_MODES
+    from uniradix.events.groups import COMPONENTS
     from uniradix.events.publisher import SENDERS
     from uniradix.events.wire import WIRE_SHAPES
     from uniradix.hashing.events import HASH_ALGOS
@@ -119,6 +120,12 @@ def _cluster_arguments(p: argparse.ArgumentParser) -> None:
         choices=BIND_MODES,
         default="auto",
         help="auto: bind when ENDPOINT has '*' (vLLM/SGLang rule), else connect",
+    )
+    p.add_argument(
+        "--kv-events-components",
+        choices=COMPONENTS,
+        default="auto",
+        help="auto/all: SWA and Mamba groups too (vLLM hybrid fields); full: full only",
     )
     p.add_argument("--kv-events-wire", choices=WIRE_SHAPES, default="map")
     p.add_argument("--kv-events-topic", default="", help="e.g. kv@{pod}@{model} for llm-d")
@@ -149,6 +156,7 @@ def _cluster(args: argparse.Namespace, options: ReplayOptions) -> int:
             endpoint=args.kv_events,
             replay_endpoint=args.kv_events_replay,
             bind=bind_flag(args.kv_events_bind),
+            components=args.kv_events_components,
             wire=args.kv_events_wire,
             topic=args.kv_events_topic,
             model=args.config,

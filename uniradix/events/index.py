@@ -41,9 +41,15 @@ class IndexStats:
     orphan_stores: int = 0  # stores whose parent the instance does not hold (dropped)
 
 
+MAIN_GROUP = 0  # the index's key for the full-attention group, whatever its `group_idx`
+MAIN_KINDS = (None, "full_attention", "mla_attention", "sink_full_attention")
+
+
 @dataclass
 class _Instance:
-    blocks: dict[tuple[str, str | None], set[int]] = field(default_factory=dict)
+    # (medium, lora_name, group) -> block hashes; group MAIN_GROUP or an auxiliary
+    # group's `group_idx` (`uniradix.events.groups`)
+    blocks: dict[tuple[str, str | None, int], set[int]] = field(default_factory=dict)
     next_seq: int | None = None
     sub: zmq.Socket[bytes] | None = None
     replay_endpoint: str | None = None
@@ -70,6 +76,8 @@ class KVEventIndex:
         self._ctx: zmq.Context[zmq.Socket[bytes]] | None = None
         self._poller = zmq.Poller()
         self._by_socket: dict[zmq.Socket[bytes], str] = {}
+        # auxiliary groups learned from stores: group_idx -> (kind, sliding window)
+        self.groups: dict[int, tuple[str, int | None]] = {}
 
     @property
     def instances(self) -> list[str]:
@@ -105,18 +113,28 @@ class KVEventIndex:
             return
         medium = event.medium or MEDIUM_GPU
         if isinstance(event, BlockStored):
-            blocks = inst.blocks.setdefault((medium, event.lora_name), set())
+            if event.kv_cache_spec_kind not in MAIN_KINDS and event.group_idx is not None:
+                # A window's or a state's pages: no parent chain in the group itself.
+                kind, window = event.kv_cache_spec_kind, event.kv_cache_spec_sliding_window
+                self.groups[event.group_idx] = (str(kind), window)
+                key = (medium, event.lora_name, event.group_idx)
+                inst.blocks.setdefault(key, set()).update(event.block_hashes)
+                return
+            blocks = inst.blocks.setdefault((medium, event.lora_name, MAIN_GROUP), set())
             parent = event.parent_block_hash
             # The parent may be held on another medium: a write-back host copy's parent can
             # be device-only (llm-d keys blocks across tiers the same way).
             if parent is not None and not any(
-                parent in b for (_, lora), b in inst.blocks.items() if lora == event.lora_name
+                parent in b
+                for (_, lora, group), b in inst.blocks.items()
+                if lora == event.lora_name and group == MAIN_GROUP
             ):
                 self.stats.orphan_stores += 1  # as llm-d and Dynamo do: dropped
                 return
             blocks.update(event.block_hashes)
             return
-        for blocks in [b for (m, _), b in inst.blocks.items() if m == medium]:
+        group = event.group_idx if event.group_idx in self.groups else MAIN_GROUP
+        for blocks in [b for (m, _, g), b in inst.blocks.items() if m == medium and g == group]:
             blocks.difference_update(event.block_hashes)
 
     @staticmethod
@@ -125,13 +143,20 @@ class KVEventIndex:
 
     # ------------------------------------------------------------------ queries
     def blocks(
-        self, instance: str, medium: str = MEDIUM_GPU, lora_name: str | None = None
+        self,
+        instance: str,
+        medium: str = MEDIUM_GPU,
+        lora_name: str | None = None,
+        group: int = MAIN_GROUP,
     ) -> set[int]:
-        """The block hashes `instance` holds on `medium` (a copy)."""
+        """The block hashes `instance` holds on `medium` in `group` (a copy)."""
+        return set(self._blocks(instance, medium, lora_name, group))
+
+    def _blocks(self, instance: str, medium: str, lora_name: str | None, group: int) -> set[int]:
         inst = self._instances.get(instance)
         if inst is None:
             raise ValueError(f"unknown instance {instance!r}; known: {self.instances}")
-        return set(inst.blocks.get((medium, lora_name), ()))
+        return inst.blocks.get((medium, lora_name, group), set())
 
     def page_hashes(
         self, tokens: Sequence[int] | np.ndarray, lora_name: str | None = None
@@ -160,7 +185,7 @@ class KVEventIndex:
             hashes = self.page_hashes(tokens, lora_name)
         out = {}
         for name, inst in self._instances.items():
-            blocks = inst.blocks.get((medium, lora_name), set())
+            blocks = inst.blocks.get((medium, lora_name, MAIN_GROUP), set())
             n = 0
             for h in hashes:
                 if h not in blocks:
@@ -176,7 +201,9 @@ class KVEventIndex:
         in `weights`, each page scoring the largest weight of a medium holding it."""
         out = {}
         for name, inst in self._instances.items():
-            tiers = [(inst.blocks.get((m, lora_name), set()), w) for m, w in weights.items()]
+            tiers = [
+                (inst.blocks.get((m, lora_name, MAIN_GROUP), set()), w) for m, w in weights.items()
+            ]
             score, n = 0.0, 0
             for h in hashes:
                 w = max((w for blocks, w in tiers if h in blocks), default=None)

@@ -36,6 +36,7 @@ import zmq
 
 from uniradix.events.endpoints import attach, auto_binds
 from uniradix.events.frame_send import frame_sender
+from uniradix.events.groups import publishes_groups
 from uniradix.events.types import KVEvent
 from uniradix.events.wire import check_wire, encode_batch, prepare_batches
 from uniradix.hashing.events import block_hashing
@@ -56,7 +57,9 @@ class KVEventsConfig:
     by default, or vLLM's `sha256_cbor` with its `PYTHONHASHSEED`); a `KVEventStream` and a
     `KVEventIndex` built from this config use them. `sender_wait_ms`: how long the sender
     thread lets batches gather before sending them (0: as each comes); events reach
-    routers up to that much later."""
+    routers up to that much later. `components`: `auto` publishes a hybrid cache's SWA /
+    Mamba groups beside the full one (`uniradix.events.groups`), `full` only the full group
+    (SGLang's stream), `all` groups whatever the cache."""
 
     publisher: str = "zmq"
     endpoint: str = "tcp://*:5557"
@@ -74,6 +77,7 @@ class KVEventsConfig:
     hash_seed: str | None = None
     sender: str = "thread"
     sender_wait_ms: float = 20.0
+    components: str = "auto"
 
     def __post_init__(self) -> None:
         if self.sender not in SENDERS:
@@ -85,6 +89,7 @@ class KVEventsConfig:
                 f"sender_wait_ms must be in [0, {MAX_SENDER_WAIT_MS}], got {self.sender_wait_ms}"
             )
         check_wire(self.wire)
+        publishes_groups(self.components, 0, self.wire)  # raises for a bad choice
         block_hashing(self.hash_algo, None, self.hash_seed)  # raises for a bad choice
         for name in ("buffer_steps", "hwm", "max_queue_size"):
             if getattr(self, name) < 1:

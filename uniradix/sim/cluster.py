@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from uniradix.cache.controller import UnifiedRadixCache
+from uniradix.events.groups import publishes_groups
 from uniradix.events.index import IndexPublisher, KVEventIndex
 from uniradix.events.publisher import EventPublisher, KVEventsConfig, ZmqEventPublisher
 from uniradix.events.stream import KVEventStream
@@ -143,6 +144,8 @@ class Cluster:
         max_len = max(len(s.prompt) + s.output_len for s in self.specs)
         hash_algo = kv_events.hash_algo if kv_events is not None else "sglang_sha256"
         hash_seed = kv_events.hash_seed if kv_events is not None else None
+        components = kv_events.components if kv_events is not None else "auto"
+        wire = kv_events.wire if kv_events is not None else "map"
         self.index = KVEventIndex(ps, hash_algo=hash_algo, hash_seed=hash_seed)
         names = [f"instance-{i}" for i in range(num_instances)]
         self.router_name = router
@@ -175,6 +178,7 @@ class Cluster:
                         hash_algo=hash_algo,
                         hash_seed=hash_seed,
                         publish_interval_ms=0,
+                        groups=publishes_groups(components, len(cache.components) - 1, wire),
                     ),
                 )
             )
