@@ -24,6 +24,8 @@ from uniradix.events.stream import KVEventStream
 from uniradix.key import RadixKey
 from uniradix.sim.batch import RunningRequest, SchedulerView
 from uniradix.sim.metrics import ReplayMetrics
+from uniradix.sim.predictions import FIELDS as PREDICTION_FIELDS
+from uniradix.sim.predictions import HitPredictions
 from uniradix.sim.replay import (
     CONFIG_COMPONENTS,
     NullRunner,
@@ -33,7 +35,7 @@ from uniradix.sim.replay import (
     load_specs,
     scheduler_config,
 )
-from uniradix.sim.router import make_router
+from uniradix.sim.router import CacheAware, make_router
 from uniradix.sim.scheduler import Scheduler
 from uniradix.storage.backend import StorageBackend, open_backend
 from uniradix.types import EvictResult, MatchResult
@@ -96,6 +98,8 @@ class _Listener:
 
     def on_admit(self, request: RunningRequest, match: MatchResult) -> None:
         self._inst().metrics.on_admit(request, match)
+        if request.num_admissions == 1:
+            self.cluster.predictions.admitted(self.i, request.spec.rid)
 
     def on_evict(self, result: EvictResult) -> None:
         self._inst().metrics.on_evict(result)
@@ -152,6 +156,7 @@ class Cluster:
         self.router = make_router(
             router, self.index, names, recent=num_instances * options.max_running
         )
+        self.predictions = HitPredictions(self.index, names)
         config = scheduler_config(options)
         self.instances: list[Instance] = []
         for i, name in enumerate(names):
@@ -201,7 +206,13 @@ class Cluster:
         while self._ready and self._outstanding < window:
             spec = self.specs[heapq.heappop(self._ready)]
             loads = [inst.outstanding for inst in self.instances]
-            inst = self.instances[self.router.choose(spec.prompt.token_ids(), loads)]
+            tokens = spec.prompt.token_ids()
+            choice = self.router.choose(tokens, loads)
+            inst = self.instances[choice]
+            expected = (
+                self.router.expected_pages[choice] if isinstance(self.router, CacheAware) else None
+            )
+            self.predictions.routed(choice, len(inst.global_rids), tokens, expected)
             inst.scheduler.submit(replace(spec, rid=len(inst.global_rids), after=None))
             inst.global_rids.append(spec.rid)
             self._outstanding += 1
@@ -235,7 +246,10 @@ class Cluster:
         return summary
 
     def _summary(self, wall_s: float) -> dict[str, Any]:
-        per = [inst.summary() for inst in self.instances]
+        per = [
+            inst.summary() | t
+            for inst, t in zip(self.instances, self.predictions.totals, strict=True)
+        ]
         prompt = sum(p["prompt_tokens"] for p in per)
         hits = sum(p["hit_tokens"] for p in per)
         counts = [p["requests"] for p in per]
@@ -251,6 +265,7 @@ class Cluster:
             "prompt_tokens": prompt,
             "hit_tokens": hits,
             "hit_rate": hits / max(prompt, 1),
+            **{key: sum(p[key] for p in per) for key in PREDICTION_FIELDS},
             "load_imbalance": max(counts) / (sum(counts) / len(counts)) if sum(counts) else 0.0,
             "hit_tokens_by_tier": {
                 tier: sum(p["hit_tokens_by_tier"].get(tier, 0) for p in per)
