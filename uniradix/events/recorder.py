@@ -211,6 +211,11 @@ class EventRecorder:
         ).tolist()
         return values
 
+    def tokens(self, node: TreeNode) -> list[int]:
+        """Token ids of `node`'s pages (each EAGLE pair's first token)."""
+        values: list[int] = self._shape.tokens(node.key).tolist()
+        return values
+
     # ------------------------------------------------------------------ events
     @property
     def pending(self) -> bool:
