@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
-from uniradix.key import RadixKey
+from uniradix.key import GrowingKey, RadixKey, Tokens
 from uniradix.slots import Slots as Slots  # re-exported: the name every module imports
 
 if TYPE_CHECKING:
@@ -228,9 +228,13 @@ class Req:
     positions where the next request is likely to branch: the SWA component keeps the window
     ending at each one live while the request runs (at most one window more than it would),
     so the tree receives it.
+
+    `packed_key` (maintained by the cache) is the packed key of the computed tokens, grown by
+    each `cache_unfinished_req` so that a chunk costs what it adds, not the whole prompt;
+    `token_ids` may be an `array("q")`, which packs with one copy.
     """
 
-    token_ids: list[int]
+    token_ids: Tokens
     req_pool_idx: int | None = None
     kv_committed_len: int = 0
     kv_allocated_len: int = 0
@@ -247,3 +251,4 @@ class Req:
     mamba_last_track_seqlen: int | None = None
     session_id: str | None = None  # with the session cache, a finished turn covers its leaf
     checkpoint_seqlens: tuple[int, ...] = ()
+    packed_key: GrowingKey | None = None
