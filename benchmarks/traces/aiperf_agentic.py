@@ -29,7 +29,7 @@ from typing import Any
 from benchmarks.traces.trace_io import cache_dir, write_jsonl
 from uniradix.sim.traces import MOONCAKE_BLOCK_SIZE
 
-SESSIONS = 6
+SESSIONS = 3
 
 
 def convert(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

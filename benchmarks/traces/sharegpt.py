@@ -72,7 +72,7 @@ def _skip(buf: str, at: int, separators: str) -> int:
     return at
 
 
-def rows(path: Path, seed: int = 0, count: int = 200, pool: int = 2000) -> list[dict[str, Any]]:
+def rows(path: Path, seed: int = 0, count: int = 120, pool: int = 2000) -> list[dict[str, Any]]:
     """Token rows of `count` conversations drawn (by `seed`) from the first `pool`: each
     starts at a random time, its turns 1-20 time units apart; rows in time order."""
     rng = np.random.default_rng(seed)

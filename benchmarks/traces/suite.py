@@ -28,7 +28,8 @@ from uniradix.sim.workloads import WORKLOADS
 
 PAGE = 16
 TUNE, JUDGE = "tune", "judge"
-MOONCAKE_REQUESTS = 150  # the synthetic trace's first requests (its contexts are long)
+MOONCAKE_REQUESTS = 100  # the synthetic trace's first requests (its contexts are long)
+AIPERF_REQUESTS = 48  # the agentic trace's first turns (contexts of ~100k tokens)
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ class SuiteTrace:
 
 
 def base(**source: object) -> ReplayOptions:
-    return replace(ReplayOptions(page_size=PAGE, max_running=32, chunk_size=4096), **source)
+    return replace(ReplayOptions(page_size=PAGE, max_running=8, chunk_size=4096), **source)
 
 
 def ideal_rate(options: ReplayOptions) -> float:
@@ -81,7 +82,7 @@ def suite(
     said = log if log is not None else []
     out = []
     if mooncake is not None and mooncake.exists():
-        opts = base(trace=str(mooncake), max_requests=MOONCAKE_REQUESTS, max_running=64)
+        opts = base(trace=str(mooncake), max_requests=MOONCAKE_REQUESTS, max_running=16)
         out.append(SuiteTrace("mooncake", TUNE, replace(opts, chunk_size=8192)))
     else:
         said.append(f"mooncake: no trace at {mooncake}")
@@ -94,7 +95,9 @@ def suite(
             out.append(SuiteTrace(f"{name}/s{seed}", half, base(trace=path, trace_format="tokens")))
     agentic = aiperf_agentic.trace(seeds[-1], said)
     if agentic is not None:
-        opts = base(trace=str(agentic), chunk_size=8192)
+        opts = base(
+            trace=str(agentic), chunk_size=8192, max_running=16, max_requests=AIPERF_REQUESTS
+        )
         out.append(SuiteTrace(f"aiperf_agentic/s{seeds[-1]}", JUDGE, opts))
     source = sharegpt_json or default_sharegpt()
     if source is not None and source.exists():
