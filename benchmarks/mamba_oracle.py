@@ -4,7 +4,7 @@ use lies farthest in the future) with the trace's future requests known, next to
 eviction policy and how much is capacity. `oracle_replay(options)` runs it on any trace, config
 with a Mamba pool, and budget (`benchmarks/hit_table.py`).
 
-    .venv/bin/python -m benchmarks.studies.mamba_oracle [--max-requests 2000] [--config mamba]
+    .venv/bin/python -m benchmarks.mamba_oracle [--max-requests 2000] [--config mamba]
         [--mamba-slots 512]
 
 A state at prefix `t[:p]` is *next used* by the first request, from the one being admitted

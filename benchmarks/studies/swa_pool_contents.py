@@ -21,8 +21,8 @@ from collections import Counter
 from dataclasses import replace
 
 from benchmarks.hybrid_hits import TRACE, base_options, full_pool, sized
-from benchmarks.studies.swa_oracle import NEVER, SWAOracle
 from benchmarks.studies.swa_window_demand import full_only_hits
+from benchmarks.swa_oracle import NEVER, SWAOracle
 from uniradix.components.swa import SWAComponent
 from uniradix.sim.replay import run_replay
 from uniradix.sim.scheduler import Scheduler

@@ -1,8 +1,8 @@
-"""`benchmarks.studies.swa_oracle`'s next use of an SWA node: the first request from the clock
+"""`benchmarks.swa_oracle`'s next use of an SWA node: the first request from the clock
 on whose full-only match ends within one window below the node's end (or inside the node),
 holding the node's prefix."""
 
-from benchmarks.studies.swa_oracle import NEVER, SWAOracle
+from benchmarks.swa_oracle import NEVER, SWAOracle
 from uniradix import CacheConfig, InsertParams, RadixKey, build_cache
 from uniradix.sim.replay import ReplayOptions, load_specs
 from uniradix.tree.node import TreeNode

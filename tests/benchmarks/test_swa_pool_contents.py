@@ -3,8 +3,8 @@ order's serve and pass marks, leaf or inner, and its lock."""
 
 import numpy as np
 
-from benchmarks.studies.swa_oracle import NEVER
 from benchmarks.studies.swa_pool_contents import window_class
+from benchmarks.swa_oracle import NEVER
 from tests.driver import MiniScheduler
 from tests.eviction.test_swa_reuse import match, swa_cache
 from uniradix.components.swa import SWAComponent
