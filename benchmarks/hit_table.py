@@ -53,6 +53,7 @@ TRACES = (  # those whose working set is large enough for the budgets to differ
     "aiperf_agentic/s2",
 )
 ORACLE = "oracle"
+TARGET_BEST, TARGET_ORACLE, ORACLE_FLOOR = 0.97, 0.9, 0.02  # issue 28's targets
 
 
 def sized(options: ReplayOptions, fraction: float, slot_share: float) -> ReplayOptions:
@@ -180,6 +181,7 @@ def markdown(rows: list[dict[str, Any]], argv: str) -> str:
     lines = [f"Command: `python -m benchmarks.hit_table {argv}`".replace(" `", " `", 1), ""]
     keyed = {(r["trace"], r["budget"], r["config"], r["order"]): r for r in rows}
     cells = list(dict.fromkeys((r["trace"], r["budget"]) for r in rows))
+    judged: list[tuple[bool, float, float]] = []  # (near the best, oracle, default) per cell
     for config in CONFIGS:
         names = orders(config)
         if not any(k[2] == config for k in keyed):
@@ -206,8 +208,23 @@ def markdown(rows: list[dict[str, Any]], argv: str) -> str:
                 + " | ".join(f"{rates[o]:.4f}" for o in names)
                 + f" | {_ratio(default, best)} | {_ratio(default, rates[ORACLE])} | {per:.1f} |"
             )
-        lines.append("")
+            if half != "tune":
+                judged.append((default >= TARGET_BEST * best, rates[ORACLE], default))
+        lines += ["", verdict(judged), ""]
+        judged.clear()
     return "\n".join(lines)
+
+
+def verdict(judged: list[tuple[bool, float, float]]) -> str:
+    """Issue 28's targets over the judging cells of one config."""
+    near_best = sum(ok for ok, _, _ in judged)
+    bounded = [(oracle, default) for _, oracle, default in judged if oracle >= ORACLE_FLOOR]
+    near_oracle = sum(d >= TARGET_ORACLE * o for o, d in bounded)
+    return (
+        f"Judging cells: default >= {TARGET_BEST} x the best other order in {near_best} of "
+        f"{len(judged)}; >= {TARGET_ORACLE} x the oracle in {near_oracle} of the {len(bounded)} "
+        f"where the oracle is >= {ORACLE_FLOOR}."
+    )
 
 
 def _ratio(a: float, b: float) -> str:
