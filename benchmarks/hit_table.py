@@ -114,6 +114,9 @@ def row(trace: SuiteTrace, budget: str, opts: ReplayOptions, config: str, order:
         "swa_tokens": opts.swa_tokens if config in ("swa", "hybrid") else None,
         "mamba_slots": opts.mamba_slots if config in ("mamba", "hybrid") else None,
         "hit_tokens": s["hit_tokens"],
+        # hit tokens lost, by cause (full attention has no lost-hit account)
+        "full_kv_hit_tokens": s["lost_hits"]["full_kv_hit_tokens"] if s["lost_hits"] else None,
+        "lost_causes": s["lost_hits"]["causes"] if s["lost_hits"] else None,
         "hits_per_mamba_slot": (
             s["hit_tokens"] / opts.mamba_slots if aux and config != "swa" and opts.mamba_slots
             else None
