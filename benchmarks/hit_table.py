@@ -128,7 +128,7 @@ def row(trace: SuiteTrace, budget: str, opts: ReplayOptions, config: str, order:
     }  # fmt: skip
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--traces", nargs="+", default=list(TRACES))
     parser.add_argument("--budgets", nargs="+", default=["tight", "ample"], choices=list(BUDGETS))
@@ -136,11 +136,10 @@ def main() -> int:
     parser.add_argument("--mooncake", type=Path, default=None)
     parser.add_argument("--sharegpt", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     log: list[str] = []
-    traces = {
-        t.name: t for t in suite(mooncake=args.mooncake, sharegpt_json=args.sharegpt, log=log)
-    }
+    chosen = suite(mooncake=args.mooncake, sharegpt_json=args.sharegpt, log=log, only=args.traces)
+    traces = {t.name: t for t in chosen}
     for line in log:
         print(line, file=sys.stderr)
     unknown = [n for n in args.traces if n not in traces]
@@ -174,7 +173,8 @@ def main() -> int:
                     took = time.perf_counter() - t0
                     print(f"{name} {budget} {config} {order} {r['hit_rate']:.4f} ({took:.0f}s)",
                           flush=True)  # fmt: skip
-    (args.out / "hit_table.md").write_text(markdown(rows, " ".join(sys.argv[1:])))
+    argv_text = " ".join(sys.argv[1:] if argv is None else argv)
+    (args.out / "hit_table.md").write_text(markdown(rows, argv_text))
     return 0
 
 
