@@ -110,3 +110,9 @@ def test_no_path_outside_the_repository() -> None:
         if p.is_file() and "../shared" in p.read_text(errors="replace")
     ]
     assert offenders == []
+
+
+def test_results_keep_the_latest_run_per_benchmark() -> None:
+    """Earlier runs live in git history, not beside the latest ones."""
+    files = [p for p in (ROOT / "benchmarks/results").rglob("*") if p.is_file()]
+    assert len(files) <= 30, len(files)
