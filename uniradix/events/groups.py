@@ -122,8 +122,8 @@ class GroupTracker:
         return now
 
     def take(self) -> list[KVEvent]:
-        """The groups' changes since the last `take()` (or `snapshot()`): removes, then
-        stores, per group and medium."""
+        """The groups' changes since the last `take()`: removes, then stores, per group and
+        medium."""
         now = self._current()
         events: list[KVEvent] = []
         for c, kind, window in self.groups:
@@ -146,10 +146,17 @@ class GroupTracker:
         self._pages = {n: p for n, p in self._pages.items() if n in live}
         return events
 
-    def snapshot(self) -> list[KVEvent]:
-        """`BlockStored` for everything the groups hold now (after `AllBlocksCleared`)."""
-        self._published = {key: {} for key in self._published}
-        return self.take()
+    def contents(self) -> list[KVEvent]:
+        """`BlockStored` for everything published so far (what follows `AllBlocksCleared`
+        in a snapshot); call it right after `take()`, before the tree changes again."""
+        events: list[KVEvent] = []
+        for c, kind, window in self.groups:
+            for medium in self.media:
+                for node, hs in self._published[(c.index, medium)].items():
+                    events.append(
+                        self._stored(node, hs, 0, len(hs), (c.index, kind, window), medium)
+                    )
+        return events
 
     def _stored(
         self,
@@ -186,11 +193,3 @@ class GroupTracker:
         if parent is None or not parent.num_tokens:
             return None
         return self._hashes(parent)[-1]
-
-    def held(self, medium: str = MEDIUM_GPU) -> Iterator[tuple[int, int]]:
-        """(group, hash) of every page published on `medium` (for checks)."""
-        for (group, m), table in self._published.items():
-            if m == medium:
-                for hs in table.values():
-                    for h in hs:
-                        yield group, h

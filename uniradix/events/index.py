@@ -25,14 +25,13 @@ import numpy as np
 import zmq
 
 from uniradix.event_sink import MEDIUM_GPU
+from uniradix.events.replay_client import fetch_replay
 from uniradix.events.resumable import GroupPages, resumable_pages
 from uniradix.events.types import AllBlocksCleared, BlockStored, KVEvent, KVEventBatch
 from uniradix.events.wire import decode_batch
 from uniradix.hashing.events import block_hashing
 from uniradix.hashing.page import chain_digests
 from uniradix.key import RadixKey
-
-REPLAY_WAIT_MS = 2000
 
 
 @dataclass
@@ -291,25 +290,8 @@ class KVEventIndex:
         """Applies batches `[start, stop)` from the replay socket; False if it cannot."""
         if inst.replay_endpoint is None or self._ctx is None:
             return False
-        sock = self._ctx.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.connect(inst.replay_endpoint)
-        try:
-            sock.send_multipart((b"", start.to_bytes(8, "big")))
-            got: list[bytes] = []
-            while sock.poll(REPLAY_WAIT_MS):
-                frames = sock.recv_multipart()
-                seq_frame, payload = frames[-2], frames[-1]  # with or without the topic frame
-                seq = int.from_bytes(seq_frame, "big", signed=True)
-                if seq == -1:
-                    break
-                if seq == start + len(got) and seq < stop:
-                    got.append(payload)
-            else:
-                return False
-        finally:
-            sock.close()
-        if len(got) != stop - start:
+        got = fetch_replay(self._ctx, inst.replay_endpoint, start, stop)
+        if got is None:
             return False
         for payload in got:
             self.stats.batches += 1
