@@ -60,7 +60,9 @@ def _replay_parser(commands: argparse._SubParsersAction) -> None:  # type: ignor
         "--storage",
         dest="storage_url",
         metavar="URL",
-        help="L3 store under the host tier: file://DIR, file (a temp dir), redis://HOST:PORT/DB",
+        help="L3 store under the host tier: file://DIR[?max_bytes=10G], file (a temp dir), "
+        "redis://[:PASSWORD@]HOST:PORT/DB, rediss://... (TLS), redis+cluster://HOST:PORT; "
+        "a failing store prints one line on stderr and the replay goes on without it",
     )
     p.add_argument("--model-fingerprint", default=d.model_fingerprint, help="isolates L3 pages")
     p.add_argument(
@@ -167,6 +169,10 @@ def _cluster(args: argparse.Namespace, options: ReplayOptions) -> int:
         )
     summary = run_cluster(options, args.instances, args.router, kv_events)
     print(json.dumps(summary) if args.json else cluster_text(summary))
+    leaked = {i["name"]: n for i in summary["instances"] if (n := sum(i["leaked"].values()))}
+    if leaked:
+        print(f"uniradix replay: leaked slots per instance: {leaked}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -254,7 +260,7 @@ def _generate_parser(commands: argparse._SubParsersAction) -> None:  # type: ign
         p.add_argument(flag, type=int, default=default, help=f"{what} (default {default})")
     p.add_argument("--dtype", choices=sorted(DTYPES), default=d.dtype)
     p.add_argument("--device", default=d.device)
-    p.add_argument("--host-tokens", type=int, help="host tier (L2) size in tokens (full only)")
+    p.add_argument("--host-tokens", type=int, help="host tier (L2) size in full-KV tokens")
     p.add_argument(
         "--write-policy",
         choices=["write_through", "write_through_selective", "write_back"],

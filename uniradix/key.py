@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import torch
@@ -23,11 +23,16 @@ UNIT_BYTES = 8
 _BIG_INT_MAX_BYTES = 96 * UNIT_BYTES  # past this, numpy finds a first difference faster
 _MAX_BIGRAM_TOKEN = 1 << 32
 
+Tokens: TypeAlias = "list[int] | array[int]"
+"""A request's token ids: a list, or an `array("q")`, which packs with one copy."""
+
 ChildKey = Any
 """Key of a node in its parent's children dict: first page bytes, with the namespace if any."""
 
 
 def _pack(token_ids: Sequence[int] | torch.Tensor | np.ndarray) -> bytes:
+    if isinstance(token_ids, array) and token_ids.typecode == "q":
+        return token_ids.tobytes()  # already 8-byte integers: one copy, no per-token work
     if isinstance(token_ids, torch.Tensor):
         token_ids = token_ids.detach().cpu().numpy()
     if isinstance(token_ids, np.ndarray):
@@ -119,6 +124,40 @@ class RadixKey:
         """Children-dict key of the page starting at unit `offset`."""
         page = self.units[offset << 3 : (offset + page_size) << 3]
         return page if self.extra_key is None else (self.extra_key, page)
+
+
+class GrowingKey:
+    """The packed key of a request's computed tokens, grown as they grow.
+
+    A request prefilled in chunks caches its prefix after every chunk; repacking all its
+    tokens each time costs O(L) per chunk, O(L^2 / C) per prompt. `key(tokens, n)` packs only
+    the tokens past those it already holds. The tokens it holds must not change (they are
+    computed KV); a shorter `n` drops units from the end.
+    """
+
+    __slots__ = ("_num_tokens", "_units", "extra_key", "is_bigram")
+
+    def __init__(self, extra_key: str | None, is_bigram: bool) -> None:
+        self.extra_key = extra_key or None
+        self.is_bigram = is_bigram
+        self._units = bytearray()
+        self._num_tokens = 0
+
+    def key(self, tokens: Tokens, num_tokens: int) -> RadixKey:
+        """The key of `tokens[:num_tokens]` (as `RadixKey(tokens[:num_tokens], ...)`)."""
+        if not 0 <= num_tokens <= len(tokens):
+            raise ValueError(f"num_tokens={num_tokens} outside [0, {len(tokens)}]")
+        have = self._num_tokens
+        if num_tokens > have:
+            if self.is_bigram:  # the first new unit pairs the last held token with the next
+                self._units += _bigrams(_pack(tokens[max(have - 1, 0) : num_tokens]))
+            else:
+                self._units += _pack(tokens[have:num_tokens])
+        elif num_tokens < have:
+            units = max(num_tokens - 1, 0) if self.is_bigram else num_tokens
+            del self._units[units << 3 :]
+        self._num_tokens = num_tokens
+        return RadixKey.from_units(bytes(self._units), self.extra_key, self.is_bigram)
 
 
 def common_prefix_len(a: bytes, b: bytes) -> int:

@@ -28,3 +28,28 @@ def span_slots(node: TreeNode, num: int) -> Slots:
         node = node.parent
     values.reverse()
     return concat_values(values)
+
+
+def path_tail(node: TreeNode, start: int) -> tuple[Slots, int]:
+    """Full slots of positions `[start, end)` of the path ending at `node`, and `end` (the
+    path's length). Joins only the nodes past `start`: a request that caches a chunk reads
+    what the chunk added, not its whole prefix again."""
+    nodes: list[TreeNode] = []
+    end = 0
+    while node.parent is not None:
+        nodes.append(node)
+        end += node.num_tokens
+        node = node.parent
+    if not 0 <= start <= end:
+        raise ValueError(f"start={start} outside the path's [0, {end}]")
+    values: list[Slots | None] = []
+    covered = end  # positions [covered, end) are in `values`
+    for n in nodes:
+        if covered <= start:
+            break
+        values.append(n.data[0].value)
+        covered -= n.num_tokens
+    if not values:
+        return _EMPTY, end
+    values.reverse()
+    return concat_values(values)[start - covered :], end

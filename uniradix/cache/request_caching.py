@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from uniradix.key import RadixKey
+from uniradix.cache.paths import path_tail
+from uniradix.key import GrowingKey, RadixKey
 from uniradix.types import FreeSlots, InsertParams, InsertResult, Req
 
 if TYPE_CHECKING:
@@ -25,14 +26,14 @@ if TYPE_CHECKING:
 def cache_unfinished_req(cache: ControllerView, req: Req) -> None:
     row = _checked_row(req)
     result = _insert_req(cache, req, row, _key(cache, req), finished=False)
-    new = cache.path_indices(result.last_device_node)
     protected = req.cache_protected_len
-    cache.pools.req_to_token_pool.write(row, protected, new[protected:])
+    tail, end = path_tail(result.last_device_node, protected)
+    cache.pools.req_to_token_pool.write(row, protected, cache.to_device(tail))
     if req.lock is not None:
         cache.dec_lock_ref(req.lock.node, req.lock)
     req.lock = cache.inc_lock_ref(result.last_device_node)
     req.last_node = result.last_device_node
-    req.cache_protected_len = int(new.shape[0])
+    req.cache_protected_len = end
 
 
 def cache_finished_req(cache: ControllerView, req: Req, is_insert: bool) -> None:
@@ -55,6 +56,7 @@ def cache_finished_req(cache: ControllerView, req: Req, is_insert: bool) -> None
     req.cache_protected_len = 0
     req.kv_allocated_len = req.kv_committed_len = 0
     req.swa_evicted_seqlen = 0
+    req.packed_key = None
 
 
 def free_out_of_window_slots(cache: ControllerView, req: Req) -> int:
@@ -88,9 +90,11 @@ def _checked_row(req: Req) -> int:
 
 def _key(cache: ControllerView, req: Req) -> RadixKey:
     """The page-aligned key of the request's computed tokens (built only to insert: a
-    request dropped without caching needs none)."""
-    key = cache.make_key(req.token_ids[: req.kv_committed_len], req.extra_key)
-    return key.page_aligned(cache.page_size)
+    request dropped without caching needs none), grown from the one of its last chunk."""
+    grown, is_bigram = req.packed_key, cache.settings.is_eagle
+    if grown is None or grown.extra_key != (req.extra_key or None) or grown.is_bigram != is_bigram:
+        grown = req.packed_key = GrowingKey(req.extra_key, is_bigram)
+    return grown.key(req.token_ids, req.kv_committed_len).page_aligned(cache.page_size)
 
 
 def _insert_req(

@@ -1,5 +1,5 @@
 """Event publishers: where a step's events go. `ZmqEventPublisher` speaks the vLLM / SGLang
-transport (`reference/kv_events.md` §b): a PUB socket sending `[topic, seq, payload]`, `seq`
+transport (docs/events.md): a PUB socket sending `[topic, seq, payload]`, `seq`
 an 8-byte big-endian counter from 0 (+1 per batch), and an optional replay ROUTER over a
 ring of the last `buffer_steps` batches.
 

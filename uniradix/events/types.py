@@ -1,5 +1,5 @@
-"""KV event types as routers decode them (vLLM / SGLang `kv_events`, see
-`reference/kv_events.md`): `BlockStored`, `BlockRemoved`, `AllBlocksCleared`, and the batch
+"""KV event types as routers decode them (vLLM / SGLang `kv_events`, see docs/events.md):
+`BlockStored`, `BlockRemoved`, `AllBlocksCleared`, and the batch
 `[ts, events, dp_rank]` published at most once per scheduler step (`KVEventStream`).
 
 The map-shaped structs (`BlockStored`, ...) are what the library builds and what the default

@@ -1,4 +1,4 @@
-"""Wire shapes of a KV event batch, as msgpack bytes (`reference/kv_events.md` §a, §f.2).
+"""Wire shapes of a KV event batch, as msgpack bytes (docs/events.md).
 
 - `map` (default): events are maps with a `"type"` tag, optional nulls left out; what vLLM
   after #42892 and SGLang 0.5.23 send.

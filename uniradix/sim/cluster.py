@@ -23,6 +23,7 @@ from uniradix.events.publisher import EventPublisher, KVEventsConfig, ZmqEventPu
 from uniradix.events.stream import KVEventStream
 from uniradix.key import RadixKey
 from uniradix.sim.batch import RunningRequest, SchedulerView
+from uniradix.sim.host_summary import host_summary
 from uniradix.sim.metrics import ReplayMetrics
 from uniradix.sim.predictions import FIELDS as PREDICTION_FIELDS
 from uniradix.sim.predictions import HitPredictions
@@ -66,8 +67,18 @@ class Instance:
             by_tier["host"] -= by_tier["storage"]
         return by_tier
 
+    def leaked(self) -> dict[str, int]:
+        """Per pool (device and host), after every request finished: slots neither free nor
+        held by the tree (`ReplayMetrics.leaked`)."""
+        m = self.metrics
+        leaked = m.leaked()
+        host = host_summary(self.cache, m.hit_tokens, m.host_hit_tokens, 0)
+        leaked.update(host.get("host_leaked", {}))
+        return leaked
+
     def summary(self) -> dict[str, Any]:
         m = self.metrics
+        storage = self.cache.host_tier.storage
         return {
             "name": self.name,
             "requests": len(self.global_rids),
@@ -79,6 +90,9 @@ class Instance:
             "steps": self.scheduler.num_steps,
             "events_published": self.stream.events_published,
             "events_dropped": self.stream.events_dropped,
+            "leaked": self.leaked(),
+            "invariant_checks": self.scheduler.num_invariant_checks,
+            "storage_tier": None if storage is None else storage.stats.as_dict(),
         }
 
 
@@ -293,11 +307,19 @@ def cluster_text(summary: dict[str, Any]) -> str:
         f"router {summary['router']}, {len(summary['instances'])} instances, "
         f"{summary['requests']} requests: hit rate {summary['hit_rate']:.4f}, "
         f"load imbalance {summary['load_imbalance']:.3f}, events published "
-        f"{summary['events_published']}, dropped {summary['events_dropped']}"
+        f"{summary['events_published']}, dropped {summary['events_dropped']}",
+        "  hit tokens by tier: "
+        + ", ".join(f"{tier} {n}" for tier, n in summary["hit_tokens_by_tier"].items()),
     ]
+    if (store := summary["storage"]) is not None:
+        lines.append(
+            f"  L3: {store['pages_written']} pages written, {store['pages_read']} read, "
+            f"off {store['off_s']:.1f} s ({store['breaker_trips']} trips)"
+        )
     for inst in summary["instances"]:
         lines.append(
             f"  {inst['name']}: {inst['requests']} requests, hit rate {inst['hit_rate']:.4f}, "
-            f"{inst['events_published']} events"
+            f"{inst['events_published']} events, {inst['invariant_checks']} invariant checks, "
+            f"leaked {sum(inst['leaked'].values())} slots"
         )
     return "\n".join(lines)

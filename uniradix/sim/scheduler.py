@@ -39,9 +39,12 @@ Per-component steps, each a no-op for a cache without that component:
 from __future__ import annotations
 
 import heapq
+from array import array
+
+import numpy as np
 
 from uniradix.cache.controller import UnifiedRadixCache
-from uniradix.key import RadixKey
+from uniradix.key import RadixKey, Tokens
 from uniradix.sim.batch import (
     ForwardBatch,
     ForwardEntry,
@@ -95,7 +98,7 @@ class Scheduler:
         # (rid, tokens, key) of the last request whose admission was tried: the head of the
         # queue is retried step after step until it fits, so this spares rebuilding them
         # (one entry: the queue's other requests keep no tokens in memory meanwhile)
-        self._last_tried: tuple[int, list[int], RadixKey] | None = None
+        self._last_tried: tuple[int, Tokens, RadixKey] | None = None
         for i, spec in enumerate(specs):
             if spec.rid != i:
                 raise ValueError(
@@ -284,10 +287,15 @@ class Scheduler:
         if prefetched:
             self.prefetch.declined(rid)
 
-    def _prompt_key(self, rid: int) -> tuple[list[int], RadixKey]:
-        """Request `rid`'s tokens to prefill (a retracted one's outputs too) and its key."""
+    def _prompt_key(self, rid: int) -> tuple[Tokens, RadixKey]:
+        """Request `rid`'s tokens to prefill (a retracted one's outputs too) and its key.
+        The tokens are an `array("q")`: keys pack from it with one copy, not per token."""
         previous = self._retracted.get(rid)
-        tokens = previous.req.token_ids if previous else self.specs[rid].prompt.token_ids().tolist()
+        if previous:
+            tokens = previous.req.token_ids
+        else:
+            prompt = self.specs[rid].prompt.token_ids()
+            tokens = array("q", prompt.astype(np.int64, copy=False).tobytes())
         return tokens, self.cache.make_key(tokens[:-1])
 
     def abort(self, rid: int) -> None:
