@@ -15,19 +15,21 @@ component (its index in the cache: SWA `sliding_window` with its window, Mamba `
 Hashes are the full group's page hashes (the same chain: a router joins groups on them),
 parents the page before, token ids the pages' tokens, on `GPU` and, with a host tier,
 `CPU_PINNED` (an auxiliary host copy counts once the node's full host copy is committed).
-Auxiliary state changes inside components without a hook, so `take()` compares the tree
-with what it published last, once per published batch: a walk over the tree's nodes, with
-each node's published hashes kept between walks (splits change them, nothing else does).
+Auxiliary state changes inside components without a hook, so `take()` compares the holders
+with what it published last, once per published batch: each component's LRU list (its
+device holders), or with a host tier a walk over the tree's nodes; each node's published
+hashes are kept between walks (splits change them, nothing else does).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from uniradix.components.base import TreeComponent
 from uniradix.event_sink import MEDIUM_CPU_PINNED, MEDIUM_GPU
 from uniradix.events.recorder import EventRecorder, holds
 from uniradix.events.types import BlockRemoved, BlockStored, KVEvent
+from uniradix.tree.lru import LRUList
 from uniradix.tree.node import TreeNode
 from uniradix.types import ComponentKey, ComponentType
 
@@ -62,6 +64,13 @@ def _holds_aux(node: TreeNode, index: int, medium: str) -> bool:
     if medium == MEDIUM_GPU:
         return d.value is not None and holds(node, medium)
     return d.host_value is not None and holds(node, medium)
+
+
+def _holders(component: TreeComponent) -> Iterable[TreeNode]:
+    """The nodes holding `component`'s device value: its LRU list (SWA, Mamba), or every
+    node of the tree for a component without one."""
+    lru = getattr(component, "lru", None)
+    return lru if isinstance(lru, LRUList) else component.tree.nodes()
 
 
 def _runs(flags: list[bool]) -> Iterator[tuple[int, int]]:
@@ -114,6 +123,15 @@ class GroupTracker:
         now: dict[tuple[int, str], dict[TreeNode, tuple[int, ...]]] = {
             key: {} for key in self._published
         }
+        if len(self.media) == 1:
+            # Device only: each component's LRU list names exactly its holders, far fewer
+            # than the tree's nodes (most are SWA / Mamba tombstones).
+            for c, kind, _ in self.groups:
+                table = now[(c.index, MEDIUM_GPU)]
+                for node in _holders(c):
+                    if _holds_aux(node, c.index, MEDIUM_GPU):
+                        table[node] = self._group_pages(node, kind)
+            return now
         for node in self.recorder.cache.tree.nodes():
             for c, kind, _ in self.groups:
                 for medium in self.media:
