@@ -6,6 +6,7 @@ and CPU_PINNED, the index built from the stream equals each cache's content per 
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import msgspec
@@ -13,6 +14,7 @@ import pytest
 
 from tests.events.oracle import cached_hashes
 from uniradix import UnifiedRadixCache
+from uniradix.cli import main
 from uniradix.events import BlockRemoved, BlockStored, KVEventsConfig, decode_batch, encode_batch
 from uniradix.events.groups import KIND_MAMBA, KIND_SWA, publishes_groups
 from uniradix.events.types import KVEvent
@@ -185,3 +187,16 @@ def _identity(event: KVEvent) -> tuple[str, list[int] | None, int]:
     left out of positional shapes)."""
     hashes = getattr(event, "block_hashes", None)
     return type(event).__name__, hashes, getattr(event, "group_idx", None) or 0
+
+
+def test_cli_components_flag_and_prediction_fields(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["replay", "--json", "--no-progress", "--max-requests", "20", "--config", "hybrid"]
+    argv += ["--instances", "2", "--router", "cache-aware", "--kv-events", "tcp://127.0.0.1:9"]
+    rates = {}
+    for components in ("auto", "full"):
+        assert main([*argv, "--kv-events-components", components]) == 0
+        summary = json.loads(capsys.readouterr().out)
+        for inst in summary["instances"]:
+            assert set(inst) >= {"predicted_hit_tokens", "at_match_hit_tokens", "hit_tokens"}
+        rates[components] = summary["at_match_hit_tokens"], summary["full_only_hit_tokens"]
+    assert rates["auto"][0] <= rates["auto"][1] and rates["full"][0] == rates["full"][1]

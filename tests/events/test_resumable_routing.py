@@ -105,3 +105,13 @@ def test_router_prefers_the_instance_that_can_resume() -> None:
     router = CacheAware(index, ["x", "y"], recent=0)
     assert router.choose(np.asarray(tokens), [0, 0]) == 1
     assert router.expected_pages == [1, 4]
+
+
+def test_vllm_cpu_medium_counts_as_the_host_tier() -> None:
+    index = KVEventIndex(block_size=4)
+    tokens = list(range(16))
+    h = index.page_hashes(tokens)
+    index.apply("v", KVEventBatch(0.0, [_store(h[:2], None, "GPU"), _store(h, None, "CPU")], 0))
+    assert index.blocks("v", "CPU_PINNED") == set(h)
+    assert index.resumable_lengths(tokens, ("GPU", "CPU_PINNED")) == {"v": 16}
+    assert index.weighted_prefix(h, {"GPU": 1.0, "CPU_PINNED": 0.8})["v"] == (2 + 2 * 0.8, 4)

@@ -15,19 +15,21 @@ component (its index in the cache: SWA `sliding_window` with its window, Mamba `
 Hashes are the full group's page hashes (the same chain: a router joins groups on them),
 parents the page before, token ids the pages' tokens, on `GPU` and, with a host tier,
 `CPU_PINNED` (an auxiliary host copy counts once the node's full host copy is committed).
-Auxiliary state changes inside components without a hook, so `take()` compares the tree
-with what it published last, once per published batch: a walk over the tree's nodes, with
-each node's published hashes kept between walks (splits change them, nothing else does).
+Auxiliary state changes inside components without a hook, so `take()` compares the holders
+with what it published last, once per published batch: each component's LRU list (its
+device holders), or with a host tier a walk over the tree's nodes; each node's published
+hashes are kept between walks (splits change them, nothing else does).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from uniradix.components.base import TreeComponent
 from uniradix.event_sink import MEDIUM_CPU_PINNED, MEDIUM_GPU
 from uniradix.events.recorder import EventRecorder, holds
 from uniradix.events.types import BlockRemoved, BlockStored, KVEvent
+from uniradix.tree.lru import LRUList
 from uniradix.tree.node import TreeNode
 from uniradix.types import ComponentKey, ComponentType
 
@@ -62,6 +64,13 @@ def _holds_aux(node: TreeNode, index: int, medium: str) -> bool:
     if medium == MEDIUM_GPU:
         return d.value is not None and holds(node, medium)
     return d.host_value is not None and holds(node, medium)
+
+
+def _holders(component: TreeComponent) -> Iterable[TreeNode]:
+    """The nodes holding `component`'s device value: its LRU list (SWA, Mamba), or every
+    node of the tree for a component without one."""
+    lru = getattr(component, "lru", None)
+    return lru if isinstance(lru, LRUList) else component.tree.nodes()
 
 
 def _runs(flags: list[bool]) -> Iterator[tuple[int, int]]:
@@ -114,6 +123,15 @@ class GroupTracker:
         now: dict[tuple[int, str], dict[TreeNode, tuple[int, ...]]] = {
             key: {} for key in self._published
         }
+        if len(self.media) == 1:
+            # Device only: each component's LRU list names exactly its holders, far fewer
+            # than the tree's nodes (most are SWA / Mamba tombstones).
+            for c, kind, _ in self.groups:
+                table = now[(c.index, MEDIUM_GPU)]
+                for node in _holders(c):
+                    if _holds_aux(node, c.index, MEDIUM_GPU):
+                        table[node] = self._group_pages(node, kind)
+            return now
         for node in self.recorder.cache.tree.nodes():
             for c, kind, _ in self.groups:
                 for medium in self.media:
@@ -122,8 +140,8 @@ class GroupTracker:
         return now
 
     def take(self) -> list[KVEvent]:
-        """The groups' changes since the last `take()` (or `snapshot()`): removes, then
-        stores, per group and medium."""
+        """The groups' changes since the last `take()`: removes, then stores, per group and
+        medium."""
         now = self._current()
         events: list[KVEvent] = []
         for c, kind, window in self.groups:
@@ -146,10 +164,17 @@ class GroupTracker:
         self._pages = {n: p for n, p in self._pages.items() if n in live}
         return events
 
-    def snapshot(self) -> list[KVEvent]:
-        """`BlockStored` for everything the groups hold now (after `AllBlocksCleared`)."""
-        self._published = {key: {} for key in self._published}
-        return self.take()
+    def contents(self) -> list[KVEvent]:
+        """`BlockStored` for everything published so far (what follows `AllBlocksCleared`
+        in a snapshot); call it right after `take()`, before the tree changes again."""
+        events: list[KVEvent] = []
+        for c, kind, window in self.groups:
+            for medium in self.media:
+                for node, hs in self._published[(c.index, medium)].items():
+                    events.append(
+                        self._stored(node, hs, 0, len(hs), (c.index, kind, window), medium)
+                    )
+        return events
 
     def _stored(
         self,
@@ -186,11 +211,3 @@ class GroupTracker:
         if parent is None or not parent.num_tokens:
             return None
         return self._hashes(parent)[-1]
-
-    def held(self, medium: str = MEDIUM_GPU) -> Iterator[tuple[int, int]]:
-        """(group, hash) of every page published on `medium` (for checks)."""
-        for (group, m), table in self._published.items():
-            if m == medium:
-                for hs in table.values():
-                    for h in hs:
-                        yield group, h

@@ -24,15 +24,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import zmq
 
-from uniradix.event_sink import MEDIUM_GPU
+from uniradix.event_sink import MEDIUM_CPU_PINNED, MEDIUM_GPU
+from uniradix.events.replay_client import fetch_replay
 from uniradix.events.resumable import GroupPages, resumable_pages
 from uniradix.events.types import AllBlocksCleared, BlockStored, KVEvent, KVEventBatch
 from uniradix.events.wire import decode_batch
 from uniradix.hashing.events import block_hashing
 from uniradix.hashing.page import chain_digests
 from uniradix.key import RadixKey
-
-REPLAY_WAIT_MS = 2000
 
 
 @dataclass
@@ -44,6 +43,8 @@ class IndexStats:
     orphan_stores: int = 0  # stores whose parent the instance does not hold (dropped)
 
 
+# What other publishers call our media: vLLM's CPU offload says `CPU` for the host tier.
+MEDIUM_ALIASES = {"CPU": MEDIUM_CPU_PINNED, "CPU_TIER1": MEDIUM_CPU_PINNED}
 MAIN_GROUP = 0  # the index's key for the full-attention group, whatever its `group_idx`
 MAIN_KINDS = (None, "full_attention", "mla_attention", "sink_full_attention")
 
@@ -115,6 +116,7 @@ class KVEventIndex:
             self._clear(inst)
             return
         medium = event.medium or MEDIUM_GPU
+        medium = MEDIUM_ALIASES.get(medium, medium)
         if isinstance(event, BlockStored):
             if event.kv_cache_spec_kind not in MAIN_KINDS and event.group_idx is not None:
                 # A window's or a state's pages: no parent chain in the group itself.
@@ -291,25 +293,8 @@ class KVEventIndex:
         """Applies batches `[start, stop)` from the replay socket; False if it cannot."""
         if inst.replay_endpoint is None or self._ctx is None:
             return False
-        sock = self._ctx.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.connect(inst.replay_endpoint)
-        try:
-            sock.send_multipart((b"", start.to_bytes(8, "big")))
-            got: list[bytes] = []
-            while sock.poll(REPLAY_WAIT_MS):
-                frames = sock.recv_multipart()
-                seq_frame, payload = frames[-2], frames[-1]  # with or without the topic frame
-                seq = int.from_bytes(seq_frame, "big", signed=True)
-                if seq == -1:
-                    break
-                if seq == start + len(got) and seq < stop:
-                    got.append(payload)
-            else:
-                return False
-        finally:
-            sock.close()
-        if len(got) != stop - start:
+        got = fetch_replay(self._ctx, inst.replay_endpoint, start, stop)
+        if got is None:
             return False
         for payload in got:
             self.stats.batches += 1

@@ -15,7 +15,7 @@ full-attention prefix, what a full-only stream promises.
 
 from __future__ import annotations
 
-from collections.abc import Sequence, Set
+from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass
 
 KIND_MAMBA = "mamba"
@@ -30,15 +30,20 @@ class GroupPages:
     window: int | None
     pages: Sequence[Set[int]]  # one set per medium; a page counts if any holds it
 
-    def holds(self, h: int) -> bool:
-        return any(h in p for p in self.pages)
+
+def _membership(sets: Sequence[Set[int]]) -> Callable[[int], bool]:
+    """`h in` any of `sets`, as one call (the common single medium: the set's own)."""
+    if len(sets) == 1:
+        return sets[0].__contains__
+    return lambda h: any(h in s for s in sets)
 
 
 def full_prefix_pages(hashes: Sequence[int], full: Sequence[Set[int]]) -> int:
     """Leading pages of `hashes` held in any of the `full` sets."""
+    held = _membership(full)
     n = 0
     for h in hashes:
-        if not any(h in blocks for blocks in full):
+        if not held(h):
             break
         n += 1
     return n
@@ -55,18 +60,19 @@ def resumable_pages(
     limit = full_prefix_pages(hashes, full)
     if not groups or limit == 0:
         return limit
+    states = [_membership(g.pages) for g in groups if g.kind == KIND_MAMBA]
+    windows = [
+        (_membership(g.pages), -(-(g.window or 0) // page_size))
+        for g in groups
+        if g.kind != KIND_MAMBA
+    ]
     best = 0
-    runs = [0] * len(groups)  # per SWA group: consecutive live pages ending here
+    runs = [0] * len(windows)  # per SWA group: consecutive live pages ending here
     for p in range(1, limit + 1):
         h = hashes[p - 1]
-        ok = True
-        for i, g in enumerate(groups):
-            held = g.holds(h)
-            if g.kind == KIND_MAMBA:
-                ok = ok and held
-                continue
-            runs[i] = runs[i] + 1 if held else 0
-            need = -(-(g.window or 0) // page_size)
+        ok = all(held(h) for held in states)
+        for i, (held, need) in enumerate(windows):
+            runs[i] = runs[i] + 1 if held(h) else 0
             ok = ok and runs[i] >= min(need, p)
         if ok:
             best = p

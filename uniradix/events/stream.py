@@ -86,11 +86,7 @@ class KVEventStream:
             batch: Sequence[KVEvent] = events
             if self._resync[i]:
                 if resync is None:
-                    resync = [AllBlocksCleared(), *self.recorder.snapshot()]
-                    if self.cache.host_tier.enabled:
-                        resync += self.recorder.snapshot(MEDIUM_CPU_PINNED)
-                    if self.groups is not None:
-                        resync += self.groups.snapshot()
+                    resync = self.snapshot()
                     self.resyncs += 1
                 batch = resync
             if not batch:
@@ -100,6 +96,17 @@ class KVEventStream:
                 handed = max(handed, len(batch))
         self.events_published += handed
         self._resync_pending = any(self._resync)
+        return events
+
+    def snapshot(self) -> list[KVEvent]:
+        """`AllBlocksCleared`, then a store for everything published so far, on every
+        medium and group: the cache's content as of the last published batch (call it right
+        after a `flush()`, as `uniradix.events.subscription` serves it to late joiners)."""
+        events: list[KVEvent] = [AllBlocksCleared(), *self.recorder.snapshot()]
+        if self.cache.host_tier.enabled:
+            events += self.recorder.snapshot(MEDIUM_CPU_PINNED)
+        if self.groups is not None:
+            events += self.groups.contents()
         return events
 
     @property

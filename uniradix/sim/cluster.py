@@ -310,6 +310,9 @@ def cluster_text(summary: dict[str, Any]) -> str:
         f"{summary['events_published']}, dropped {summary['events_dropped']}",
         "  hit tokens by tier: "
         + ", ".join(f"{tier} {n}" for tier, n in summary["hit_tokens_by_tier"].items()),
+        f"  hit tokens {summary['hit_tokens']}; from the events: {summary['at_match_hit_tokens']}"
+        f" at admission, {summary['full_only_hit_tokens']} full-only; router expected "
+        f"{summary['predicted_hit_tokens']}",
     ]
     if (store := summary["storage"]) is not None:
         lines.append(
