@@ -16,12 +16,15 @@ once, each turn after an agentic (70%, median 1.8 s) or human (median 25 s) paus
 run from ~40k to 190k tokens.
 
 `replay` runs `uniradix replay --trace OUT.jsonl --json` in a child process and prints its
-wall time, its peak RSS and its hit rate (the pools hold `POOL_TOKENS` full-KV tokens).
+wall time (the process's, and the replay's own without imports and set-up), its peak RSS,
+its hit rate and a digest of its report minus timings (equal digests: identical replays).
+The pools hold `POOL_TOKENS` full-KV tokens; pages of 16, chunks of 8k.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import resource
@@ -31,6 +34,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from benchmarks.replay_diff import without_timings
 
 BLOCK = 512
 SHARED_TOKENS = 32_000
@@ -138,8 +143,17 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
     result = replay(args.trace, args.config, args.extra)
-    print(f"wall {result['wall_s']} s, peak RSS {result['peak_rss_mb']} MB")
-    print(json.dumps(result["report"], sort_keys=True)[:400])
+    report = result["report"]
+    assert isinstance(report, dict)
+    # The digest of the report minus its timings: equal digests, identical replays.
+    digest = hashlib.sha256(
+        json.dumps(without_timings(report), sort_keys=True).encode()
+    ).hexdigest()[:16]
+    print(
+        f"process wall {result['wall_s']} s (replay {report['wall_s']:.2f} s, ideal "
+        f"{report['ideal_s']:.2f} s), peak RSS {result['peak_rss_mb']} MB, hit rate "
+        f"{report['hit_rate']:.4f}, report digest {digest}"
+    )
     return 0
 
 
