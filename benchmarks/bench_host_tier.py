@@ -6,7 +6,7 @@ With `--hybrid`: the hybrid configs (swa, mamba, hybrid) side by side, device-on
 1M, SWA pool 256k with window 1024, 512 Mamba slots) against the same device pools with a
 host tier 4x their size (the SWA and Mamba host pools follow the full one's ratio).
 
-    .venv/bin/python benchmarks/bench_host_tier.py [--hybrid] [--max-requests N] [--json out.json]
+    .venv/bin/python -m benchmarks.bench_host_tier [--hybrid] [--max-requests N] [--json out.json]
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import json
 import sys
 from pathlib import Path
 
+from benchmarks.trace import TRACE
 from uniradix.sim.replay import ReplayOptions, run_replay
 
-TRACE = Path(__file__).resolve().parents[2] / "shared/reference/mooncake_synthetic_trace.jsonl"
 M = 1 << 20
 RUNS = [  # (label, config, device tokens, host tokens, write policy)
     ("device 1M", "full", M, None, "write_through"),

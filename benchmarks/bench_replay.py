@@ -2,7 +2,7 @@
 prints requests/s, hit rate against the ideal (unbounded) cache, and peak usage of each pool,
 per config and full-pool size.
 
-    .venv/bin/python benchmarks/bench_replay.py [--configs full swa mamba hybrid]
+    .venv/bin/python -m benchmarks.bench_replay [--configs full swa mamba hybrid]
         [--full-tokens N ...] [--page-size P] [--sliding-window W] [--swa-fraction F]
 """
 
@@ -11,11 +11,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
+from benchmarks.trace import TRACE
 from uniradix.sim.replay import ReplayOptions, run_replay
-
-TRACE = Path(__file__).resolve().parents[2] / "shared/reference/mooncake_synthetic_trace.jsonl"
 
 
 def main() -> int:

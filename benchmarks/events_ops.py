@@ -39,6 +39,7 @@ import torch
 
 from benchmarks.ops import OPS, serve_batch, summarize
 from benchmarks.streams import Request, StreamSpec, requests
+from benchmarks.trace import TRACE as MOONCAKE_TRACE
 from benchmarks.uniradix_side import FullAdapter, build_full
 from uniradix import native
 from uniradix.events import KVEventsConfig, KVEventStream, NullEventPublisher, ZmqEventPublisher
@@ -49,7 +50,7 @@ from uniradix.hashing.page import chain_digests
 from uniradix.types import InsertParams, InsertResult
 
 ROOT = Path(__file__).resolve().parents[1]
-TRACE = str(ROOT.parent / "shared/reference/mooncake_synthetic_trace.jsonl")
+TRACE = str(MOONCAKE_TRACE)
 
 
 class StepAdapter(FullAdapter):

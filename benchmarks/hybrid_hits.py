@@ -32,11 +32,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from benchmarks.trace import TRACE
 from uniradix.sim.ideal import ideal_hits
 from uniradix.sim.replay import ReplayOptions, load_specs, run_replay
 from uniradix.sim.workloads import WORKLOADS
 
-TRACE = Path(__file__).resolve().parents[2] / "shared/reference/mooncake_synthetic_trace.jsonl"
 PAGE = 16
 WINDOWS = (1024, 4096)
 MAMBA_SLOTS = 512

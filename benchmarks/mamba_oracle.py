@@ -1,7 +1,8 @@
 """How far an oracle eviction of Mamba states gets: Belady's order (evict the state whose next
 use lies farthest in the future) with the trace's future requests known, next to `lru` and
 `flop_aware`, at issue 14's pool sizes. It tells how much of the full+Mamba gap is the
-eviction policy and how much is capacity.
+eviction policy and how much is capacity. `oracle_replay(options)` runs it on any trace, config
+with a Mamba pool, and budget (`benchmarks/hit_table.py`).
 
     .venv/bin/python -m benchmarks.mamba_oracle [--max-requests 2000] [--config mamba]
         [--mamba-slots 512]
@@ -9,7 +10,11 @@ eviction policy and how much is capacity.
 A state at prefix `t[:p]` is *next used* by the first request, from the one being admitted
 on, whose key starts with `t[:p]` (prefixes compared by a chain of page hashes). That counts a
 request for every state on its path, also those a deeper cached state would serve instead, so
-it is Belady on prefix reuse, an approximation of the best order rather than a proven bound.
+it is Belady on prefix reuse, an approximation of the best order rather than a proven bound:
+it is one only where every hit ends at a state a single request reuses and nothing else is
+evicted (an ample full pool, one request running); with tight slots and many requests
+running it can lose to a plain order, since a state kept for a far use that a deeper state
+serves instead, or one whose full KV is gone, wastes its slot.
 The oracle replaces the victim choice of `flop_aware` (its class 0 on full+SWA+Mamba is
 kept) in this process only: a measurement, not a feature.
 """
@@ -20,11 +25,15 @@ import argparse
 import bisect
 import sys
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
+from typing import Any
 
 from benchmarks.hybrid_hits import PAGE, TRACE, base_options, full_pool, sized
 from uniradix.eviction.flop_aware import FlopAwareEviction
-from uniradix.sim.replay import ReplayOptions, load_specs, run_replay
+from uniradix.sim.replay import ReplayOptions, admissible, load_specs, run_replay
+from uniradix.sim.request_spec import RequestSpec
 from uniradix.sim.scheduler import Scheduler
 from uniradix.tree.node import TreeNode
 
@@ -32,21 +41,28 @@ NEVER = 1 << 60
 PAGE_BYTES = PAGE * 8  # keys pack each token as 8 bytes
 
 
-def page_hashes(packed: bytes) -> list[int]:
+def page_hashes(packed: bytes, page_bytes: int = PAGE_BYTES) -> list[int]:
     """Hash of the prefix ending at each whole page of `packed`, in order."""
     out, h = [], 0
-    for start in range(0, len(packed) - PAGE_BYTES + 1, PAGE_BYTES):
-        h = hash((h, packed[start : start + PAGE_BYTES]))
+    for start in range(0, len(packed) - page_bytes + 1, page_bytes):
+        h = hash((h, packed[start : start + page_bytes]))
         out.append(h)
     return out
 
 
+def replayed_specs(options: ReplayOptions) -> list[RequestSpec]:
+    """The requests `run_replay(options)` serves, numbered as it numbers them."""
+    capacity = options.full_tokens // options.page_size * options.page_size
+    return admissible(load_specs(options, capacity), capacity, options.page_size)
+
+
 class Oracle:
     def __init__(self, options: ReplayOptions) -> None:
+        self.page_bytes = options.page_size * 8
         self.uses: dict[int, list[int]] = defaultdict(list)  # prefix hash -> rids, ascending
-        for rid, spec in enumerate(load_specs(options)):
+        for rid, spec in enumerate(replayed_specs(options)):
             key = spec.prompt.token_ids()[:-1].astype("<i8").tobytes()
-            for h in page_hashes(key):
+            for h in page_hashes(key, self.page_bytes):
                 self.uses[h].append(rid)
         self.clock = 0
         self.victims = 0  # oracle choices made (a run that evicted nothing makes none)
@@ -60,7 +76,8 @@ class Oracle:
         memo = (node.id, sum(len(k) for k in path))
         if memo not in self._hash:
             packed = b"".join(reversed(path))
-            hashes = page_hashes(packed) if len(packed) % PAGE_BYTES == 0 else []
+            whole = len(packed) % self.page_bytes == 0
+            hashes = page_hashes(packed, self.page_bytes) if whole else []
             self._hash[memo] = hashes[-1] if hashes else None
         return self._hash[memo]
 
@@ -88,6 +105,27 @@ class Oracle:
 
         Scheduler._admit = timed_admit  # type: ignore[method-assign,assignment]
         FlopAwareEviction._least_credit = farthest  # type: ignore[method-assign]
+
+
+@contextmanager
+def installed(oracle: Oracle) -> Iterator[Oracle]:
+    """`oracle` chooses `flop_aware`'s victims inside the block only."""
+    saved = Scheduler._admit, FlopAwareEviction._least_credit
+    oracle.install()
+    try:
+        yield oracle
+    finally:
+        Scheduler._admit, FlopAwareEviction._least_credit = saved  # type: ignore[method-assign]
+
+
+def oracle_replay(options: ReplayOptions) -> dict[str, Any]:
+    """The replay summary of `options` (a config with a Mamba pool) with the Mamba states'
+    victims chosen by the oracle (its SWA order, if any, is `options`')."""
+    with installed(Oracle(options)):
+        s = run_replay(replace(options, aux_eviction_policy="flop_aware")).summary
+    if any(s["leaked"].values()):
+        raise RuntimeError(f"leak under the oracle: {s['leaked']}")
+    return s
 
 
 def main() -> int:

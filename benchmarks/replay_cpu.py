@@ -22,8 +22,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks.replay_diff import differences, without_timings
-
-TRACE = Path(__file__).resolve().parents[2] / "shared/reference/mooncake_synthetic_trace.jsonl"
+from benchmarks.trace import TRACE
 
 
 def run_once(tree: Path, config: str, trace: str, out: Path) -> float:

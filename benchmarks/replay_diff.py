@@ -9,7 +9,7 @@ differing field, and exits 1 if any pair differs. Timing fields (`wall_s`, `idea
 of main at 082430f, before the second replay speed-up of issue 15 (regenerated there: the
 Mamba pool's peak changed with issue 14, the rest is as in the first one), as written by
 
-    uniradix replay --trace /work/shared/reference/mooncake_synthetic_trace.jsonl \\
+    uniradix replay --trace "$UNIRADIX_TRACE" \\
         --page-size 16 --config CONFIG --json --no-progress
 
 SWA windows and Mamba states have been evicted in reuse-aware orders by default since

@@ -35,11 +35,12 @@ from benchmarks.ops import Measurement, measure
 from benchmarks.report import render
 from benchmarks.scale import run_scale
 from benchmarks.streams import StreamSpec, requests
+from benchmarks.trace import TRACE
 from benchmarks.uniradix_side import ADAPTERS
 
 REPO = Path(__file__).resolve().parents[1]
 PEER_PYTHON = REPO / ".peer-venv" / "bin" / "python"
-TRACE = Path(__file__).resolve().parents[2] / "shared/reference/mooncake_synthetic_trace.jsonl"
+
 CONFIGS = ("full", "full+swa", "full+mamba")
 CORES = ("python", "rust")
 # (workload, pool tokens, requests per batch): long documents get a pool that holds ~12 of them

@@ -16,7 +16,8 @@ that the cache could still serve at a shallower boundary, or that full-only itse
 counts for nothing, and an SWA leaf's eviction also drops its full KV, which the oracle does
 not weigh: this is Belady on full-only's match ends, an estimate of the best order rather
 than a proven bound. The oracle replaces the SWA component's victim choice in this process
-only: a measurement, not a feature.
+only: a measurement, not a feature. `swa_oracle_replay(options)` runs it on any trace, page and
+budget (`benchmarks/hit_table.py`), with the Mamba oracle too on full+SWA+Mamba.
 """
 
 from __future__ import annotations
@@ -26,12 +27,17 @@ import bisect
 import sys
 from collections import defaultdict
 from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import replace
+from typing import Any
 
 from benchmarks.hybrid_hits import PAGE, TRACE, base_options, full_pool, sized
-from benchmarks.swa_window_demand import full_only_hits
+from benchmarks.mamba_oracle import oracle_replay as mamba_oracle_replay
+from benchmarks.mamba_oracle import replayed_specs
+from benchmarks.studies.swa_window_demand import full_only_hits
 from uniradix.components.swa import SWAComponent
-from uniradix.sim.replay import ReplayOptions, load_specs, run_replay
+from uniradix.sim.metrics import ReplayMetrics
+from uniradix.sim.replay import ReplayOptions, run_replay
 from uniradix.sim.scheduler import Scheduler
 from uniradix.tree.node import TreeNode
 
@@ -39,11 +45,11 @@ NEVER = 1 << 60
 PAGE_BYTES = PAGE * 8  # keys pack each token as 8 bytes
 
 
-def chain(packed: bytes, start: int = 0) -> list[int]:
+def chain(packed: bytes, start: int = 0, page_bytes: int = PAGE_BYTES) -> list[int]:
     """Hash of the prefix ending at each whole page of `packed`, continuing from `start`."""
     out, h = [], start
-    for at in range(0, len(packed) - PAGE_BYTES + 1, PAGE_BYTES):
-        h = hash((h, packed[at : at + PAGE_BYTES]))
+    for at in range(0, len(packed) - page_bytes + 1, page_bytes):
+        h = hash((h, packed[at : at + page_bytes]))
         out.append(h)
     return out
 
@@ -54,13 +60,16 @@ class SWAOracle:
         self.window_uses: dict[int, list[int]] = defaultdict(list)
         # prefix hash at h -> the requests whose match ends at h
         self.end_uses: dict[int, list[int]] = defaultdict(list)
-        for rid, spec in enumerate(load_specs(options)):
+        page = options.page_size
+        self.page_bytes = page * 8
+        for rid, spec in enumerate(replayed_specs(options)):
             h = hits.get(rid, 0)
             if not h:
                 continue
-            hashes = chain(spec.prompt.token_ids()[:h].astype("<i8").tobytes())
-            for q in range(max(h - window, 0) + PAGE, h + 1, PAGE):
-                self.window_uses[hashes[q // PAGE - 1]].append(rid)
+            packed = spec.prompt.token_ids()[:h].astype("<i8").tobytes()
+            hashes = chain(packed, page_bytes=self.page_bytes)
+            for q in range(max(h - window, 0) + page, h + 1, page):
+                self.window_uses[hashes[q // page - 1]].append(rid)
             self.end_uses[hashes[-1]].append(rid)
         self.clock = 0
         self.victims = 0
@@ -80,7 +89,7 @@ class SWAOracle:
         memo = (node.id, end, node.num_tokens)
         if memo not in self._pages:
             assert node.parent is not None
-            self._pages[memo] = chain(node.key, self._end_hash(node.parent))
+            self._pages[memo] = chain(node.key, self._end_hash(node.parent), self.page_bytes)
         return self._pages[memo]
 
     def _next(self, rids: list[int]) -> int:
@@ -142,6 +151,49 @@ class SWAOracle:
         Scheduler._admit = timed_admit  # type: ignore[method-assign,assignment]
         victims = first_use if self.first_use else farthest
         SWAComponent.eviction_candidates = victims  # type: ignore[method-assign]
+
+
+@contextmanager
+def installed(oracle: SWAOracle) -> Iterator[SWAOracle]:
+    """`oracle` chooses the SWA victims inside the block only."""
+    saved = Scheduler._admit, SWAComponent.eviction_candidates
+    oracle.install()
+    try:
+        yield oracle
+    finally:
+        Scheduler._admit, SWAComponent.eviction_candidates = saved  # type: ignore[method-assign]
+
+
+def full_only_hits_at(options: ReplayOptions) -> dict[int, int]:
+    """{request id: hit length} of a full-attention-only replay at `options`' full pool."""
+    hits: dict[int, int] = {}
+    admit = ReplayMetrics.on_admit
+
+    def record(self: ReplayMetrics, request: object, match: object) -> None:
+        spec, length = request.spec, match.device_prefix_len  # type: ignore[attr-defined]
+        hits.setdefault(spec.rid, length)
+        admit(self, request, match)  # type: ignore[arg-type]
+
+    ReplayMetrics.on_admit = record  # type: ignore[method-assign]
+    try:
+        run_replay(replace(options, config="full"))
+    finally:
+        ReplayMetrics.on_admit = admit  # type: ignore[method-assign]
+    return hits
+
+
+def swa_oracle_replay(options: ReplayOptions) -> dict[str, Any]:
+    """The replay summary of `options` (a config with an SWA pool) with the SWA victims chosen
+    by the oracle; on full+SWA+Mamba the Mamba oracle chooses the Mamba victims too."""
+    oracle = SWAOracle(options, full_only_hits_at(options), options.sliding_window)
+    with ExitStack() as stack:
+        stack.enter_context(installed(oracle))
+        if options.config == "hybrid":
+            return mamba_oracle_replay(replace(options, swa_eviction_policy="lru"))
+        s = run_replay(replace(options, swa_eviction_policy="lru")).summary
+    if any(s["leaked"].values()):
+        raise RuntimeError(f"leak under the oracle: {s['leaked']}")
+    return s
 
 
 def _path(node: TreeNode) -> Iterator[TreeNode]:

@@ -57,6 +57,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("engine", "plan", "sessions"),
     ("demo",),
     ("cli", ""),
+    ("integrations",),
 )
 
 

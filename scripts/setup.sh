@@ -15,3 +15,4 @@ if ! command -v redis-server >/dev/null 2>&1; then
     $SUDO apt-get update -q </dev/null
     $SUDO apt-get install -y -q redis-server </dev/null
 fi
+bash scripts/setup_sglang.sh

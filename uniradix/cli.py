@@ -60,7 +60,9 @@ def _replay_parser(commands: argparse._SubParsersAction) -> None:  # type: ignor
         "--storage",
         dest="storage_url",
         metavar="URL",
-        help="L3 store under the host tier: file://DIR, file (a temp dir), redis://HOST:PORT/DB",
+        help="L3 store under the host tier: file://DIR[?max_bytes=10G], file (a temp dir), "
+        "redis://[:PASSWORD@]HOST:PORT/DB, rediss://... (TLS), redis+cluster://HOST:PORT; "
+        "a failing store prints one line on stderr and the replay goes on without it",
     )
     p.add_argument("--model-fingerprint", default=d.model_fingerprint, help="isolates L3 pages")
     p.add_argument(
@@ -104,6 +106,8 @@ def _replay_parser(commands: argparse._SubParsersAction) -> None:  # type: ignor
 
 
 def _cluster_arguments(p: argparse.ArgumentParser) -> None:
+    from uniradix.events.endpoints import BIND_MODES
+    from uniradix.events.groups import COMPONENTS
     from uniradix.events.publisher import SENDERS
     from uniradix.events.wire import WIRE_SHAPES
     from uniradix.hashing.events import HASH_ALGOS
@@ -113,6 +117,18 @@ def _cluster_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--router", choices=ROUTERS, default="round-robin")
     p.add_argument("--kv-events", metavar="ENDPOINT", help="publish KV events (ZMQ PUB)")
     p.add_argument("--kv-events-replay", metavar="ENDPOINT", help="replay ROUTER endpoint")
+    p.add_argument(
+        "--kv-events-bind",
+        choices=BIND_MODES,
+        default="auto",
+        help="auto: bind when ENDPOINT has '*' (vLLM/SGLang rule), else connect",
+    )
+    p.add_argument(
+        "--kv-events-components",
+        choices=COMPONENTS,
+        default="auto",
+        help="auto/all: SWA and Mamba groups too (vLLM hybrid fields); full: full only",
+    )
     p.add_argument("--kv-events-wire", choices=WIRE_SHAPES, default="map")
     p.add_argument("--kv-events-topic", default="", help="e.g. kv@{pod}@{model} for llm-d")
     p.add_argument("--kv-events-hash-algo", choices=HASH_ALGOS, default="sglang_sha256")
@@ -132,6 +148,7 @@ def _cluster_arguments(p: argparse.ArgumentParser) -> None:
 def _cluster(args: argparse.Namespace, options: ReplayOptions) -> int:
     import json
 
+    from uniradix.events.endpoints import bind_flag
     from uniradix.events.publisher import KVEventsConfig
     from uniradix.sim.cluster import cluster_text, run_cluster
 
@@ -140,6 +157,8 @@ def _cluster(args: argparse.Namespace, options: ReplayOptions) -> int:
         kv_events = KVEventsConfig(
             endpoint=args.kv_events,
             replay_endpoint=args.kv_events_replay,
+            bind=bind_flag(args.kv_events_bind),
+            components=args.kv_events_components,
             wire=args.kv_events_wire,
             topic=args.kv_events_topic,
             model=args.config,
@@ -150,6 +169,10 @@ def _cluster(args: argparse.Namespace, options: ReplayOptions) -> int:
         )
     summary = run_cluster(options, args.instances, args.router, kv_events)
     print(json.dumps(summary) if args.json else cluster_text(summary))
+    leaked = {i["name"]: n for i in summary["instances"] if (n := sum(i["leaked"].values()))}
+    if leaked:
+        print(f"uniradix replay: leaked slots per instance: {leaked}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -237,7 +260,7 @@ def _generate_parser(commands: argparse._SubParsersAction) -> None:  # type: ign
         p.add_argument(flag, type=int, default=default, help=f"{what} (default {default})")
     p.add_argument("--dtype", choices=sorted(DTYPES), default=d.dtype)
     p.add_argument("--device", default=d.device)
-    p.add_argument("--host-tokens", type=int, help="host tier (L2) size in tokens (full only)")
+    p.add_argument("--host-tokens", type=int, help="host tier (L2) size in full-KV tokens")
     p.add_argument(
         "--write-policy",
         choices=["write_through", "write_through_selective", "write_back"],
@@ -292,6 +315,8 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _events_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from uniradix.events.endpoints import BIND_MODES
+
     p = commands.add_parser(
         "events",
         help="print a live KV event stream, decoded",
@@ -302,7 +327,14 @@ def _events_parser(commands: argparse._SubParsersAction) -> None:  # type: ignor
     p.add_argument("--topic", default="", help="topic prefix to subscribe to")
     p.add_argument("--count", type=int, help="stop after N batches")
     p.add_argument("--timeout", type=float, help="stop after N seconds without a batch")
-    p.add_argument("--bind", action="store_true", help="bind ENDPOINT (publishers connect)")
+    p.add_argument(
+        "--bind",
+        nargs="?",
+        const="bind",
+        default="connect",
+        choices=BIND_MODES,
+        help="bind ENDPOINT (publishers connect to it); auto: bind when it has '*'",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -327,9 +359,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "generate":
         return _generate(args)
     if args.command == "events":
+        from uniradix.events.endpoints import auto_binds
         from uniradix.events.listen import listen
 
-        listen(args.listen, args.topic, args.count, args.timeout, bind=args.bind)
+        bind = auto_binds(args.listen) if args.bind == "auto" else args.bind == "bind"
+        try:
+            listen(args.listen, args.topic, args.count, args.timeout, bind=bind)
+        except ValueError as exc:
+            print(f"uniradix events: error: {exc}", file=sys.stderr)
+            return 2
         return 0
     if args.command == "plan":
         return run_plan_command(args)

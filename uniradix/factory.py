@@ -87,7 +87,7 @@ class CacheConfig:
     # L3 prefetch stop policy: "best_effort", "wait_complete" or "timeout" (`storage_tier`)
     prefetch_policy: str = "best_effort"
     enable_session_cache: bool = False
-    disable_radix_cache: bool = False  # a cache that matches nothing (`uniradix.disabled`)
+    disable_radix_cache: bool = False  # a cache that matches nothing (`uniradix.cache.disabled`)
 
     @property
     def has_host_tier(self) -> bool:

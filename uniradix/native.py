@@ -50,7 +50,7 @@ DIGEST_BYTES = 32
 
 def _get() -> ModuleType:
     if _module is None:
-        raise RuntimeError("uniradix._native was not built (see README: native module)")
+        raise RuntimeError("uniradix._native was not built (see docs/native.md)")
     return _module
 
 

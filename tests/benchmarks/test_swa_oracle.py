@@ -1,6 +1,6 @@
-"""`benchmarks.swa_oracle`'s next use of an SWA node: the first request from the clock on whose
-full-only match ends within one window below the node's end (or inside the node), holding the
-node's prefix."""
+"""`benchmarks.swa_oracle`'s next use of an SWA node: the first request from the clock
+on whose full-only match ends within one window below the node's end (or inside the node),
+holding the node's prefix."""
 
 from benchmarks.swa_oracle import NEVER, SWAOracle
 from uniradix import CacheConfig, InsertParams, RadixKey, build_cache

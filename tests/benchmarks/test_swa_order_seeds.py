@@ -1,10 +1,10 @@
-"""`benchmarks.swa_order_seeds`: seed 0 of a workload is `benchmarks.hybrid_hits`' row, and the
-seed draws other requests."""
+"""`benchmarks.studies.swa_order_seeds`: seed 0 of a workload is `benchmarks.hybrid_hits`' row,
+and the seed draws other requests."""
 
 from dataclasses import replace
 
 from benchmarks.hybrid_hits import base_options, full_pool, run, sized
-from benchmarks.swa_order_seeds import ratios
+from benchmarks.studies.swa_order_seeds import ratios
 
 ORDERS = ["greedy_dual", "greedy_dual_window"]
 

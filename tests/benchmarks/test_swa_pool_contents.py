@@ -1,10 +1,10 @@
-"""`benchmarks.swa_pool_contents` names each live SWA window by its oracle next use, the
+"""`benchmarks.studies.swa_pool_contents` names each live SWA window by its oracle next use, the
 order's serve and pass marks, leaf or inner, and its lock."""
 
 import numpy as np
 
+from benchmarks.studies.swa_pool_contents import window_class
 from benchmarks.swa_oracle import NEVER
-from benchmarks.swa_pool_contents import window_class
 from tests.driver import MiniScheduler
 from tests.eviction.test_swa_reuse import match, swa_cache
 from uniradix.components.swa import SWAComponent

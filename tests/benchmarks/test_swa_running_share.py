@@ -1,10 +1,10 @@
-"""`benchmarks.swa_running_share` samples, after every scheduling step, the SWA tokens that
+"""`benchmarks.studies.swa_running_share` samples, after every scheduling step, the SWA tokens that
 running requests use and those left evictable, and puts the scheduler back as it was."""
 
 from dataclasses import replace
 
 from benchmarks.hybrid_hits import base_options, full_pool, sized
-from benchmarks.swa_running_share import p90, sampled_run
+from benchmarks.studies.swa_running_share import p90, sampled_run
 from uniradix.sim.scheduler import Scheduler
 
 

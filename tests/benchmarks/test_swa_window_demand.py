@@ -1,7 +1,7 @@
-"""The page identities `benchmarks.swa_window_demand` counts windows by: prompts sharing blocks
-share their pages, a different block before makes the same block id a different page."""
+"""The page identities `benchmarks.studies.swa_window_demand` counts windows by: prompts sharing
+blocks share their pages, a different block before makes the same block id a different page."""
 
-from benchmarks.swa_window_demand import chain, window_pages
+from benchmarks.studies.swa_window_demand import chain, window_pages
 from uniradix.sim.request_spec import BlockPrompt
 
 

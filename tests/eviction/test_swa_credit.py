@@ -325,7 +325,7 @@ def test_an_insert_refreshes_its_checkpoints_windows_beyond_its_last_window(
     window's nodes worth the hit at its end, as the insert's own window is), so R goes first.
     On the synthetic continuation-0.5 traces at W=4096 such a window (a previous turn's grid
     window whose top node ends more than a window below the next turn's end) was where the
-    next turn resumed (benchmarks/results/hybrid_hits_h14q_checkpoint_windows.md)."""
+    next turn resumed."""
     cache = swa_cache(policy)
     insert(cache, list(range(100, 110)))
     insert(cache, [1, 2, 3, 4])

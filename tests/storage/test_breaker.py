@@ -30,14 +30,16 @@ def test_opens_after_consecutive_failures_and_probes_after_cooldown() -> None:
     assert b.allow()  # the probe
     assert b.state is BreakerState.HALF_OPEN
     assert not b.allow()  # one probe at a time
-    b.record_failure()  # failed probe: off again, cool-down restarts, not a new trip
+    b.record_failure()  # failed probe: off again, cool-down doubles, not a new trip
     assert b.state is BreakerState.OPEN and b.trips == 1
-    clock.now = 3.9
-    assert not b.allow()
-    clock.now = 4.0
+    clock.now = 5.9
+    assert not b.allow() and not b.available()
+    clock.now = 6.0
+    assert b.available()
     assert b.allow()
     b.record_success()
     assert b.state is BreakerState.CLOSED and b.allow()
+    assert b.off_s == 6.0
     for _ in range(3):
         b.record_failure()
     assert b.trips == 2

@@ -1,6 +1,6 @@
 """KV events for routers: the cache's executed stores and removes as vLLM / SGLang
 `BlockStored` / `BlockRemoved` / `AllBlocksCleared` batches over ZeroMQ, and an index that
-subscribes to them (`reference/kv_events.md`)."""
+subscribes to them (docs/events.md)."""
 
 from uniradix.events.index import IndexPublisher, KVEventIndex
 from uniradix.events.publisher import KVEventsConfig, NullEventPublisher, ZmqEventPublisher

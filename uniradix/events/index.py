@@ -10,7 +10,9 @@ A sequence number going back means the publisher restarted: the instance is clea
 
 `prefix_lengths(tokens)` answers, per instance, how many leading tokens it holds: the
 request's pages are hashed with the publishers' chain (`uniradix.hashing.page`) and matched
-page by page.
+page by page. Hybrid publishers' SWA / Mamba groups (`uniradix.events.groups`) are kept
+apart: `resumable_lengths(tokens, media)` answers how many tokens an instance can resume
+from, per medium.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import numpy as np
 import zmq
 
 from uniradix.event_sink import MEDIUM_GPU
+from uniradix.events.resumable import GroupPages, resumable_pages
 from uniradix.events.types import AllBlocksCleared, BlockStored, KVEvent, KVEventBatch
 from uniradix.events.wire import decode_batch
 from uniradix.hashing.events import block_hashing
@@ -41,9 +44,17 @@ class IndexStats:
     orphan_stores: int = 0  # stores whose parent the instance does not hold (dropped)
 
 
+MAIN_GROUP = 0  # the index's key for the full-attention group, whatever its `group_idx`
+MAIN_KINDS = (None, "full_attention", "mla_attention", "sink_full_attention")
+
+
 @dataclass
 class _Instance:
-    blocks: dict[tuple[str, str | None], set[int]] = field(default_factory=dict)
+    # (medium, lora_name, group) -> block hashes; group MAIN_GROUP or an auxiliary
+    # group's `group_idx` (`uniradix.events.groups`)
+    blocks: dict[tuple[str, str | None, int], set[int]] = field(default_factory=dict)
+    # its auxiliary groups, learned from its stores: group_idx -> (kind, sliding window)
+    groups: dict[int, tuple[str, int | None]] = field(default_factory=dict)
     next_seq: int | None = None
     sub: zmq.Socket[bytes] | None = None
     replay_endpoint: str | None = None
@@ -105,18 +116,28 @@ class KVEventIndex:
             return
         medium = event.medium or MEDIUM_GPU
         if isinstance(event, BlockStored):
-            blocks = inst.blocks.setdefault((medium, event.lora_name), set())
+            if event.kv_cache_spec_kind not in MAIN_KINDS and event.group_idx is not None:
+                # A window's or a state's pages: no parent chain in the group itself.
+                kind, window = event.kv_cache_spec_kind, event.kv_cache_spec_sliding_window
+                inst.groups[event.group_idx] = (str(kind), window)
+                key = (medium, event.lora_name, event.group_idx)
+                inst.blocks.setdefault(key, set()).update(event.block_hashes)
+                return
+            blocks = inst.blocks.setdefault((medium, event.lora_name, MAIN_GROUP), set())
             parent = event.parent_block_hash
             # The parent may be held on another medium: a write-back host copy's parent can
             # be device-only (llm-d keys blocks across tiers the same way).
             if parent is not None and not any(
-                parent in b for (_, lora), b in inst.blocks.items() if lora == event.lora_name
+                parent in b
+                for (_, lora, group), b in inst.blocks.items()
+                if lora == event.lora_name and group == MAIN_GROUP
             ):
                 self.stats.orphan_stores += 1  # as llm-d and Dynamo do: dropped
                 return
             blocks.update(event.block_hashes)
             return
-        for blocks in [b for (m, _), b in inst.blocks.items() if m == medium]:
+        group = event.group_idx if event.group_idx in inst.groups else MAIN_GROUP
+        for blocks in [b for (m, _, g), b in inst.blocks.items() if m == medium and g == group]:
             blocks.difference_update(event.block_hashes)
 
     @staticmethod
@@ -125,13 +146,20 @@ class KVEventIndex:
 
     # ------------------------------------------------------------------ queries
     def blocks(
-        self, instance: str, medium: str = MEDIUM_GPU, lora_name: str | None = None
+        self,
+        instance: str,
+        medium: str = MEDIUM_GPU,
+        lora_name: str | None = None,
+        group: int = MAIN_GROUP,
     ) -> set[int]:
-        """The block hashes `instance` holds on `medium` (a copy)."""
+        """The block hashes `instance` holds on `medium` in `group` (a copy)."""
+        return set(self._blocks(instance, medium, lora_name, group))
+
+    def _blocks(self, instance: str, medium: str, lora_name: str | None, group: int) -> set[int]:
         inst = self._instances.get(instance)
         if inst is None:
             raise ValueError(f"unknown instance {instance!r}; known: {self.instances}")
-        return set(inst.blocks.get((medium, lora_name), ()))
+        return inst.blocks.get((medium, lora_name, group), set())
 
     def page_hashes(
         self, tokens: Sequence[int] | np.ndarray, lora_name: str | None = None
@@ -160,7 +188,7 @@ class KVEventIndex:
             hashes = self.page_hashes(tokens, lora_name)
         out = {}
         for name, inst in self._instances.items():
-            blocks = inst.blocks.get((medium, lora_name), set())
+            blocks = inst.blocks.get((medium, lora_name, MAIN_GROUP), set())
             n = 0
             for h in hashes:
                 if h not in blocks:
@@ -169,21 +197,57 @@ class KVEventIndex:
             out[name] = n * self.block_size
         return out
 
+    def resumable_lengths(
+        self,
+        tokens: Sequence[int] | np.ndarray,
+        media: Sequence[str] = (MEDIUM_GPU,),
+        lora_name: str | None = None,
+        hashes: list[int] | None = None,
+        groups: bool = True,
+    ) -> dict[str, int]:
+        """Tokens per instance up to the deepest page boundary where it holds the full pages
+        and every auxiliary group can resume (`uniradix.events.resumable`), counting pages
+        held on any of `media`. Without group events (or with `groups=False`: what a
+        full-only stream promises) it is the full-attention prefix."""
+        if hashes is None:
+            hashes = self.page_hashes(tokens, lora_name)
+        return {
+            name: self._resumable(inst, hashes, media, lora_name, groups) * self.block_size
+            for name, inst in self._instances.items()
+        }
+
+    def _resumable(
+        self,
+        inst: _Instance,
+        hashes: list[int],
+        media: Sequence[str],
+        lora_name: str | None,
+        with_groups: bool = True,
+    ) -> int:
+        full = [inst.blocks.get((m, lora_name, MAIN_GROUP), set()) for m in media]
+        groups = [
+            GroupPages(kind, window, [inst.blocks.get((m, lora_name, g), set()) for m in media])
+            for g, (kind, window) in inst.groups.items()
+            if with_groups
+        ]
+        return resumable_pages(hashes, full, groups, self.block_size)
+
     def weighted_prefix(
         self, hashes: list[int], weights: dict[str, float], lora_name: str | None = None
     ) -> dict[str, tuple[float, int]]:
-        """Per instance: (score, pages) of the longest prefix of `hashes` held on any medium
-        in `weights`, each page scoring the largest weight of a medium holding it."""
+        """Per instance: (score, pages) of the resumable prefix of `hashes` on the media in
+        `weights`: the media are added cheapest first (highest weight), and the pages each
+        one adds to the resumable prefix score its weight (a device page 1, a host page
+        llm-d's 0.8: it needs a load-back)."""
+        order = sorted(weights, key=lambda m: -weights[m])
         out = {}
         for name, inst in self._instances.items():
-            tiers = [(inst.blocks.get((m, lora_name), set()), w) for m, w in weights.items()]
             score, n = 0.0, 0
-            for h in hashes:
-                w = max((w for blocks, w in tiers if h in blocks), default=None)
-                if w is None:
-                    break
-                score += w
-                n += 1
+            for k, medium in enumerate(order):
+                deeper = self._resumable(inst, hashes, order[: k + 1], lora_name)
+                if deeper > n:
+                    score += weights[medium] * (deeper - n)
+                    n = deeper
             out[name] = (score, n)
         return out
 

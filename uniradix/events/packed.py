@@ -61,6 +61,7 @@ class _RawStored(msgspec.Struct, tag="BlockStored", omit_defaults=True):
     cache_salt: str | None = None
     group_idx: int | None = None
     kv_cache_spec_kind: str | None = None
+    kv_cache_spec_sliding_window: int | None = None
 
 
 class _RawRemoved(msgspec.Struct, tag="BlockRemoved", omit_defaults=True):

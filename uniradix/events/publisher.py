@@ -1,5 +1,5 @@
 """Event publishers: where a step's events go. `ZmqEventPublisher` speaks the vLLM / SGLang
-transport (`reference/kv_events.md` §b): a PUB socket sending `[topic, seq, payload]`, `seq`
+transport (docs/events.md): a PUB socket sending `[topic, seq, payload]`, `seq`
 an 8-byte big-endian counter from 0 (+1 per batch), and an optional replay ROUTER over a
 ring of the last `buffer_steps` batches.
 
@@ -34,7 +34,9 @@ from typing import Protocol
 
 import zmq
 
+from uniradix.events.endpoints import attach, auto_binds
 from uniradix.events.frame_send import frame_sender
+from uniradix.events.groups import publishes_groups
 from uniradix.events.types import KVEvent
 from uniradix.events.wire import check_wire, encode_batch, prepare_batches
 from uniradix.hashing.events import block_hashing
@@ -49,12 +51,15 @@ REPLAY_POLL_MS = 100  # how often an inline publisher's replay thread checks for
 class KVEventsConfig:
     """Mirrors vLLM's / SGLang's `KVEventsConfig`. `topic` may use `{pod}` and `{model}`
     (llm-d needs `kv@{pod}@{model}`); `bind=None` binds when the endpoint has `*`, `::`,
-    or is `ipc://` / `inproc://`, else connects. Ports are offset by `dp_rank`.
+    or is `ipc://` / `inproc://`, else connects (`uniradix.events.endpoints`: vLLM's and
+    SGLang's rule; True / False force a side). Ports are offset by `dp_rank`.
     `hash_algo` / `hash_seed` pick the block hash (`uniradix.hashing.events`: SGLang's chain
     by default, or vLLM's `sha256_cbor` with its `PYTHONHASHSEED`); a `KVEventStream` and a
     `KVEventIndex` built from this config use them. `sender_wait_ms`: how long the sender
     thread lets batches gather before sending them (0: as each comes); events reach
-    routers up to that much later."""
+    routers up to that much later. `components`: `auto` publishes a hybrid cache's SWA /
+    Mamba groups beside the full one (`uniradix.events.groups`), `full` only the full group
+    (SGLang's stream), `all` groups whatever the cache."""
 
     publisher: str = "zmq"
     endpoint: str = "tcp://*:5557"
@@ -72,6 +77,7 @@ class KVEventsConfig:
     hash_seed: str | None = None
     sender: str = "thread"
     sender_wait_ms: float = 20.0
+    components: str = "auto"
 
     def __post_init__(self) -> None:
         if self.sender not in SENDERS:
@@ -83,6 +89,7 @@ class KVEventsConfig:
                 f"sender_wait_ms must be in [0, {MAX_SENDER_WAIT_MS}], got {self.sender_wait_ms}"
             )
         check_wire(self.wire)
+        publishes_groups(self.components, 0, self.wire)  # raises for a bad choice
         block_hashing(self.hash_algo, None, self.hash_seed)  # raises for a bad choice
         for name in ("buffer_steps", "hwm", "max_queue_size"):
             if getattr(self, name) < 1:
@@ -96,7 +103,7 @@ class KVEventsConfig:
     def binds(self, endpoint: str) -> bool:
         if self.bind is not None:
             return self.bind
-        return "*" in endpoint or "::" in endpoint or endpoint.startswith(("ipc://", "inproc://"))
+        return auto_binds(endpoint)
 
 
 def offset_endpoint_port(endpoint: str, dp_rank: int) -> str:
@@ -156,14 +163,14 @@ class ZmqEventPublisher:
         self._pub.setsockopt(zmq.LINGER, 1000)
         self._frames = frame_sender(self._pub)
         endpoint = offset_endpoint_port(config.endpoint, config.dp_rank)
-        self.endpoint = self._attach(self._pub, endpoint, config.binds(endpoint))
+        self.endpoint = self._attach_or_close(self._pub, endpoint, config.binds(endpoint))
         self._replay: zmq.Socket[bytes] | None = None
         self.replay_endpoint: str | None = None
         if config.replay_endpoint is not None:
             self._replay = self._ctx.socket(zmq.ROUTER)
             self._replay.setsockopt(zmq.LINGER, 0)
             replay = offset_endpoint_port(config.replay_endpoint, config.dp_rank)
-            self.replay_endpoint = self._attach(self._replay, replay, True)
+            self.replay_endpoint = self._attach_or_close(self._replay, replay, True)
         # The last batches, for replay requests: without a replay socket none can come, and
         # keeping `buffer_steps` payloads (~45 KB each for a Mooncake request at page 16)
         # would only hold memory and move every new payload to fresh cache lines.
@@ -182,13 +189,13 @@ class ZmqEventPublisher:
         if not self._inline or self._replay is not None:
             self._thread.start()
 
-    @staticmethod
-    def _attach(sock: zmq.Socket[bytes], endpoint: str, bind: bool) -> str:
-        if bind:
-            sock.bind(endpoint)
-            return bytes(sock.getsockopt(zmq.LAST_ENDPOINT)).decode()
-        sock.connect(endpoint)
-        return endpoint
+    def _attach_or_close(self, sock: zmq.Socket[bytes], endpoint: str, bind: bool) -> str:
+        """`endpoints.attach`; a bad or busy endpoint closes what was opened first."""
+        try:
+            return attach(sock, endpoint, bind)
+        except ValueError:
+            self._ctx.destroy(linger=0)
+            raise
 
     def publish(self, events: Sequence[KVEvent]) -> bool:
         """Queues one batch (stamped now), or sends it when inline; False when it was

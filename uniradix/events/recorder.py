@@ -193,7 +193,7 @@ class EventRecorder:
             prior = None if root else digests.cell(anchor, seed, hasher)
             tail = StepRun(medium, False, lora_name, prior)
             runs.append(tail)
-        # L3 copies outlive the tree: a known node's are not tracked (README, L3).
+        # L3 copies outlive the tree: a known node's are not tracked (docs/storage.md).
         held = self._held[medium]
         track_all = medium != MEDIUM_DISK
         for n in path:
@@ -209,6 +209,11 @@ class EventRecorder:
         values: list[int] = self.hashing.published(
             self.digests.node(node, self._seed, self._hasher)
         ).tolist()
+        return values
+
+    def tokens(self, node: TreeNode) -> list[int]:
+        """Token ids of `node`'s pages (each EAGLE pair's first token)."""
+        values: list[int] = self._shape.tokens(node.key).tolist()
         return values
 
     # ------------------------------------------------------------------ events

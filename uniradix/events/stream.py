@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 from uniradix.cache.controller import UnifiedRadixCache
 from uniradix.event_sink import MEDIUM_CPU_PINNED
-from uniradix.events.packed import StepEvents
+from uniradix.events.groups import GroupTracker
 from uniradix.events.publisher import EventPublisher
 from uniradix.events.recorder import EventRecorder
 from uniradix.events.types import AllBlocksCleared, KVEvent
@@ -41,9 +41,12 @@ class KVEventStream:
         hash_algo: str = "sglang_sha256",
         hash_seed: str | None = None,
         publish_interval_ms: float = PUBLISH_INTERVAL_MS,
+        groups: bool = False,
     ) -> None:
         """`hash_algo` / `hash_seed`: the block hash (`uniradix.hashing.events`);
-        `publish_interval_ms`: the least time between two published batches (module doc)."""
+        `publish_interval_ms`: the least time between two published batches (module doc);
+        `groups`: publish the SWA / Mamba components as KV-cache groups too
+        (`uniradix.events.groups`; `publishes_groups` says when)."""
         if not 0 <= publish_interval_ms <= MAX_PUBLISH_INTERVAL_MS:
             raise ValueError(
                 f"publish_interval_ms must be in [0, {MAX_PUBLISH_INTERVAL_MS}], "
@@ -59,10 +62,11 @@ class KVEventStream:
         self._interval_ns = int(publish_interval_ms * 1e6)
         self._due_ns = 0  # no publishing before this (monotonic clock)
         self._nothing = self.recorder.empty_step()
+        self.groups = GroupTracker(self.recorder) if groups else None
         self._closed = False
         cache.set_event_sink(self.recorder)
 
-    def flush(self, force: bool = False) -> StepEvents:
+    def flush(self, force: bool = False) -> Sequence[KVEvent]:
         """Publishes the events since the last published batch, unless the last one went out
         less than `publish_interval_ms` ago and no publisher needs a resync (`force`:
         regardless); returns what it published (a sequence of `KVEvent`, made on first read:
@@ -73,7 +77,9 @@ class KVEventStream:
                 return self._nothing
             if self.recorder.pending:
                 self._due_ns = now + self._interval_ns  # a pause ends with a batch at once
-        events = self.recorder.take_step()
+        events: Sequence[KVEvent] = self.recorder.take_step()
+        if self.groups is not None and (changed := self.groups.take()):
+            events = [*events, *changed]
         resync: list[KVEvent] | None = None
         handed = 0  # events in the largest batch handed on (counted once, not per publisher)
         for i, publisher in enumerate(self.publishers):
@@ -83,6 +89,8 @@ class KVEventStream:
                     resync = [AllBlocksCleared(), *self.recorder.snapshot()]
                     if self.cache.host_tier.enabled:
                         resync += self.recorder.snapshot(MEDIUM_CPU_PINNED)
+                    if self.groups is not None:
+                        resync += self.groups.snapshot()
                     self.resyncs += 1
                 batch = resync
             if not batch:

@@ -1,5 +1,5 @@
-"""KV event types as routers decode them (vLLM / SGLang `kv_events`, see
-`reference/kv_events.md`): `BlockStored`, `BlockRemoved`, `AllBlocksCleared`, and the batch
+"""KV event types as routers decode them (vLLM / SGLang `kv_events`, see docs/events.md):
+`BlockStored`, `BlockRemoved`, `AllBlocksCleared`, and the batch
 `[ts, events, dp_rank]` published at most once per scheduler step (`KVEventStream`).
 
 The map-shaped structs (`BlockStored`, ...) are what the library builds and what the default
@@ -27,6 +27,7 @@ class BlockStored(msgspec.Struct, tag=True, omit_defaults=True):
     cache_salt: str | None = None
     group_idx: int | None = None
     kv_cache_spec_kind: str | None = None
+    kv_cache_spec_sliding_window: int | None = None
 
 
 class BlockRemoved(msgspec.Struct, tag=True, omit_defaults=True):
@@ -54,7 +55,8 @@ class KVEventBatch(msgspec.Struct, array_like=True):
 
 
 class ArrayBlockStored(msgspec.Struct, tag="BlockStored", array_like=True):
-    """Positional `BlockStored`: 7 elements; SGLang salted stores add a metadata map."""
+    """Positional `BlockStored`: 7 elements; SGLang salted stores add a metadata map, vLLM's
+    hybrid events `lora_name, extra_keys, group_idx, kind, window` (position 7 is either)."""
 
     block_hashes: list[int]
     parent_block_hash: int | None
@@ -62,12 +64,17 @@ class ArrayBlockStored(msgspec.Struct, tag="BlockStored", array_like=True):
     block_size: int
     lora_id: int | None
     medium: str | None
-    metadata: dict[str, str] | None = None
+    metadata: dict[str, str] | str | None = None
+    extra_keys: list[object] | None = None
+    group_idx: int | None = None
+    kv_cache_spec_kind: str | None = None
+    kv_cache_spec_sliding_window: int | None = None
 
 
 class ArrayBlockRemoved(msgspec.Struct, tag="BlockRemoved", array_like=True):
     block_hashes: list[int]
     medium: str | None
+    group_idx: int | None = None
 
 
 class ArrayAllBlocksCleared(msgspec.Struct, tag="AllBlocksCleared", array_like=True):

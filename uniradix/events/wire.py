@@ -1,4 +1,4 @@
-"""Wire shapes of a KV event batch, as msgpack bytes (`reference/kv_events.md` §a, §f.2).
+"""Wire shapes of a KV event batch, as msgpack bytes (docs/events.md).
 
 - `map` (default): events are maps with a `"type"` tag, optional nulls left out; what vLLM
   after #42892 and SGLang 0.5.23 send.
@@ -7,6 +7,10 @@
   exactly these 6 fields); `BlockRemoved` is `[tag, hashes, medium]`.
 - `sglang-array`: the same 7 elements; a salted store appends SGLang's metadata map
   `{"cache_salt": ...}` as an 8th.
+
+SWA / Mamba group events (`uniradix.events.groups`) carry vLLM's hybrid tail in
+`vllm-array` (`lora_name, extra_keys, group_idx, kind, window`; a remove `group_idx`); the
+SGLang shape has no place for them, so a stream in it publishes the full group only.
 
 The batch is always the 3-element array `[ts, events, dp_rank]`. `decode_batch` reads every
 shape back into the map structs.
@@ -59,10 +63,22 @@ def _positional(event: KVEvent, wire: str) -> list[Any]:
         ]
         if wire == "sglang-array" and event.cache_salt:
             out.append({"cache_salt": event.cache_salt})
+        elif wire == "vllm-array" and _auxiliary(event):
+            out += [event.lora_name, None, event.group_idx, event.kv_cache_spec_kind]
+            out.append(event.kv_cache_spec_sliding_window)
         return out
     if isinstance(event, BlockRemoved):
+        if wire == "vllm-array" and event.group_idx:
+            return ["BlockRemoved", event.block_hashes, event.medium, event.group_idx]
         return ["BlockRemoved", event.block_hashes, event.medium]
     return ["AllBlocksCleared"]
+
+
+def _auxiliary(event: BlockStored) -> bool:
+    """An SWA / Mamba group's store (`events.groups`): positional vLLM events then carry
+    the hybrid tail, as vLLM's own do; full-attention stores keep the 7-element base."""
+    kind = event.kv_cache_spec_kind
+    return kind is not None and kind != "full_attention"
 
 
 def encode_batch(events: Sequence[KVEvent], ts: float, dp_rank: int, wire: str = "map") -> bytes:
@@ -88,7 +104,8 @@ def prepare_batches(batches: Sequence[Sequence[KVEvent]]) -> None:
 
 def _from_array(event: ArrayKVEvent) -> KVEvent:
     if isinstance(event, ArrayBlockStored):
-        salt = (event.metadata or {}).get("cache_salt")
+        meta = event.metadata
+        salt = meta.get("cache_salt") if isinstance(meta, dict) else None
         return BlockStored(
             event.block_hashes,
             event.parent_block_hash,
@@ -96,11 +113,14 @@ def _from_array(event: ArrayKVEvent) -> KVEvent:
             event.block_size,
             event.lora_id,
             event.medium,
-            None,
+            meta if isinstance(meta, str) else None,
             cache_salt=salt,
+            group_idx=event.group_idx,
+            kv_cache_spec_kind=event.kv_cache_spec_kind,
+            kv_cache_spec_sliding_window=event.kv_cache_spec_sliding_window,
         )
     if isinstance(event, ArrayBlockRemoved):
-        return BlockRemoved(event.block_hashes, event.medium)
+        return BlockRemoved(event.block_hashes, event.medium, group_idx=event.group_idx)
     return AllBlocksCleared()
 
 

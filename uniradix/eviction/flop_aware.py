@@ -53,10 +53,8 @@ from uniradix.eviction.aux_eviction import (
 from uniradix.eviction.greedy_dual import GreedyDualCredits
 from uniradix.tree.node import TreeNode
 
-# `reuse_aware`'s weights, measured on the Mooncake trace's first 2,000 requests at 512 slots
-# (full+Mamba / full-only; benchmarks/results/hybrid_hits_reuse_aware.md): reuse weight 3 with
-# cost exponent 1, 1.25, 1.5, 1.75, 2: 0.861, 0.879, 0.899, 0.874, 0.866; exponent 1.5 with
-# weight 0, 1, 2, 3: 0.869, 0.891, 0.892, 0.899.
+# `reuse_aware`'s weights: the best of a grid (weight 0-3, exponent 1-2) on the Mooncake trace's
+# first 2,000 requests at 512 slots (`python -m benchmarks.hybrid_hits`).
 REUSE_WEIGHT = 3.0
 COST_EXPONENT = 1.5
 

@@ -2,93 +2,33 @@
 serves, weighted by the matches it served, never-served windows first among the least credited;
 and `greedy_dual_window` (at the end), which credits a window's nodes together.
 
-An SWA window at prefix length `d` lets a later request resume at `d`: its hit is `d` tokens,
-whatever the window's size. On the Mooncake trace the chance that a request's windows are
-matched later is about the same for prompts of 2k and of 32k tokens (11-18%), so the hit tokens
-a window is expected to serve grow with its depth, and the hits full attention keeps are
-mostly deep ones (median 17k tokens). LRU and `reuse_aware` keep a 2k-token prompt's window as
-long as a 40k-token one's. GreedyDual (Young 1994; Cao and Irani's GreedyDual-Size 1997)
-weighs recency against what a miss costs: each live SWA node has a credit `H = L + worth`,
-set when it is stored, refreshed by an insert, or served by a match; the victim is the
-unlocked node of least `H`, and `L` rises to the victim's `H`, so a node nobody touches loses
-its standing as `L` rises past it, a deep one later than a shallow one. As for Mamba states'
-`reuse_aware` (GreedyDual-Size-Frequency, Cherkasova 1998):
+Why depth: a window at prefix length `d` lets a later request resume at `d`, so its hit is `d`
+tokens whatever its size, and on real traces the chance a window is matched later hardly
+depends on the prompt's length; LRU keeps a 2k-token prompt's window as long as a 40k one's.
+GreedyDual (Young 1994; Cao and Irani 1997) weighs recency against that cost: each live SWA
+node has a credit `H = L + worth`, set when stored, refreshed by an insert or a match it
+served; the victim is the unlocked node of least `H`, and `L` rises to the victim's `H`, so
+an untouched node loses its standing, a deep one later than a shallow one:
 
     worth = (1 + REUSE_WEIGHT * serves) * depth ** COST_EXPONENT
 
-where `depth` is the prefix length at the node's end and `serves` counts the matches that
-ended within one window below the node (those it served). The worth is taken when the credit
-is set; a split parent keeps its child's serve count and credit (it was stored and used with
-it). As in `reuse_aware` (`uniradix.eviction.swa_reuse`), a window that served a match is
-kept past those that never did while one of those is among the `SCAN` (64) least credited:
-the victim is the least credited never-served window among them, else the least credited.
-Without that rule, deep one-off prompts outlived the shallow agent contexts that every turn
-resumes from (agentic_interfered, W=1024: 0.826 against `reuse_aware`'s 0.840).
+`serves` counts the matches that ended within one window below the node. A split parent keeps
+its child's serve count and credit. A window that served is kept past never-served ones while
+one of those is among the `SCAN` least credited (else deep one-off prompts outlive the shallow
+agent contexts every turn resumes from).
 
-Worked example (L = 0, weight 3, exponent 1.5): 1024-token windows at depth 2048 (worth
-2048**1.5 ~ 92.7k), at depth 16384 (~2.1M), and at depth 2048 that served one match (4 * 92.7k
-~ 371k): the first goes first, then the deep one (it never served), the served one last while
-a never-served window is among the 64 least credited; after the first eviction L is 92.7k,
-and a window stored then at depth 2048 gets 185k.
+*Passed* windows: a chunked prefill publishes each chunk with its last window live, and the
+next chunk goes past it; later requests rarely branch there. While a request is in prefill
+below its last checkpoint, the live windows within one window below its published end that
+neither overlap a checkpoint's window nor served are marked passed, worth `PASSED_WORTH`
+(`WINDOW_PASSED_WORTH` under `greedy_dual_window`) times the depth term.
 
-Tuned on the Mooncake trace's first 2,000 requests (full+SWA / full-only, W=4096 / W=1024):
-`reuse_aware` 0.481 / 0.938; without the never-served rule, weight 0 and exponent 1 (plain
-GreedyDual on depth) 0.686 / 0.961, exponent 0.5 0.549 / 0.947, 1.5 0.708 / 0.963, 2 0.715 /
-0.959; weight 3 and exponent 1 0.694 / 0.963, 1.5 0.747 / 0.963, 2 0.751 / 0.959; weight 8
-and exponent 1.5 0.733 / 0.967; with the rule (kept: weight 3, exponent 1.5) 0.733 / 0.967,
-the same with weight 0 or a scan of 8, 0.729 / 0.967 with a scan of 2. The whole trace and the
-built-in workloads are the out-of-sample check (benchmarks/results/hybrid_hits_swa_greedy_dual.md).
-
-*Passed* windows. A long prompt is prefilled in chunks, and each chunk is published with its
-last window live (the request reads it for the next chunk); the next chunk goes on past it,
-and the tree kept that window, deep and unserved, as if a prompt ended there. Later requests
-branch where prompts end or share blocks (the checkpoints placement names), at a chunk end
-only by chance: on the trace at W=4096 these windows held 63% of the SWA pool, never used
-again (`python -m benchmarks.swa_pool_contents`). So at each of a running request's
-out-of-window steps (`request_step`) while it is in prefill below its last checkpoint, the
-live windows within one window below its published end are marked passed, unless they overlap
-a checkpoint's window or served a match; a passed window that never served is worth
-`PASSED_WORTH * depth ** COST_EXPONENT`. A request without checkpoints marks nothing. Tuned
-on the same 2,000 requests (W=4096 / W=1024): before 0.733 / 0.967; factor 0 0.877 / 0.934,
-0.05 0.866 / 0.987, 0.1 (kept) 0.867 / 0.987, 0.2 0.858 / 0.979, 0.5 0.849 / 0.974; whole
-trace 0.843 -> 0.918 and 0.978 -> 0.995 (benchmarks/results/hybrid_hits_swa_passed.md).
-
-`greedy_dual_window`. A window is live only while every node of it is: losing
-any one of them loses the hit at the window's end. `greedy_dual` values each node by its own
-end, so a window's upper nodes are worth less than its last one and go first. With checkpoint
-placement a prompt keeps two windows: the one ending at the last grid boundary `g` and the one
-ending at the prompt end `p` (`p - g` under a block). At W=4096 they are a leaf `[p - W, p)`
-and a live parent `[g - W, p - W)` of under a block; the parent, worth `(p - W) ** 1.5`, went
-first, which kills the grid window (the one a next turn that shares whole blocks resumes
-from) and frees under a block, while the leaf lived on as a prompt-end window that serves
-only a resend of the same prompt. Here the nodes within one window (plus a page) below a
-match's end are worth the hit at that end, and so are the never-served ones below an
-insert's end: a new window's nodes share one credit and go together. A node that served
-keeps its own end when an insert touches it (as in `greedy_dual`): valuing it by every
-passing insert's end raised shared shallow prefixes (a system prompt every agent resumes
-from) and reshuffled small pools (agentic, full+SWA+Mamba W=1024: 0.884 against 0.889, 0.902
-with this rule). Tuned on the first 2,000 requests (W=4096 / W=1024): `greedy_dual` 0.867 /
-0.986; this 0.905 / 0.987; every refreshed node at the insert's end 0.905 / 0.987; only
-served windows at the match's end 0.867 / 0.986; only the nodes an insert newly stores 0.877
-/ 0.987; size-aware worth (divided by the node's size over the window) 0.866 / 0.979;
-orphaned parents lowered to `L` once their window's last node is gone: no change. Whole
-trace and workloads: benchmarks/results/hybrid_hits_h14w_window.md.
-
-Under `greedy_dual_window` a passed window is worth `WINDOW_PASSED_WORTH` (0.02), not 0.1:
-with 0.1 passed windows still held 9.8% of the sampled SWA tokens at W=4096 on the whole
-trace, of which 1% were used again (fresh windows: 27%, served ones: ~50%), and at 0.02 they
-hold 1.9%. The tuning slice is too short for this (a family of requests sharing a prefix
-comes back a median ~500 requests later, and one deep hit moves the slice's ratio by ~0.01:
-W=4096 / W=1024 0.905 / 0.987 at 0.1, 0.886 / 0.991 at 0.03, 0.892 / 0.991 at 0.02 and at
-0.01, 0.895 / 0.934 at 0); on the whole trace (W=4096 / W=1024): 0.1 0.943 / 0.997, 0.03
-0.946, 0.02 0.948 / 0.998, 0.01 0.948 / 0.997, 0.005 0.948 / 0.996 (the cost exponent moved
-by +-0.02, a change of no meaning, moves W=4096 by up to 0.002). Out of sample on the two
-variant traces and the built-in workloads: benchmarks/results/hybrid_hits_h14y.md, which also
-logs the first-use rules tried in that session and lost (branch-point windows treated as
-served, the prompt-end tail past the grid boundary split off and dropped first).
-
-`greedy_dual_output` (`uniradix.eviction.swa_output`, the default) is this order with
-the windows past a request's last checkpoint (its decode outputs) worth their measured reuse.
+`greedy_dual_window`: a window is live only while every node of it is, so the nodes within one
+window (plus a page) below a match's end, and the never-served ones below an insert's end,
+share the credit of that end and go together; a node that served keeps its own end. The
+constants were tuned on the synthetic Mooncake trace and checked on the built-in workloads
+(`python -m benchmarks.hybrid_hits`; docs/hit_rates.md). `greedy_dual_output`
+(`uniradix.eviction.swa_output`, the default) adds the worth of decode-output windows.
 """
 
 from __future__ import annotations
@@ -106,7 +46,7 @@ from uniradix.types import Req
 REUSE_WEIGHT = 3.0
 COST_EXPONENT = 1.5
 PASSED_WORTH = 0.1  # worth factor of a chunk-end window its request went past (never served)
-WINDOW_PASSED_WORTH = 0.02  # the same under `greedy_dual_window` (module docstring, h14y)
+WINDOW_PASSED_WORTH = 0.02  # the same under `greedy_dual_window`
 _SLACK = 64  # stale heap entries allowed beyond twice the live ones before a rebuild
 
 

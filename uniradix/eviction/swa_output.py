@@ -2,52 +2,27 @@
 windows a request leaves past its last checkpoint (its decode outputs) worth what their
 measured reuse says.
 
-A finished request publishes its prompt and outputs, and the SWA window ending at the outputs'
-end is live: a next turn that sends the outputs back (a chat, an agent's loop) resumes there.
-Where none does (the Mooncake trace: its next turns share the prompt's whole blocks only, and
-none of its 3,203 Mamba finish states was ever resumed from, `uniradix.sim.placement`), the
-output window is dead, yet `greedy_dual_window` credits it with the depth of the outputs' end,
-the deepest of the request's windows. Which traffic it is can be told only from the stream, so
-the order measures it (as Marconi learns what to admit, and as placement decides whether to
-checkpoint decode outputs): it counts the tokens of windows stored and of those that later
-served a match, for prompt windows (all but passed and output ones) and for output windows,
-and a never-served output window is worth
+Why: a finished request's window at the outputs' end is the deepest of its windows, so
+`greedy_dual_window` credits it most, yet it serves only traffic that sends outputs back (a
+chat, an agent's loop); where none does (the synthetic Mooncake trace) it is dead weight. Which
+traffic it is can be told only from the stream, so the order counts the tokens of windows
+stored and of those that later served a match, for prompt windows and for output windows, and
+a never-served output window is worth
 
     factor * depth ** COST_EXPONENT,  factor = min(1, output share / prompt share)
 
-each share with a prior of one window's tokens at the prompt share (so the factor starts at 1:
-`greedy_dual_window`'s worth). The count needs output windows kept as long as prompt windows,
-else a demoted window could not show it would have served: every `OUTPUT_SAMPLE`-th (8th)
-request's output window keeps the full worth, and only those are counted. Output nodes are the
-nodes of a finished request's insert wholly past its last checkpoint
-(`InsertParams.checkpoint_seqlens`, from `Req.checkpoint_seqlens`); an insert naming none marks
-nothing, so without checkpoint placement this order is `greedy_dual_window`.
+each share with a prior of one window's tokens at the prompt share (the factor starts at 1).
+So that demoted windows cannot bias the count, every `OUTPUT_SAMPLE`-th request's output
+window keeps the full worth, and only those are counted. Output nodes are the nodes of a
+finished request's insert wholly past its last checkpoint (`InsertParams.checkpoint_seqlens`);
+an insert naming none marks nothing, so without checkpoint placement this is
+`greedy_dual_window`.
 
-Measured without the checkpoint-window refresh below (`python -m benchmarks.hybrid_hits`,
-full+SWA / full-only, `greedy_dual_window` -> this; benchmarks/results/hybrid_hits_h14z.md):
-whole Mooncake trace W=1024 0.998 -> 1.000, W=4096 0.948 -> 0.954 (the factor ends at
-0.05: none of 71k sampled output tokens served); first 2,000 requests W=4096 0.892 -> 0.921;
-built-in workloads: every row unchanged (their outputs are sent back, the factor stays 1);
-full+SWA+Mamba on the trace 0.904 / 0.939 -> 0.904 / 0.939. Synthetic multi-turn traces
-(`benchmarks.variant_trace`): W=1024 0.910 -> 0.915 (continuation 0.5) and 0.904 -> 0.924
-(0.8); W=4096 at continuation 0.8 unchanged (0.806) but at 0.5 lower on five of six seeds
-(-0.001 to -0.005, mean -0.003).
-
-The mechanism of that loss (session 10, benchmarks/results/hybrid_hits_h14q_checkpoint_windows.md):
-an insert refreshes only the nodes within one window and a page of its end, so the window at
-an earlier checkpoint of the same request (the grid boundary a next turn resumes at) keeps
-the credit of the insert that stored it whenever its top node ends further up than that, and
-goes at that older credit. Which node boundaries a path has depends on its history: with the
-output leaf demoted and evicted early, the prompt's nodes become leaves, an SWA eviction of a
-leaf drops its full KV too (not a tombstone), the next turn recomputes from shallower, and its
-insert leaves a short node straddling the grid window's start, out of the finish insert's
-reach. So this order also refreshes, at each insert naming checkpoints, the never-served nodes
-of the windows ending at them (at most the insert's end deep) that the insert's own refresh
-did not reach, at the hit at the deepest such checkpoint. With it (full+SWA / full-only,
-`greedy_dual_window` -> this): whole trace W=1024 0.998 -> 1.000, W=4096 0.948 -> 0.954;
-continuation 0.5 W=4096 0.845 -> 0.853 and five more seeds +0.006 to +0.020; W=1024 0.910 ->
-0.926; continuation 0.8 0.904 -> 0.924 and 0.806 -> 0.817; built-in workloads unchanged.
-It wins or ties on every trace and workload measured, so it is the default since session 10.
+At each insert naming checkpoints it also refreshes the never-served nodes of the windows
+ending at them that the insert's own refresh (one window below its end) did not reach, at the
+hit at the deepest such checkpoint: node boundaries depend on the path's history, and without
+this a next turn's grid window could keep an old credit and go first. Figures:
+docs/hit_rates.md.
 """
 
 from __future__ import annotations

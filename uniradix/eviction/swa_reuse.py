@@ -3,20 +3,15 @@
 An SWA window serves a hit only if a later request's match ends right under it, and LRU keeps
 every window for the same time whatever its chance of that. Most windows a request leaves
 behind are never matched (on the Mooncake trace each request leaves ~8.7k live SWA tokens, and
-LRU keeps them ~150 requests against a median reuse distance of ~190:
-benchmarks/results/hybrid_hits_reuse_aware.md), while a window a match ended under sits where
-matches end again (a shared prefix's end, the branch point of a conversation). So among
-the `SCAN` least recent unlocked windows, the least recent one that **never served a match**
-goes first (no match ended within one window below it); when all of them have, the least
-recent overall goes (plain LRU).
+LRU keeps them ~150 requests against a median reuse distance of ~190), while a window a match
+ended under sits where matches end again (a shared prefix's end, the branch point of a
+conversation). So among the `SCAN` least recent unlocked windows, the least recent one that
+**never served a match** goes first (no match ended within one window below it); when all of
+them have, the least recent overall goes (plain LRU).
 
-Measured on the whole Mooncake trace (full+SWA / full-only): LRU 0.944 (W=1024) and 0.626
-(W=4096), this order 0.955 and 0.696. Counting also "a later insert passed over the window's
-node or its parent" (`TreeNode.hit_count > 0`) as evidence gave 0.946 and 0.622: a shared
-path is not a sign that this window will be matched. The scan is bounded so that a window
-that served a match still ages out once it is among the `SCAN` least recent and every other
-one there served too; unbounded (with the `hit_count` evidence) it lost on the whole trace at
-W=1024 (0.919), windows with evidence piling up (benchmarks/results/hybrid_hits_swa_reuse.md).
+Only a served match counts as evidence (a later insert passing over the node is no sign that
+this window will be matched), and the scan is bounded so that a window that served still ages
+out once every other one among the `SCAN` least recent served too.
 
 Worked example (LRU order, least recent first): A (never matched), B (a match ended under
 it), C (never matched): A goes first, then C, then B.

@@ -1,4 +1,4 @@
-"""Block hash algorithms of the KV events (`reference/kv_events.md` §c).
+"""Block hash algorithms of the KV events (docs/events.md).
 
 - `sglang_sha256` (default): SGLang's seedless SHA-256 page chain (`uniradix.hashing.page`),
   published as the first 8 bytes, big-endian, signed. The SGLang router recomputes exactly

@@ -6,7 +6,7 @@ insert and a match; instead the session *holds* the request: its row, its lock o
 it matched, its lengths, its SWA cursor and its Mamba slots, exactly as a running request
 holds them. The next turn resumes it and computes only the new tokens.
 
-Row of a held turn (the request's own layout, `uniradix.request_caching`)::
+Row of a held turn (the request's own layout, `uniradix.cache.request_caching`)::
 
     [0, cache_protected_len)               the tree's slots, alive through `req.lock`
     [cache_protected_len, kv_committed_len) the turn's own computed KV, kept

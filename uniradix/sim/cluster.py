@@ -17,12 +17,16 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from uniradix.cache.controller import UnifiedRadixCache
+from uniradix.events.groups import publishes_groups
 from uniradix.events.index import IndexPublisher, KVEventIndex
 from uniradix.events.publisher import EventPublisher, KVEventsConfig, ZmqEventPublisher
 from uniradix.events.stream import KVEventStream
 from uniradix.key import RadixKey
 from uniradix.sim.batch import RunningRequest, SchedulerView
+from uniradix.sim.host_summary import host_summary
 from uniradix.sim.metrics import ReplayMetrics
+from uniradix.sim.predictions import FIELDS as PREDICTION_FIELDS
+from uniradix.sim.predictions import HitPredictions
 from uniradix.sim.replay import (
     CONFIG_COMPONENTS,
     NullRunner,
@@ -32,7 +36,7 @@ from uniradix.sim.replay import (
     load_specs,
     scheduler_config,
 )
-from uniradix.sim.router import make_router
+from uniradix.sim.router import CacheAware, make_router
 from uniradix.sim.scheduler import Scheduler
 from uniradix.storage.backend import StorageBackend, open_backend
 from uniradix.types import EvictResult, MatchResult
@@ -63,8 +67,18 @@ class Instance:
             by_tier["host"] -= by_tier["storage"]
         return by_tier
 
+    def leaked(self) -> dict[str, int]:
+        """Per pool (device and host), after every request finished: slots neither free nor
+        held by the tree (`ReplayMetrics.leaked`)."""
+        m = self.metrics
+        leaked = m.leaked()
+        host = host_summary(self.cache, m.hit_tokens, m.host_hit_tokens, 0)
+        leaked.update(host.get("host_leaked", {}))
+        return leaked
+
     def summary(self) -> dict[str, Any]:
         m = self.metrics
+        storage = self.cache.host_tier.storage
         return {
             "name": self.name,
             "requests": len(self.global_rids),
@@ -76,6 +90,9 @@ class Instance:
             "steps": self.scheduler.num_steps,
             "events_published": self.stream.events_published,
             "events_dropped": self.stream.events_dropped,
+            "leaked": self.leaked(),
+            "invariant_checks": self.scheduler.num_invariant_checks,
+            "storage_tier": None if storage is None else storage.stats.as_dict(),
         }
 
 
@@ -95,6 +112,8 @@ class _Listener:
 
     def on_admit(self, request: RunningRequest, match: MatchResult) -> None:
         self._inst().metrics.on_admit(request, match)
+        if request.num_admissions == 1:
+            self.cluster.predictions.admitted(self.i, request.spec.rid)
 
     def on_evict(self, result: EvictResult) -> None:
         self._inst().metrics.on_evict(result)
@@ -143,12 +162,15 @@ class Cluster:
         max_len = max(len(s.prompt) + s.output_len for s in self.specs)
         hash_algo = kv_events.hash_algo if kv_events is not None else "sglang_sha256"
         hash_seed = kv_events.hash_seed if kv_events is not None else None
+        components = kv_events.components if kv_events is not None else "auto"
+        wire = kv_events.wire if kv_events is not None else "map"
         self.index = KVEventIndex(ps, hash_algo=hash_algo, hash_seed=hash_seed)
         names = [f"instance-{i}" for i in range(num_instances)]
         self.router_name = router
         self.router = make_router(
             router, self.index, names, recent=num_instances * options.max_running
         )
+        self.predictions = HitPredictions(self.index, names)
         config = scheduler_config(options)
         self.instances: list[Instance] = []
         for i, name in enumerate(names):
@@ -175,6 +197,7 @@ class Cluster:
                         hash_algo=hash_algo,
                         hash_seed=hash_seed,
                         publish_interval_ms=0,
+                        groups=publishes_groups(components, len(cache.components) - 1, wire),
                     ),
                 )
             )
@@ -197,7 +220,13 @@ class Cluster:
         while self._ready and self._outstanding < window:
             spec = self.specs[heapq.heappop(self._ready)]
             loads = [inst.outstanding for inst in self.instances]
-            inst = self.instances[self.router.choose(spec.prompt.token_ids(), loads)]
+            tokens = spec.prompt.token_ids()
+            choice = self.router.choose(tokens, loads)
+            inst = self.instances[choice]
+            expected = (
+                self.router.expected_pages[choice] if isinstance(self.router, CacheAware) else None
+            )
+            self.predictions.routed(choice, len(inst.global_rids), tokens, expected)
             inst.scheduler.submit(replace(spec, rid=len(inst.global_rids), after=None))
             inst.global_rids.append(spec.rid)
             self._outstanding += 1
@@ -231,7 +260,10 @@ class Cluster:
         return summary
 
     def _summary(self, wall_s: float) -> dict[str, Any]:
-        per = [inst.summary() for inst in self.instances]
+        per = [
+            inst.summary() | t
+            for inst, t in zip(self.instances, self.predictions.totals, strict=True)
+        ]
         prompt = sum(p["prompt_tokens"] for p in per)
         hits = sum(p["hit_tokens"] for p in per)
         counts = [p["requests"] for p in per]
@@ -247,6 +279,7 @@ class Cluster:
             "prompt_tokens": prompt,
             "hit_tokens": hits,
             "hit_rate": hits / max(prompt, 1),
+            **{key: sum(p[key] for p in per) for key in PREDICTION_FIELDS},
             "load_imbalance": max(counts) / (sum(counts) / len(counts)) if sum(counts) else 0.0,
             "hit_tokens_by_tier": {
                 tier: sum(p["hit_tokens_by_tier"].get(tier, 0) for p in per)
@@ -274,11 +307,19 @@ def cluster_text(summary: dict[str, Any]) -> str:
         f"router {summary['router']}, {len(summary['instances'])} instances, "
         f"{summary['requests']} requests: hit rate {summary['hit_rate']:.4f}, "
         f"load imbalance {summary['load_imbalance']:.3f}, events published "
-        f"{summary['events_published']}, dropped {summary['events_dropped']}"
+        f"{summary['events_published']}, dropped {summary['events_dropped']}",
+        "  hit tokens by tier: "
+        + ", ".join(f"{tier} {n}" for tier, n in summary["hit_tokens_by_tier"].items()),
     ]
+    if (store := summary["storage"]) is not None:
+        lines.append(
+            f"  L3: {store['pages_written']} pages written, {store['pages_read']} read, "
+            f"off {store['off_s']:.1f} s ({store['breaker_trips']} trips)"
+        )
     for inst in summary["instances"]:
         lines.append(
             f"  {inst['name']}: {inst['requests']} requests, hit rate {inst['hit_rate']:.4f}, "
-            f"{inst['events_published']} events"
+            f"{inst['events_published']} events, {inst['invariant_checks']} invariant checks, "
+            f"leaked {sum(inst['leaked'].values())} slots"
         )
     return "\n".join(lines)

@@ -30,8 +30,8 @@ def markdown_summary(result: ReplayResult) -> str:
         f"| requests | {s['requests']} ({s['rejected']} rejected as too long) |",
         f"| prompt tokens | {s['prompt_tokens']} |",
         f"| hit tokens | {s['hit_tokens']} ({s['hit_rate']:.2%}) |",
-        f"| hit tokens by tier | device {s['hit_tokens_by_tier']['device']}, "
-        f"host {s['hit_tokens_by_tier']['host']} |",
+        f"| hit tokens by tier | {_by_tier(s['hit_tokens_by_tier'])} |",
+        *_storage_rows(s.get("storage")),
         f"| ideal hit tokens (unbounded cache) | {s['ideal_hit_tokens']} "
         f"({s['ideal_hit_rate']:.2%}) |",
         f"| session follow-up turns: hit rate (unbounded cache) | "
@@ -56,7 +56,7 @@ def markdown_summary(result: ReplayResult) -> str:
     for pool, c in s["components"].items():
         lines.append(
             f"| {pool} | {c['capacity']} | {c['peak_used']} | {c['final_used']} | "
-            f"{c['evicted']} | {c['hit_tokens']} | {s['leaked'][pool]} |"
+            f"{c['evicted']} | {c.get('hit_tokens', '-')} | {s['leaked'][pool]} |"
         )
     if "budget" in s:  # pools sized from a model and a byte budget (uniradix.plan)
         b = s["budget"]
@@ -89,6 +89,29 @@ def markdown_summary(result: ReplayResult) -> str:
         for cause, num in lost["causes"].items():
             lines.append(f"| {cause} | {num} | {num / full:.2%} |")
     return "\n".join(lines) + "\n"
+
+
+def _by_tier(by_tier: dict[str, int]) -> str:
+    """`device 10, host 20, storage 30` (storage: L3 hits, loaded back through the host)."""
+    return ", ".join(f"{tier} {num}" for tier, num in by_tier.items())
+
+
+def _storage_rows(storage: dict[str, Any] | None) -> list[str]:
+    """The L3 rows: what moved, and how long L3 was off and what that skipped."""
+    if storage is None:
+        return []
+    tier = storage["tier"]
+    rows = [
+        f"| L3 pages written / kept / read / missed / repaired | {storage['pages_written']} / "
+        f"{storage['pages_kept']} / {storage['pages_read']} / {storage['pages_missed']} / "
+        f"{storage['pages_repaired']} |",
+        f"| L3 off (breaker) | {storage['off_s']:.1f} s, {storage['breaker_trips']} trips, "
+        f"state {storage['breaker_state']}; skipped {tier['off_backup_pages']} backup pages, "
+        f"{tier['off_probes']} probes ({tier['off_probe_tokens']} tokens) |",
+    ]
+    if storage["last_error"]:
+        rows.append(f"| L3 last error | {storage['last_error']} |")
+    return rows
 
 
 def _thin(values: list[Any]) -> tuple[list[int], list[Any]]:

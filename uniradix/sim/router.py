@@ -53,7 +53,9 @@ class CacheAware:
     within `slack` requests of the least loaded (so a popular prefix cannot pile every
     request on one instance); ties, and prompts no instance holds, go to the least loaded.
 
-    What an instance holds is what its events said, plus the pages of the last `recent`
+    What an instance holds is what it can resume from, as its events said (a hybrid
+    instance's SWA / Mamba groups included: `KVEventIndex.weighted_prefix`), plus the pages
+    of the last `recent`
     prompts routed to it: those are being prefilled and will be cached before the events
     say so (SGLang's router likewise inserts a routed prompt into its own tree at once).
     `names` are the index's instance names, in the cluster's order. A page held only on an
@@ -82,6 +84,7 @@ class CacheAware:
         self._routed: deque[tuple[int, list[int]]] = deque()
         self._in_flight: list[Counter[int]] = [Counter() for _ in self.names]
         self._fallback = LeastLoaded()
+        self.expected_pages = [0] * len(self.names)  # per instance, at the last `choose`
 
     def choose(self, tokens: np.ndarray, loads: Sequence[int]) -> int:
         hashes = self.index.page_hashes(tokens)
@@ -94,6 +97,7 @@ class CacheAware:
                 n += 1
                 score += 1.0
             held.append(score)
+            self.expected_pages[i] = n
         limit = min(loads) + self.slack
         best = max((held[i], -loads[i]) for i in range(len(loads)) if loads[i] <= limit)
         if best[0] == 0:

@@ -6,9 +6,10 @@ Mooncake JSONL, one request a line::
 
 `hash_ids` name the prompt's 512-token blocks (equal ids = equal blocks; the last block may be
 partial) and map to tokens as `BlockPrompt` documents. Plain token JSONL: each line is a list
-of token ids, or an object `{"token_ids": [...], "output_length": n}`.
+of token ids, or an object `{"token_ids": [...], "output_length": n}`; an object may also give
+its `output_ids` (the answer a later turn quotes) and `after` (the 0-based row it waits for).
 
-Traces carry no output tokens: they are drawn from a generator seeded with `seed`. A row of
+Output tokens a row does not give are drawn from a generator seeded with `seed`. A row of
 either format with a `session_id` (or `chat_id`) field gives its request that session id. With
 `max_sequence_len` (the most tokens the pools can ever hold for one request), a row asking for
 more is validated before anything is allocated for it: its outputs are capped at one token
@@ -128,31 +129,53 @@ def load_token_lists(
     specs: list[RequestSpec] = []
     for lineno, row in _lines(path, max_requests):
         where = f"{path}:{lineno}"
-        out = output_len
-        if isinstance(row, dict):
-            tokens = row.get("token_ids")
-            if "output_length" in row:
-                out = _int(row, "output_length", where, 1)
-        else:
-            tokens = row
-        if (
-            not isinstance(tokens, list)
-            or not tokens
-            or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in tokens)
-        ):
-            raise ValueError(
-                f"{where}: expected a non-empty list of token ids >= 0, got {tokens!r:.80}"
-            )
+        fields = row if isinstance(row, dict) else {"token_ids": row}
+        tokens = _ids(fields.get("token_ids"), where, "token_ids")
+        given = fields.get("output_ids")
+        if given is not None:
+            given = _ids(given, where, "output_ids")
+        out = len(given) if given is not None else output_len
+        if "output_length" in fields:
+            out = _int(fields, "output_length", where, 1)
         rid = len(specs)
         out = _output_len(len(tokens), out, max_sequence_len)
         outputs = rng.integers(0, VOCAB_SIZE, size=out, dtype=np.int64)
-        sid = _session_id(row, where)
+        if given is not None:  # the row's answer, cut to the (capped) output length
+            outputs = np.asarray(given[:out], dtype=np.int64)
         specs.append(
             RequestSpec(
-                rid, TokenPrompt(tokens), outputs, float(rid), source_line=lineno, session_id=sid
+                rid,
+                TokenPrompt(tokens),
+                outputs,
+                float(rid),
+                _after(fields, where, rid),
+                source_line=lineno,
+                session_id=_session_id(row, where),
             )
         )
     return specs
+
+
+def _ids(value: object, where: str, field: str) -> list[int]:
+    if (
+        not isinstance(value, list)
+        or not value
+        or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value)
+    ):
+        raise ValueError(
+            f"{where}: {field}: expected a non-empty list of ids >= 0, got {value!r:.80}"
+        )
+    return value
+
+
+def _after(row: dict[str, Any], where: str, rid: int) -> int | None:
+    """The earlier row this one waits for (0-based, counting kept rows)."""
+    value = row.get("after")
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < rid:
+        raise ValueError(f"{where}: after must be an earlier row's index (< {rid}), got {value!r}")
+    return value
 
 
 def load_trace(

@@ -4,7 +4,9 @@ One storage API: `batch_exists` (length of the stored prefix), `batch_get`, `bat
 `delete`, `clear`, `stats`, `close`. `StorageBackend` implements it once for every store:
 it frames each page (`page_format`), verifies every page read, counts everything, and runs
 each store operation behind a `CircuitBreaker`, so a store that fails or is down gives
-counted misses and never raises into the caller. A concrete store (`file_backend`,
+counted misses and never raises into the caller; its first failure and every change of
+the breaker print one line (`notices`). A page that fails verification is deleted from the
+store (self-repair): the next backup of that page writes it again. A concrete store (`file_backend`,
 `redis_backend`) implements only the raw `_store_*` methods on names and bytes, and
 declares which exceptions mean "the store failed" (`transient_errors`); any other exception
 is a bug and propagates.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import importlib
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +27,7 @@ from typing import TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
 from uniradix.hashing.storage_keys import PageKey
+from uniradix.storage import notices
 from uniradix.storage.breaker import BreakerState, CircuitBreaker
 from uniradix.storage.page_format import (
     Miss,
@@ -49,8 +53,11 @@ _REJECTED = frozenset(MissReason) - {
 class StorageStats:
     """Counters since the backend was opened (a snapshot). `pages_missed` counts every page
     asked for and not returned, whatever the reason (`misses_by_reason`); `pages_corrupt`
-    those of them the page format rejected; `failed_ops` store operations that raised;
-    `breaker_trips` times L3 was turned off."""
+    those of them the page format rejected, `pages_repaired` those then deleted from the
+    store; `pages_written` counts pages written, `pages_kept` pages a write found stored
+    already; `failed_ops` store operations that raised; `pages_refused` pages of calls the
+    breaker refused; `breaker_trips` times L3 was turned off, `off_s` seconds it was off;
+    `last_error` the last failure's reason."""
 
     pages_written: int = 0
     bytes_written: int = 0
@@ -62,6 +69,11 @@ class StorageStats:
     breaker_trips: int = 0
     breaker_state: str = BreakerState.CLOSED.value
     pages_evicted: int = 0
+    pages_kept: int = 0
+    pages_refused: int = 0
+    pages_repaired: int = 0
+    off_s: float = 0.0
+    last_error: str | None = None
     misses_by_reason: dict[str, int] = field(default_factory=dict)
 
 
@@ -73,7 +85,12 @@ _COUNTERS = (
     "pages_missed",
     "pages_corrupt",
     "failed_ops",
+    "pages_kept",
+    "pages_refused",
+    "pages_repaired",
 )
+WRITE_PAUSE_S = 1.0  # backups paused after the store refuses a write; doubles while it does
+MAX_WRITE_PAUSE_S = 30.0
 
 
 class StorageBackend(ABC):
@@ -87,9 +104,15 @@ class StorageBackend(ABC):
 
     def __init__(self, breaker: CircuitBreaker | None = None) -> None:
         self.breaker = breaker if breaker is not None else CircuitBreaker()
+        self.breaker.on_change = self._breaker_changed
+        self.label = type(self).__name__  # what notices call the store (`open_backend`: URL)
+        self.last_error: str | None = None
         self._lock = threading.Lock()
         self._counts = dict.fromkeys(_COUNTERS, 0)
         self._misses = {reason: 0 for reason in MissReason}
+        self._call = threading.local()  # per store call: pages a write found stored
+        self._pause_s = 0.0
+        self._paused_until = 0.0
 
     # -- the store operations a backend implements -------------------------------------
 
@@ -105,7 +128,8 @@ class StorageBackend(ABC):
     def _store_set(self, names: list[str], headers: list[bytes], payloads: list[Payload]) -> int:
         """Stores `header + payload` under each name, each page atomically (a reader sees the
         whole page or nothing), in order; returns how many leading pages are now stored. May
-        skip pages it already holds."""
+        skip pages it already holds (`_count_kept` each). A page the store refuses without
+        failing (a full server) ends the prefix: `_note_refusal(why)`."""
 
     @abstractmethod
     def _store_delete(self, names: list[str]) -> int:
@@ -122,14 +146,39 @@ class StorageBackend(ABC):
     def _store_evicted_pages(self) -> int:
         return 0
 
+    def _count_kept(self) -> None:
+        """A `_store_set` found this page stored already and did not write it."""
+        self._call.kept += 1
+
+    def _note_refusal(self, reason: str) -> None:
+        """The store refused a write without failing: backups pause (`writable`), for a
+        time that doubles while refusals go on."""
+        with self._lock:
+            now = time.monotonic()
+            if now < self._paused_until:
+                return
+            self._pause_s = min(max(self._pause_s * 2, WRITE_PAUSE_S), MAX_WRITE_PAUSE_S)
+            self._paused_until = now + self._pause_s
+            pause_s = self._pause_s
+        notices.writes_paused(self.label, reason, pause_s)
+
     # -- the public interface ------------------------------------------------------------
+
+    def available(self) -> bool:
+        """Whether a store call would be tried now (False while L3 is off): callers skip
+        preparing calls that would be refused."""
+        return self.breaker.available()
+
+    def writable(self) -> bool:
+        """`available()`, and backups are not paused after a refused write."""
+        return self.breaker.available() and time.monotonic() >= self._paused_until
 
     def batch_exists(self, keys: Sequence[PageKey]) -> int:
         """Length of the stored prefix of `keys` (0 when the store fails or L3 is off). A
         page found here may still be rejected by `batch_get` (corrupt, evicted meanwhile)."""
         if not keys:
             return 0
-        result = self._guarded(lambda: self._store_exists_prefix([k.name for k in keys]))
+        result = self._guarded(lambda: self._store_exists_prefix([k.name for k in keys]), len(keys))
         return 0 if isinstance(result, MissReason) else result
 
     def batch_get(
@@ -139,12 +188,13 @@ class StorageBackend(ABC):
         size the caller needs (a page of another size is a `BAD_LENGTH` miss)."""
         if not keys:
             return []
-        blobs = self._guarded(lambda: self._store_get([k.name for k in keys]))
+        blobs = self._guarded(lambda: self._store_get([k.name for k in keys]), len(keys))
         if isinstance(blobs, MissReason):
             self._count_misses({blobs: len(keys)})
             return [Miss(blobs)] * len(keys)
         out: list[memoryview | Miss] = []
         misses: dict[MissReason, int] = {}
+        rejected: list[str] = []
         num_bytes = 0
         for key, blob in zip(keys, blobs, strict=True):
             if blob is None:
@@ -155,6 +205,8 @@ class StorageBackend(ABC):
                 page = decode(key, blob, expected_bytes)
             if isinstance(page, Miss):
                 misses[page.reason] = misses.get(page.reason, 0) + 1
+                if page.reason in _REJECTED:
+                    rejected.append(key.name)
             else:
                 num_bytes += page.nbytes
             out.append(page)
@@ -162,28 +214,44 @@ class StorageBackend(ABC):
             self._counts["pages_read"] += len(keys) - sum(misses.values())
             self._counts["bytes_read"] += num_bytes
         self._count_misses(misses)
+        if rejected:  # self-repair: gone now, the next backup of these pages rewrites them
+            repaired = self._guarded(lambda: self._store_delete(rejected), len(rejected))
+            if not isinstance(repaired, MissReason):
+                with self._lock:
+                    self._counts["pages_repaired"] += repaired
         return out
 
     def batch_set(self, keys: Sequence[PageKey], payloads: Sequence[Payload]) -> int:
         """Stores each payload under its key; returns how many leading pages are stored
         (a failure part-way is a shorter prefix, never an exception). Pages past the
         returned prefix may or may not be stored; each stored page is whole."""
+        return self.batch_set_outcome(keys, payloads)[0]
+
+    def batch_set_outcome(
+        self, keys: Sequence[PageKey], payloads: Sequence[Payload]
+    ) -> tuple[int, MissReason | None]:
+        """`batch_set`, and why the prefix is short: `BACKEND_ERROR` (the store failed:
+        worth a retry while `available()`), `BREAKER_OPEN` (refused, L3 is off), or None
+        (every page stored, or the store refused one without failing: a full server)."""
         if len(keys) != len(payloads):
             raise ValueError(f"batch_set: {len(keys)} keys but {len(payloads)} payloads")
         if not keys:
-            return 0
+            return 0, None
         headers = [encode_header(k, p) for k, p in zip(keys, payloads, strict=True)]
+        self._call.kept = 0
         num_stored = self._guarded(
-            lambda: self._store_set([k.name for k in keys], headers, list(payloads))
+            lambda: self._store_set([k.name for k in keys], headers, list(payloads)), len(keys)
         )
         if isinstance(num_stored, MissReason):
-            return 0
+            return 0, num_stored
+        kept = self._call.kept
         with self._lock:
-            self._counts["pages_written"] += num_stored
+            self._counts["pages_written"] += num_stored - kept
+            self._counts["pages_kept"] += kept
             self._counts["bytes_written"] += sum(
                 memoryview(p).nbytes for p in payloads[:num_stored]
             )
-        return num_stored
+        return num_stored, None
 
     def delete(self, keys: Sequence[PageKey]) -> int:
         """Removes pages; returns how many were stored (0 when the store fails)."""
@@ -205,25 +273,38 @@ class StorageBackend(ABC):
             **counts,
             breaker_trips=self.breaker.trips,
             breaker_state=self.breaker.state.value,
+            off_s=round(self.breaker.off_s, 3),
+            last_error=self.last_error,
             pages_evicted=self._store_evicted_pages(),
             misses_by_reason=misses,
         )
 
     # -- internals -------------------------------------------------------------------------
 
-    def _guarded(self, op: Callable[[], T]) -> T | MissReason:
+    def _guarded(self, op: Callable[[], T], num_pages: int = 0) -> T | MissReason:
         """Runs one store operation behind the breaker: its result, or why there is none."""
         if not self.breaker.allow():
+            with self._lock:
+                self._counts["pages_refused"] += num_pages
             return MissReason.BREAKER_OPEN
         try:
             result = op()
-        except self.transient_errors:
-            self.breaker.record_failure()
+        except self.transient_errors as exc:
+            reason = str(exc).splitlines()[0] if str(exc) else ""
+            self.last_error = f"{type(exc).__name__}: {reason}" if reason else type(exc).__name__
             with self._lock:
                 self._counts["failed_ops"] += 1
+                first = self._counts["failed_ops"] == 1
+            if first:
+                notices.first_failure(self.label, self.last_error, self.breaker.failure_threshold)
+            self.breaker.record_failure()
             return MissReason.BACKEND_ERROR
         self.breaker.record_success()
         return result
+
+    def _breaker_changed(self, old: BreakerState, new: BreakerState, wait_s: float) -> None:
+        reason = self.last_error or "unknown"
+        notices.transition(self.label, old, new, reason, wait_s, self.breaker.off_s)
 
     def _count_misses(self, misses: dict[MissReason, int]) -> None:
         with self._lock:
@@ -242,6 +323,7 @@ _BUILTIN = {
     "null": "uniradix.storage.null_backend",
     "file": "uniradix.storage.file_backend",
     "redis": "uniradix.storage.redis_backend",
+    "rediss": "uniradix.storage.redis_backend",
     "redis+cluster": "uniradix.storage.redis_backend",
 }
 
@@ -255,16 +337,20 @@ def register_backend(scheme: str, factory: BackendFactory) -> None:
 
 def open_backend(url: str) -> StorageBackend:
     """The backend for `url` (`file://DIR`, `file` alone for a temporary directory,
-    `redis://host:port/db`, `redis+cluster://host:port`, `null` for no L3, or a registered
-    scheme)."""
+    `redis://[:password@]host:port/db`, `rediss://` for TLS, `redis+cluster://host:port`,
+    `null` for no L3, or a registered scheme)."""
     scheme = url.split("://", 1)[0].lower() if "://" in url else url.lower()
     if scheme not in _REGISTRY and scheme in _BUILTIN:
         importlib.import_module(_BUILTIN[scheme])
     factory = _REGISTRY.get(scheme)
     if factory is None:
         known = sorted(set(_REGISTRY) | set(_BUILTIN))
-        raise ValueError(f"unknown storage backend {scheme!r} in {url!r}; known: {known}")
-    return factory(url)
+        raise ValueError(
+            f"unknown storage backend {scheme!r} in {notices.redact(url)!r}; known: {known}"
+        )
+    backend = factory(url)
+    backend.label = notices.redact(url.split("?", 1)[0])
+    return backend
 
 
 def url_options(url: str, allowed: set[str]) -> dict[str, str]:

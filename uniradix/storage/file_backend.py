@@ -5,8 +5,10 @@ Layout: `DIR/pages/<2 hex>/<key name>.page` (256 shard folders keep directories 
 
 - **Atomic publish.** A page is written to a temp file in `DIR/tmp/` and renamed into place,
   so a reader (or a process started after a crash) sees a whole page or none. A temp file
-  left by a killed writer is never read, and is removed at the next start once it is older
-  than `STALE_TMP_S`.
+  left by a killed writer is never read, and is removed at the next start when its writer
+  (host and pid in its name) is gone or it is older than `STALE_TMP_S`.
+- **Self-repair.** A page that fails verification is unlinked (`StorageBackend.batch_get`),
+  so the next backup writes it again instead of finding it stored.
 - **fsync policy.** Off by default: L3 is a cache, and a page torn by a power loss fails its
   header or checksum and reads as a miss, never as data. `fsync=1` syncs each page before the
   rename and the shard folder after it, for pages that must survive a power loss.
@@ -24,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import socket
 import tempfile
 import threading
 import time
@@ -44,6 +47,7 @@ from uniradix.storage.breaker import CircuitBreaker
 from uniradix.storage.page_format import Payload
 
 STALE_TMP_S = 60.0
+_HOST = socket.gethostname().replace(".", "_")  # temp file names split on dots
 _SUFFIX = ".page"
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
@@ -70,6 +74,23 @@ def _write_all(fd: int, buffers: list[memoryview]) -> None:
             buffers.pop(0)
         if buffers:
             buffers[0] = buffers[0][n:]
+
+
+def _writer_alive(tmp_name: str) -> bool:
+    """Whether the process that wrote temp file `<name>.<host>-<pid>.<uuid>.tmp` may still
+    run: a writer on another machine (a shared directory) is assumed to."""
+    parts = tmp_name.split(".")
+    host, _, pid_text = parts[-3].rpartition("-") if len(parts) >= 3 else ("", "", "")
+    if host != _HOST or not pid_text.isdigit():
+        return True  # another machine's writer, or not a name of ours: left to its age
+    pid = int(pid_text)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 class FileBackend(StorageBackend):
@@ -122,7 +143,7 @@ class FileBackend(StorageBackend):
         now = time.time()
         for entry in os.scandir(self._tmp_dir):
             with contextlib.suppress(FileNotFoundError):  # its writer renamed it meanwhile
-                if now - entry.stat().st_mtime > STALE_TMP_S:
+                if not _writer_alive(entry.name) or now - entry.stat().st_mtime > STALE_TMP_S:
                     Path(entry.path).unlink(missing_ok=True)
         with self._index_lock:
             self._make_room(0)
@@ -201,6 +222,7 @@ class FileBackend(StorageBackend):
             with self._index_lock:
                 if name in self._index:  # a page's bytes are fixed by its key: keep it
                     self._index.move_to_end(name)
+                    self._count_kept()
                     continue
                 if not self._make_room(size):
                     return i
@@ -218,7 +240,7 @@ class FileBackend(StorageBackend):
 
     def _write_page(self, name: str, buffers: list[memoryview]) -> None:
         final = self._path(name)
-        tmp = self._tmp_dir / f"{name}.{os.getpid()}.{uuid.uuid4().hex}.tmp"
+        tmp = self._tmp_dir / f"{name}.{_HOST}-{os.getpid()}.{uuid.uuid4().hex}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             _write_all(fd, buffers)

@@ -1,9 +1,12 @@
 """Background L3 I/O the host tier drives: a backup writer and a prefetcher (no tree here).
 
 **Backup.** `BackupWriter.submit(keys, payloads)` queues one node chain's pages (the host
-tier keeps them pinned); a worker thread writes them in batches with bounded retries, and
+tier keeps them pinned); a worker thread writes them in batches, and
 `poll()` reports each ticket once with the *contiguous* prefix that is stored: pages after a
-hole are not counted, so a partial write is never taken for a backup.
+hole are not counted, so a partial write is never taken for a backup. Only a store error
+is retried (a few times, with a short doubling sleep), and only while the breaker lets calls
+through: once L3 is off or backups are paused (`StorageBackend.writable`) a job ends at
+once, costing nothing, and so does one the store refused (full).
 
 **Prefetch.** `Prefetcher.probe(keys)` asks the store how long the stored prefix is;
 `start(keys[:hit], ...)` fetches it on a worker thread, batch by batch, stopping at the
@@ -33,7 +36,7 @@ from dataclasses import dataclass
 
 from uniradix.hashing.storage_keys import PageKey
 from uniradix.storage.backend import StorageBackend
-from uniradix.storage.page_format import Payload
+from uniradix.storage.page_format import MissReason, Payload
 
 BATCH_PAGES = 128  # pages per store call: progress survives a failure part-way
 
@@ -125,15 +128,15 @@ class BackupWriter:
 
     def _write(self, keys: list[PageKey], payloads: list[Payload]) -> tuple[int, int]:
         stored = attempts = failures = 0
-        while stored < len(keys):
+        while stored < len(keys) and self.backend.writable():
             end = min(stored + BATCH_PAGES, len(keys))
             attempts += 1
-            n = self.backend.batch_set(keys[stored:end], payloads[stored:end])
-            short = stored + n < end
+            n, why = self.backend.batch_set_outcome(keys[stored:end], payloads[stored:end])
             stored += n
-            if short:
+            if stored < end:
                 failures += 1
-                if failures > self.max_retries:
+                retry = why is MissReason.BACKEND_ERROR and self.backend.available()
+                if not retry or failures > self.max_retries:
                     break
                 time.sleep(self.retry_delay_s * (1 << (failures - 1)))
         return stored, attempts

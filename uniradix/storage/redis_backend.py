@@ -1,10 +1,11 @@
-"""`redis://host:port/db` and `redis+cluster://host:port`: L3 shared across instances.
+"""`redis://host:port/db`, `rediss://` (TLS) and `redis+cluster://host:port`: L3 shared
+across instances. A password goes in the URL (`redis://:password@host:6379/0`, or
+`redis://user:password@host` with Redis ACLs).
 
 One Redis key per page (its `PageKey.name`) holding one string, the 72-byte header followed
 by the payload, written by one `SET`: a page is written and replaced atomically, and a reader
-(`GET`) gets a whole page or nothing. (Pages used to be a hash of two fields, header and
-payload, to spare joining them; measured side by side against plain pipelined `SET`, the
-join costs less than the `HSET` path did: `benchmarks/results/storage.md`.) Batches are one
+(`GET`) gets a whole page or nothing (joining header and payload costs less than a two-field
+`HSET`: `python -m benchmarks.storage`). Batches are one
 non-transactional pipeline, parsed by hiredis (redis-py picks it when installed). A key
 holding anything else (another type, a short value) is a rejected page, not a store
 failure. Options:
@@ -17,8 +18,9 @@ failure. Options:
 
 A server with `maxmemory` and an `allkeys-*` / `volatile-*` policy may drop any page: that
 page is then a plain miss. Under `noeviction` a full server refuses writes: the batch's
-stored prefix ends there. Keys are spread over Redis Cluster slots by their full name, so a
-cluster balances pages across shards; `clear()` removes only `ur1.*` keys.
+stored prefix ends there, and backups pause for a while (`StorageBackend.writable`). Keys
+are spread over Redis Cluster slots by their full name, so a cluster balances pages across
+shards; `clear()` removes only `ur1.*` keys.
 """
 
 from __future__ import annotations
@@ -128,6 +130,7 @@ class RedisBackend(StorageBackend):
         # connection raises from `execute` instead.
         for i, result in enumerate(pipe.execute(raise_on_error=False)):
             if isinstance(result, Exception):
+                self._note_refusal(str(result).splitlines()[0])
                 return i
         return len(names)
 
@@ -141,12 +144,14 @@ class RedisBackend(StorageBackend):
         try:
             commands = set_commands(names, headers, payloads, self.ttl_ms)
             conn.send_packed_command(commands)  # type: ignore[no-untyped-call]
-            stored = len(names)
+            stored, refusal = len(names), ""
             for i in range(len(names)):  # read every reply: the connection stays in step
                 try:
                     conn.read_response()
-                except redis.exceptions.ResponseError:  # refused (a full server): see above
-                    stored = min(stored, i)
+                except redis.exceptions.ResponseError as exc:  # refused (a full server)
+                    stored, refusal = min(stored, i), refusal or str(exc).splitlines()[0]
+            if refusal:
+                self._note_refusal(refusal)
             return stored
         except BaseException:
             conn.disconnect()  # type: ignore[no-untyped-call]  # not half-read next time
@@ -216,6 +221,8 @@ def _client_kwargs(url: str, options: dict[str, str], cluster: bool) -> dict[str
         kwargs["username"] = unquote(parts.username)
     if parts.password:
         kwargs["password"] = unquote(parts.password)
+    if parts.scheme.lower() == "rediss":
+        kwargs["ssl"] = True
     db = parts.path.strip("/")
     if db and cluster:
         raise ValueError(f"Redis Cluster has only database 0; remove /{db} from {url!r}")
@@ -239,4 +246,5 @@ def _from_url(url: str) -> RedisBackend:
 
 
 register_backend("redis", _from_url)
+register_backend("rediss", _from_url)
 register_backend("redis+cluster", _from_url)

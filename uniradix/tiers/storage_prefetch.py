@@ -2,6 +2,8 @@
 
 `start(key)` (the scheduler calls it while the request waits in the queue):
 
+0. while L3 is off (`StorageBackend.available`), nothing: no match, no keys, no probe
+   (counted in `off_probes`, `off_probe_tokens`);
 1. match `key`; when it extends at least `prefetch_threshold` tokens past the device+host
    hit, probe the store (`batch_exists`, bounded by the backend's timeouts and breaker);
 2. reserve host slots for the stored pages, never more than half the host pool in flight
@@ -34,6 +36,7 @@ from uniradix.types import IncLockRefResult, MatchPrefixParams, Slots
 if TYPE_CHECKING:
     from uniradix.hashing.storage_keys import KeySpace
     from uniradix.memory.host_kv import HostKVPool
+    from uniradix.storage.backend import StorageBackend
     from uniradix.tiers.host_aux import HostAux
     from uniradix.tiers.storage_aux import AuxPlan, AuxStorage
     from uniradix.tiers.views import HostTierView
@@ -58,6 +61,10 @@ class StorageTierStats:
     aux_stored_pages: dict[str, int] = field(default_factory=dict)  # by pool: "swa", "mamba"
     unresumable_pages: int = 0  # probed full pages past the last resumable boundary
     unresumable_tokens: int = 0  # fetched tokens dropped: the aux part missed or had no room
+    # While L3 was off (or backups paused after a refused write): the work skipped.
+    off_backup_pages: int = 0  # pages not backed up
+    off_probes: int = 0  # prefetch probes not made
+    off_probe_tokens: int = 0  # tokens of the keys those probes would have looked up
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -89,6 +96,8 @@ class PrefetchSource(Protocol):
     def page_nbytes(self) -> int: ...
     @property
     def aux(self) -> AuxStorage | None: ...
+    @property
+    def backend(self) -> StorageBackend: ...
     def flush(self) -> None: ...
 
 
@@ -121,6 +130,12 @@ class StoragePrefetches:
         tier, stats = storage.tier, storage.stats
         cache, ps = tier.cache, storage.page_size
         num_pages = len(key) // ps
+        if num_pages * ps < storage.prefetch_threshold:
+            return None
+        if not storage.backend.available():
+            stats.off_probes += 1
+            stats.off_probe_tokens += num_pages * ps
+            return None
         match = cache.match_prefix(MatchPrefixParams(key))
         hit = match.device_prefix_len + match.host_hit_length
         if num_pages * ps - hit < storage.prefetch_threshold or hit % ps:

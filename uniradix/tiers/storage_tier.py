@@ -6,6 +6,8 @@ pages are handed to a `BackupWriter` under keys from their chained page digests
 (`KeySpace.keys_for` over the chain's whole path, so the chain is rooted in its `extra_key`
 namespace). Only the contiguous stored prefix a writer result reports counts as stored
 (`stats.stored_pages`); those pages are announced to the event sink on the `DISK` medium.
+While L3 is off or backups are paused after a refused write (`StorageBackend.writable`), a
+backup is skipped before its keys are computed (`stats.off_backup_pages`).
 
 **Hybrid caches** (`uniradix.tiers.storage_aux`): with a chain's full pages go the SWA
 window pages and the Mamba states its host copies hold, each pool under its own key space;
@@ -125,6 +127,9 @@ class StorageTier:
         if not chain:
             return
         tree, ps = self.tier.cache.tree, self.page_size
+        if not self.backend.writable():
+            self.stats.off_backup_pages += sum(n.num_tokens for n in chain) // ps
+            return
         chain = sorted(chain, key=tree.prefix_len)  # root-first
         # The path's digests from the cache's shared table: hashed once per node, not per
         # backup (the event recorder reads the same ones when the namespace seeds agree).

@@ -34,12 +34,23 @@ def _priority(node: TreeNode) -> Any:
     return (node.priority, node.last_access_time)
 
 
+# Segmented LRU: a node hit at least this often (it served a prefix twice) is in the protected
+# segment; every probationary node goes before any protected one, each segment in LRU order.
+# Two, as SGLang's `slru`: one hit is often the request's own follow-up turn, a second shows reuse.
+SLRU_PROTECTED_HITS = 2
+
+
+def _slru(node: TreeNode) -> Any:
+    return (node.hit_count >= SLRU_PROTECTED_HITS, node.last_access_time)
+
+
 EVICTION_POLICIES: dict[str, PolicyKey] = {
     "lru": _lru,
     "lfu": _lfu,
     "fifo": _fifo,
     "mru": _mru,
     "priority": _priority,
+    "slru": _slru,
 }
 
 

@@ -1,0 +1,123 @@
+"""SGLang's `UnifiedRadixCache` per op on three TreeCores: uniradix's ("uniradix",
+`uniradix.integrations.sglang`), SGLang's Rust core and its Python core.
+
+    .venv/bin/python benchmarks/sglang_cores.py [--workloads chat,fewshot] [--page-sizes 1]
+        [--scale 0.3] [--pool-tokens 16384] [--out benchmarks/results/sglang_cores.md]
+
+Needs SGLang 0.5.23 in .venv (scripts/setup_sglang.sh). Each core gets its own cache on the
+same pools and plays the same request stream (`benchmarks/streams.py`) through the same
+driver (`benchmarks/peer/sglang_driver.py`, `benchmarks/ops.py`); the three take turns,
+a few batches each, so machine noise falls on all alike. The table gives per-op medians and
+the uniradix/Rust ratio (below 1: uniradix faster), and each core's hit rate: they must be
+equal (the cores cache the same tokens), and the run fails if they are not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks" / "peer"))
+
+from stubs import install_stubs  # noqa: E402
+
+install_stubs()
+
+import uniradix.integrations.sglang  # noqa: E402, F401  (registers the "uniradix" core)
+from benchmarks.ops import OPS, Measurement  # noqa: E402
+from benchmarks.peer.sglang_driver import SGLangAdapter, build_cache  # noqa: E402
+from benchmarks.streams import StreamSpec, requests  # noqa: E402
+
+CORES = ("uniradix", "rust", "python")
+SHOWN_OPS = ("match", "insert", "evict")
+BATCH = 16
+TURN_BATCHES = 4
+
+
+def _adapter(core: str, page_size: int, pool_tokens: int) -> SGLangAdapter:
+    os.environ["SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND"] = core
+    return SGLangAdapter(build_cache("full", page_size, pool_tokens), page_size)
+
+
+def run_stream(workload: str, page_size: int, scale: float, pool_tokens: int) -> dict[str, Any]:
+    spec = StreamSpec(workload=workload, scale=scale, batch=BATCH)
+    runs, classes = {}, {}
+    for core in CORES:
+        adapter = _adapter(core, page_size, pool_tokens)
+        classes[core] = type(adapter.cache.tree_core).__name__
+        runs[core] = Measurement(
+            lambda a=adapter: a, lambda: requests(spec), heap=False, batch=BATCH
+        )
+    done: set[str] = set()
+    while len(done) < len(CORES):
+        for core in CORES:
+            if core not in done and runs[core].step(TURN_BATCHES):
+                done.add(core)
+    results = {core: runs[core].finish() for core in CORES}
+    rates = {core: round(r["hit_rate"], 9) for core, r in results.items()}
+    if len(set(rates.values())) != 1:
+        raise SystemExit(f"{workload} p{page_size}: hit rates differ across cores: {rates}")
+    return {"results": results, "classes": classes}
+
+
+def _op(result: dict[str, Any], op: str) -> float:
+    """The op's median, NaN where the stream never called it (no eviction in a roomy pool)."""
+    stats = result["ops"].get(op)
+    return float(stats["median_us"]) if stats else float("nan")
+
+
+def table(rows: list[tuple[str, int, dict[str, Any]]], command: str) -> str:
+    lines = [
+        "# SGLang's UnifiedRadixCache per op: uniradix core vs SGLang's Rust and Python cores",
+        "",
+        f"Command: `{command}`",
+        "",
+        "Median µs per call (FULL attention, CPU); `u/rust`: uniradix over Rust (below 1:"
+        " uniradix faster). Hit rates are equal across the three cores (checked by the run).",
+        "",
+        "| workload | page | op | uniradix | rust | python | u/rust | hit rate |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for workload, page_size, run in rows:
+        r = run["results"]
+        for op in SHOWN_OPS:
+            u, rust, py = (_op(r[c], op) for c in CORES)
+            lines.append(
+                f"| {workload} | {page_size} | {op} | {u:.1f} | {rust:.1f} | {py:.1f} |"
+                f" {u / rust:.2f} | {r['uniradix']['hit_rate']:.4f} |"
+            )
+    classes = rows[0][2]["classes"] if rows else {}
+    lines += ["", "Tree core classes built: " + ", ".join(f"{k}={v}" for k, v in classes.items())]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--workloads", default="chat,fewshot")
+    p.add_argument("--page-sizes", default="1")
+    p.add_argument("--scale", type=float, default=0.3)
+    p.add_argument("--pool-tokens", type=int, default=16384)
+    p.add_argument("--out", type=Path, default=REPO / "benchmarks/results/sglang_cores.md")
+    args = p.parse_args(argv)
+    assert set(SHOWN_OPS) <= set(OPS), f"ops {SHOWN_OPS} not all measured by benchmarks/ops.py"
+    rows = []
+    for workload in args.workloads.split(","):
+        for page_size in (int(x) for x in args.page_sizes.split(",")):
+            rows.append(
+                (workload, page_size, run_stream(workload, page_size, args.scale, args.pool_tokens))
+            )
+    command = "python benchmarks/sglang_cores.py " + " ".join(
+        sys.argv[1:] if argv is None else argv
+    )
+    text = table(rows, command.strip())
+    args.out.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Trace generators and converters for the hit-rate suite (`benchmarks/traces/suite.py`)."""

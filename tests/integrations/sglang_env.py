@@ -1,0 +1,35 @@
+"""Loads SGLang 0.5.23 for the integration tests, or skips the module with the reason.
+
+SGLang imports GPU-only and front-end packages at load time (triton, ...); on a CPU machine
+they are stubbed here, inside the test process only (benchmarks/peer/stubs.py), never in the
+library a user imports."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+WANTED = "0.5.23"
+
+
+def load_sglang() -> None:
+    try:
+        version = importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip(
+            f"sglang=={WANTED} is not installed (scripts/setup_sglang.sh installs it)",
+            allow_module_level=True,
+        )
+    if version != WANTED:
+        pytest.skip(f"needs sglang=={WANTED}, found {version}", allow_module_level=True)
+    sys.path.insert(0, str(REPO / "benchmarks" / "peer"))
+    from stubs import install_stubs
+
+    install_stubs()
+    # The default core is Rust; the tests choose theirs per cache.
+    os.environ.setdefault("SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND", "python")

@@ -1,0 +1,102 @@
+"""What the uniradix TreeCore does not cover yet, refused loudly.
+
+`check_supported` runs when SGLang builds the cache, so an unsupported configuration fails
+at start-up with the reason instead of misbehaving while serving. `RefusedTreeCoreMethods`
+gives the rest of SGLang's `UnifiedTreeCoreInterface` (host tier, storage, SWA and Mamba
+state, external linker) bodies that raise `NotImplementedError` naming the method and what it
+needs; SGLang's controller calls none of them on a FULL-only device-tier cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import (
+    UnifiedTreeCoreInterface,
+)
+
+_HOST = "SGLang's host tier (HiCache) and L3 storage"
+_AUX = "the SWA and Mamba components"
+_WALK = "tree walks for scheduling and the KV canary"
+_LINKER = "SGLang's external cache linker"
+
+
+def check_supported(params: Any) -> None:
+    """Raises ValueError naming the first setting of `params` this core does not support."""
+    components = tuple(params.tree_components or ())
+    if components != (ComponentType.FULL,):
+        names = [c.name for c in components]
+        raise ValueError(
+            f"the uniradix TreeCore supports tree_components (FULL,) only, got {names}: "
+            "SWA and Mamba components are not ported yet"
+        )
+    refused = {
+        "enable_session_radix_cache": "session-aware caching",
+        "is_eagle": "EAGLE bigram keys",
+        "component_registry_override": "custom components",
+        "enable_kv_cache_events": "KV cache events",
+    }
+    for name, what in refused.items():
+        if getattr(params, name, None):
+            raise ValueError(f"the uniradix TreeCore does not support {what} ({name}=True)")
+
+
+def _refused(method: str, needs: str) -> Callable[..., NoReturn]:
+    def refuse(self: Any, *args: Any, **kwargs: Any) -> NoReturn:
+        raise NotImplementedError(
+            f"uniradix TreeCore: {method} needs {needs}, which this core does not support yet"
+        )
+
+    refuse.__name__ = method
+    return refuse
+
+
+class RefusedTreeCoreMethods(UnifiedTreeCoreInterface):  # type: ignore[misc]
+    """The interface methods outside the FULL device tier, each refused by name."""
+
+    node_by_id = _refused("node_by_id", "SGLang's Python tree nodes")
+    get_last_hash_value = _refused("get_last_hash_value", _HOST)
+    get_prefix_hash_values = _refused("get_prefix_hash_values", _HOST)
+    get_hash_values = _refused("get_hash_values", _HOST)
+    snapshot_buffer_backup = _refused("snapshot_buffer_backup", _HOST)
+    validate_buffer_backup = _refused("validate_buffer_backup", _HOST)
+    backfill_missing_hash_values = _refused("backfill_missing_hash_values", _HOST)
+    dfs_weight_order = _refused("dfs_weight_order", _WALK)
+    collect_path_info = _refused("collect_path_info", _WALK)
+    walk_for_kv_canary = _refused("walk_for_kv_canary", _WALK)
+    match_full_device_prefix = _refused("match_full_device_prefix", _WALK)
+    dec_swa_lock_only = _refused("dec_swa_lock_only", _AUX)
+    finish_mamba_state_eviction = _refused("finish_mamba_state_eviction", _AUX)
+    finish_swa_state_eviction = _refused("finish_swa_state_eviction", _AUX)
+    evict_excess_path_states = _refused("evict_excess_path_states", _AUX)
+    swa_tombstone_ranges = _refused("swa_tombstone_ranges", _AUX)
+    attach_swa_window = _refused("attach_swa_window", _AUX)
+    set_component_device_value = _refused("set_component_device_value", _AUX)
+    adjust_component_size = _refused("adjust_component_size", _AUX)
+    drop_subtree_no_host = _refused("drop_subtree_no_host", _HOST)
+    demote = _refused("demote", _HOST)
+    inc_host_lock_ref = _refused("inc_host_lock_ref", _HOST)
+    dec_host_lock_ref = _refused("dec_host_lock_ref", _HOST)
+    drive_host_eviction = _refused("drive_host_eviction", _HOST)
+    set_hicache_enabled = _refused("set_hicache_enabled", _HOST)
+    set_host_memory_buffer_only = _refused("set_host_memory_buffer_only", _HOST)
+    insert_host = _refused("insert_host", _HOST)
+    build_backup_spec = _refused("build_backup_spec", _HOST)
+    build_storage_backup_spec = _refused("build_storage_backup_spec", _HOST)
+    build_hicache_transfers = _refused("build_hicache_transfers", _HOST)
+    build_load_back_spec = _refused("build_load_back_spec", _HOST)
+    prefetch_anchor_info = _refused("prefetch_anchor_info", _HOST)
+    commit_hicache_transfers = _refused("commit_hicache_transfers", _HOST)
+    commit_backup = _refused("commit_backup", _HOST)
+    commit_load_back = _refused("commit_load_back", _HOST)
+    finish_load_back = _refused("finish_load_back", _HOST)
+    mark_write_through_pending = _refused("mark_write_through_pending", _HOST)
+    finish_write_through = _refused("finish_write_through", _HOST)
+    build_external_linker_offload_transfers = _refused(
+        "build_external_linker_offload_transfers", _LINKER
+    )
+    mark_external_cache_stored_path = _refused("mark_external_cache_stored_path", _LINKER)
+    mark_external_linker_offload_pending = _refused("mark_external_linker_offload_pending", _LINKER)
+    finish_external_linker_offload = _refused("finish_external_linker_offload", _LINKER)
