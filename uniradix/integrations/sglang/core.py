@@ -49,6 +49,8 @@ class UniradixTreeCore(RefusedTreeCoreMethods):
     supports_rotation_base = False
 
     def __init__(self, params: Any, components: dict[Any, Any] | None = None) -> None:
+        # `components`: SGLang's component objects, which its Python core calls into; this
+        # core keeps the one it supports (FULL) itself, as SGLang's Rust core does.
         check_supported(params)
         self.page_size: int = params.page_size
         allocator = params.token_to_kv_pool_allocator
