@@ -9,16 +9,21 @@ same pools and plays the same request stream (`benchmarks/streams.py`) through t
 driver (`benchmarks/peer/sglang_driver.py`, `benchmarks/ops.py`); the three take turns,
 a few batches each, so machine noise falls on all alike. The table gives per-op medians and
 the uniradix/Rust ratio (below 1: uniradix faster), and each core's hit rate: they must be
-equal (the cores cache the same tokens), and the run fails if they are not.
+equal (the cores cache the same tokens), as must the KV events each emits (a digest of
+SGLang's events, from a second, untimed pass with events on); the run fails if either
+differs.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import sys
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -29,7 +34,7 @@ from stubs import install_stubs  # noqa: E402
 install_stubs()
 
 import uniradix.integrations.sglang  # noqa: E402, F401  (registers the "uniradix" core)
-from benchmarks.ops import OPS, Measurement  # noqa: E402
+from benchmarks.ops import OPS, Measurement, Player  # noqa: E402
 from benchmarks.peer.sglang_driver import SGLangAdapter, build_cache  # noqa: E402
 from benchmarks.streams import StreamSpec, requests  # noqa: E402
 
@@ -39,16 +44,37 @@ BATCH = 16
 TURN_BATCHES = 4
 
 
-def _adapter(core: str, page_size: int, pool_tokens: int) -> SGLangAdapter:
+def _adapter(core: str, page_size: int, pool_tokens: int, kv_events: bool) -> SGLangAdapter:
     os.environ["SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND"] = core
-    return SGLangAdapter(build_cache("full", page_size, pool_tokens), page_size)
+    cache = build_cache("full", page_size, pool_tokens, kv_events=kv_events)
+    return SGLangAdapter(cache, page_size)
+
+
+def _digest_events(digest: Any, cache: Any) -> None:
+    """Folds the KV events the cache queued since the last call into `digest`."""
+    for event in cache.take_events():
+        digest.update(msgspec.msgpack.encode(event))
+
+
+def event_digests(spec: StreamSpec, page_size: int, pool_tokens: int) -> dict[str, str]:
+    """An untimed pass per core with KV events on (SGLang's Python recorder hashes every
+    page in Python, which would swamp the timed ops): the digest of all its events."""
+    digests = {}
+    for core in CORES:
+        adapter = _adapter(core, page_size, pool_tokens, kv_events=True)
+        player, digest = Player(adapter, requests(spec), BATCH), hashlib.sha256()
+        while not player.step(TURN_BATCHES):
+            _digest_events(digest, adapter.cache)
+        _digest_events(digest, adapter.cache)
+        digests[core] = digest.hexdigest()[:16]
+    return digests
 
 
 def run_stream(workload: str, page_size: int, scale: float, pool_tokens: int) -> dict[str, Any]:
     spec = StreamSpec(workload=workload, scale=scale, batch=BATCH)
     runs, classes = {}, {}
     for core in CORES:
-        adapter = _adapter(core, page_size, pool_tokens)
+        adapter = _adapter(core, page_size, pool_tokens, kv_events=False)
         classes[core] = type(adapter.cache.tree_core).__name__
         runs[core] = Measurement(
             lambda a=adapter: a, lambda: requests(spec), heap=False, batch=BATCH
@@ -62,7 +88,10 @@ def run_stream(workload: str, page_size: int, scale: float, pool_tokens: int) ->
     rates = {core: round(r["hit_rate"], 9) for core, r in results.items()}
     if len(set(rates.values())) != 1:
         raise SystemExit(f"{workload} p{page_size}: hit rates differ across cores: {rates}")
-    return {"results": results, "classes": classes}
+    events = event_digests(spec, page_size, pool_tokens)
+    if len(set(events.values())) != 1:
+        raise SystemExit(f"{workload} p{page_size}: KV events differ across cores: {events}")
+    return {"results": results, "classes": classes, "events": events["uniradix"]}
 
 
 def _op(result: dict[str, Any], op: str) -> float:
@@ -78,10 +107,12 @@ def table(rows: list[tuple[str, int, dict[str, Any]]], command: str) -> str:
         f"Command: `{command}`",
         "",
         "Median µs per call (FULL attention, CPU); `u/rust`: uniradix over Rust (below 1:"
-        " uniradix faster). Hit rates are equal across the three cores (checked by the run).",
+        " uniradix faster), KV events off. Hit rates, and KV events (sha256 of SGLang's events"
+        " in order, from a second, untimed pass with events on), are equal across the three"
+        " cores (checked by the run).",
         "",
-        "| workload | page | op | uniradix | rust | python | u/rust | hit rate |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| workload | page | op | uniradix | rust | python | u/rust | hit rate | KV events |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for workload, page_size, run in rows:
         r = run["results"]
@@ -89,7 +120,7 @@ def table(rows: list[tuple[str, int, dict[str, Any]]], command: str) -> str:
             u, rust, py = (_op(r[c], op) for c in CORES)
             lines.append(
                 f"| {workload} | {page_size} | {op} | {u:.1f} | {rust:.1f} | {py:.1f} |"
-                f" {u / rust:.2f} | {r['uniradix']['hit_rate']:.4f} |"
+                f" {u / rust:.2f} | {r['uniradix']['hit_rate']:.4f} | {run['events']} |"
             )
     classes = rows[0][2]["classes"] if rows else {}
     lines += ["", "Tree core classes built: " + ", ".join(f"{k}={v}" for k, v in classes.items())]

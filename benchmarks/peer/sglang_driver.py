@@ -88,7 +88,10 @@ def _full_allocator(size: int, page_size: int, kv: Any) -> Any:
     return PagedTokenToKVPoolAllocator(size, page_size, DTYPE, "cpu", kv, need_sort=False)
 
 
-def build_cache(config: str, page_size: int, pool_tokens: int) -> UnifiedRadixCache:
+def build_cache(
+    config: str, page_size: int, pool_tokens: int, kv_events: bool = False
+) -> UnifiedRadixCache:
+    """`kv_events`: the cache records SGLang's KV cache events (for `take_events`)."""
     _server_args(page_size)
     extra: dict[str, Any] = {}
     if config == "full":
@@ -148,6 +151,7 @@ def build_cache(config: str, page_size: int, pool_tokens: int) -> UnifiedRadixCa
         token_to_kv_pool_allocator=allocator,
         page_size=page_size,
         tree_components=components,
+        enable_kv_cache_events=kv_events,
         **extra,
     )
     return UnifiedRadixCache(params)

@@ -28,14 +28,14 @@ from tests.integrations.test_sglang_core import play  # noqa: E402
 FULL_ONLY = (ComponentType.FULL,)
 
 
-def build(cfg, core: str):
+def build(cfg, core: str, **kwargs):
     factory = {"uniradix": lambda params, components: UniradixInspector(params, components)}
     # The kit builds on the accelerator; this machine may have none: the CPU then.
     with (
         mock.patch.dict(_TREE_CORE_REGISTRY, factory),
         mock.patch.object(fixtures, "get_device", return_value="cpu"),
     ):
-        cache, _, _ = fixtures.build_fixture(cfg, tree_core_backend=core)
+        cache, _, _ = fixtures.build_fixture(cfg, tree_core_backend=core, **kwargs)
     return cache
 
 
@@ -61,3 +61,19 @@ def test_kit_config_on_both_cores(cfg):
     assert any(step[3] > 0 for step in expected if step[0] != "skip")
     assert play(uniradix_cache, cfg.page_size, n=400, seed=1) == expected
     assert tree_shape(uniradix_cache) == tree_shape(python_cache)
+
+
+@pytest.mark.parametrize(
+    "cfg", [c for c in CONFIGS if c.components == FULL_ONLY], ids=lambda c: c.label
+)
+def test_kv_events_are_sglangs_own_on_both_cores(cfg):
+    """The same BlockStored / BlockRemoved events (hashes, parents, tokens) in the same order."""
+    events = {}
+    for core in ("python", "uniradix"):
+        cache = build(cfg, core, enable_kv_cache_events=True)
+        # Enough requests to fill the kit's pool and evict (its page-1 requests are short).
+        play(cache, cfg.page_size, n=400 if cfg.page_size == 1 else 100, seed=2)
+        events[core] = cache.take_events()
+    kinds = {type(e).__name__ for e in events["python"]}
+    assert {"BlockStored", "BlockRemoved"} <= kinds
+    assert events["uniradix"] == events["python"]

@@ -115,3 +115,16 @@ def test_sglang_plugin_entry_point_registers_the_backend():
     (ep,) = [e for e in entry_points(group="sglang.srt.plugins") if e.name == "uniradix"]
     ep.load()()  # what SGLang's load_plugins does; registering twice is harmless
     assert "uniradix" in registered_tree_core_backends()
+
+
+def test_sglang_cores_benchmark_runs_and_checks_the_cores_agree(tmp_path):
+    """benchmarks/sglang_cores.py at a tiny scale: every core built as asked, equal hit
+    rates and KV events (the run exits otherwise), a table with every shown op."""
+    from benchmarks import sglang_cores
+
+    out = tmp_path / "cores.md"
+    sglang_cores.main(["--workloads", "chat", "--scale", "0.05", "--pool-tokens", "2048",
+                       "--out", str(out)])  # fmt: skip
+    text = out.read_text()
+    assert "uniradix=UniradixTreeCore" in text and "python=UnifiedTreeCore" in text
+    assert all(f"| chat | 1 | {op} |" in text for op in sglang_cores.SHOWN_OPS)

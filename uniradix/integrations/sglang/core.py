@@ -33,6 +33,7 @@ from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import (
     InsertStepResult,
 )
 
+from uniradix.integrations.sglang.events import EventNodes
 from uniradix.integrations.sglang.keys import to_slots, to_tensor, to_uniradix_key
 from uniradix.integrations.sglang.refused import RefusedTreeCoreMethods, check_supported
 from uniradix.tree.core import TreeCore
@@ -48,6 +49,8 @@ class UniradixTreeCore(RefusedTreeCoreMethods):
     supports_rotation_base = False
 
     def __init__(self, params: Any, components: dict[Any, Any] | None = None) -> None:
+        # `components`: SGLang's component objects, which its Python core calls into; this
+        # core keeps the one it supports (FULL) itself, as SGLang's Rust core does.
         check_supported(params)
         self.page_size: int = params.page_size
         allocator = params.token_to_kv_pool_allocator
@@ -60,7 +63,12 @@ class UniradixTreeCore(RefusedTreeCoreMethods):
         self.is_write_back = False
         self.has_swa_host_pool = False
         self.is_host_memory_buffer_only = False
-        self.kv_events = KVCacheEventRecorder(enabled=False, page_size=self.page_size)
+        self.kv_events = KVCacheEventRecorder(
+            enabled=params.enable_kv_cache_events,
+            page_size=self.page_size,
+            dynamo_format=params.dynamo_kv_event_format,
+            lora_names=params.kv_event_lora_names,
+        )
         self._policy = eviction_policy(params.eviction_policy.lower())
         self._insert_step: InsertStepResult | None = None
         self._walk_quota = 0
@@ -73,6 +81,9 @@ class UniradixTreeCore(RefusedTreeCoreMethods):
         self._evictable = 0
         self._protected = 0
         root = self.tree.root.id
+        self._events = (
+            EventNodes(self.kv_events, self.page_size, root) if self.kv_events.enabled else None
+        )
         self._empty = MatchResult(
             device_prefix_len=0,
             last_device_node=root,
@@ -88,6 +99,8 @@ class UniradixTreeCore(RefusedTreeCoreMethods):
         parent.data[0].value, child.data[0].value = value[:split_len], value[split_len:]
         parent.data[0].lock_ref = child.data[0].lock_ref
         self._nodes[parent.id] = parent
+        if self._events is not None:
+            self._events.split(parent, child, split_len)
 
     def _node(self, node_id: int) -> TreeNode:
         try:
@@ -190,6 +203,8 @@ class UniradixTreeCore(RefusedTreeCoreMethods):
             self._nodes[target.id] = target
             self._evictable += target.num_tokens
             self.tree.update_leaf(target)
+            if self._events is not None:
+                self._events.stored(target, params.key, present, params.session_id)
         actions = [FreeDeviceKV(indices=duplicates)] if duplicates else []
         result = InsertResult(prefix_len=present, last_device_node=target.id)
         self._insert_step = InsertStepResult(actions=actions, result=result)
@@ -263,6 +278,8 @@ class UniradixTreeCore(RefusedTreeCoreMethods):
         assert value is not None
         node.data[0].value = None
         self._evictable -= node.num_tokens
+        if self._events is not None:
+            self._events.removed(node)
         self.tree.remove_leaf(node)
         del self._nodes[node_id]
         result = EvictDeviceLeafResult()

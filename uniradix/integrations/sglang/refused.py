@@ -36,7 +36,6 @@ def check_supported(params: Any) -> None:
         "enable_session_radix_cache": "session-aware caching",
         "is_eagle": "EAGLE bigram keys",
         "component_registry_override": "custom components",
-        "enable_kv_cache_events": "KV cache events",
     }
     for name, what in refused.items():
         if getattr(params, name, None):

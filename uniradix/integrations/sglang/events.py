@@ -1,0 +1,62 @@
+"""KV cache events of the uniradix TreeCore, in SGLang's own format.
+
+SGLang's `KVCacheEventRecorder` builds `BlockStored` / `BlockRemoved` from a node's key, its
+page hashes and its parent's; `EventNodes` keeps, beside each uniradix node, the view the
+recorder reads (an `EventNode`), so the events, hashes and their chaining are SGLang's own,
+identical to its Python core's on the same calls. Kept only when events are enabled.
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import Any
+
+from sglang.srt.disaggregation.kv_events import StorageMedium
+from sglang.srt.mem_cache.radix_cache import RadixKey
+from sglang.srt.mem_cache.utils import split_node_hash_value
+
+from uniradix.tree.node import TreeNode
+
+
+class EventNode:
+    """What the recorder reads of a node: its SGLang key, page hashes and parent."""
+
+    __slots__ = ("event_hash_value", "hash_value", "key", "parent")
+
+    def __init__(self, key: Any, parent: EventNode | None) -> None:
+        self.key = key
+        self.parent = parent
+        self.hash_value: list[str] | None = None if parent is not None else []
+        self.event_hash_value: list[str] | None = None
+
+
+class EventNodes:
+    def __init__(self, recorder: Any, page_size: int, root_id: int) -> None:
+        self.recorder = recorder
+        self.page_size = page_size
+        self.views: dict[int, EventNode] = {root_id: EventNode(RadixKey(array("q")), None)}
+
+    def stored(self, node: TreeNode, sglang_key: Any, start: int, session: Any) -> None:
+        """A new leaf holding tokens `start:` (its own) of `sglang_key`'s whole pages."""
+        assert node.parent is not None
+        tokens = array("q", sglang_key.raw_token_ids()[start : start + node.num_tokens])
+        key = RadixKey(tokens, sglang_key.extra_key, cache_salt=sglang_key.cache_salt)
+        parent = node.parent
+        view = EventNode(key, self.views[parent.id])
+        self.views[node.id] = view
+        self.recorder.record_store(view, session_id=session)
+
+    def split(self, parent: TreeNode, child: TreeNode, split_len: int) -> None:
+        old = self.views[child.id]
+        new = EventNode(old.key[:split_len], old.parent)
+        new.hash_value, old.hash_value = split_node_hash_value(
+            old.hash_value, split_len, self.page_size
+        )
+        new.event_hash_value, old.event_hash_value = split_node_hash_value(
+            old.event_hash_value, split_len, self.page_size
+        )
+        old.key, old.parent = old.key[split_len:], new
+        self.views[parent.id] = new
+
+    def removed(self, node: TreeNode) -> None:
+        self.recorder.record_remove(self.views.pop(node.id), medium=StorageMedium.GPU)
