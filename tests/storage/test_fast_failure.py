@@ -128,3 +128,10 @@ def test_refused_calls_are_counted_and_the_label_hides_the_password() -> None:
     assert stats.failed_ops == 1 and stats.pages_refused == 16
     assert "s3cret" not in str(stats)
     store.close()
+
+
+def test_rediss_urls_connect_over_tls() -> None:
+    store = open_backend("rediss://:pw@127.0.0.1:1/0")
+    assert store._client_kwargs["ssl"] is True and store._client_kwargs["password"] == "pw"  # type: ignore[attr-defined]
+    assert store.label == "rediss://:***@127.0.0.1:1/0"
+    store.close()

@@ -291,6 +291,8 @@ class StorageBackend(ABC):
             result = op()
         except self.transient_errors as exc:
             reason = str(exc).splitlines()[0] if str(exc) else ""
+            if isinstance(exc, OSError) and exc.errno is not None:  # not the temp file's path
+                reason = f"[Errno {exc.errno}] {exc.strerror}"
             self.last_error = f"{type(exc).__name__}: {reason}" if reason else type(exc).__name__
             with self._lock:
                 self._counts["failed_ops"] += 1
