@@ -124,6 +124,7 @@ def _cluster_arguments(p: argparse.ArgumentParser) -> None:
         default="auto",
         help="auto: bind when ENDPOINT has '*' (vLLM/SGLang rule), else connect",
     )
+    p.add_argument("--kv-events-snapshot", metavar="ENDPOINT", help="snapshot ROUTER endpoint")
     p.add_argument(
         "--kv-events-components",
         choices=COMPONENTS,
@@ -160,6 +161,7 @@ def _cluster(args: argparse.Namespace, options: ReplayOptions) -> int:
             replay_endpoint=args.kv_events_replay,
             bind=bind_flag(args.kv_events_bind),
             components=args.kv_events_components,
+            snapshot_endpoint=args.kv_events_snapshot,
             wire=args.kv_events_wire,
             topic=args.kv_events_topic,
             model=args.config,

@@ -4,17 +4,27 @@ publishers killed and restarted mid-stream end with the index equal to the cache
 
 from __future__ import annotations
 
+import socket
+import threading
 import time
 
 from tests.events.oracle import cached_hashes
 from tests.events.zmq_helpers import WAIT_MS, loopback_publisher, replay
 from tests.helpers import insert_fresh, make_cache
 from uniradix import EvictParams, UnifiedRadixCache
+from uniradix.cli import main
 from uniradix.events import KVEventsConfig, KVEventStream, ZmqEventPublisher
 from uniradix.events.index import KVEventIndex
 from uniradix.events.subscription import SnapshotServer, Subscription
 
 SNAPSHOT = "tcp://127.0.0.1:*"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
 
 
 class Instance:
@@ -197,3 +207,29 @@ def test_publisher_killed_and_restarted_on_the_same_endpoints() -> None:
     finally:
         sub.close()
         inst.close()
+
+
+def test_cli_replay_serves_snapshots_to_a_subscription() -> None:
+    """`uniradix replay --kv-events-snapshot`: a subscription that asks before the replay
+    starts gets the snapshot at the first step and follows the stream to the end."""
+    endpoints = [f"tcp://127.0.0.1:{_free_port()}" for _ in range(3)]
+    index = KVEventIndex(block_size=4)
+    sub = Subscription(index, "instance-0", endpoints[0], endpoints[2], endpoints[1])
+    argv = ["replay", "--max-requests", "30", "--config", "hybrid", "--page-size", "4"]
+    argv += ["--no-progress", "--kv-events", endpoints[0], "--kv-events-bind", "bind"]
+    argv += ["--kv-events-replay", endpoints[1], "--kv-events-snapshot", endpoints[2]]
+    done: list[int] = []
+    replay = threading.Thread(target=lambda: done.append(main(argv)))
+    replay.start()
+    try:
+        while replay.is_alive():
+            sub.poll(10)
+        deadline = time.monotonic() + 1
+        while time.monotonic() < deadline:  # the last batches, sent on close
+            sub.poll(10)
+        assert done == [0] and sub.snapshots >= 1
+        assert index.blocks("instance-0") and index.blocks("instance-0", group=1)
+        assert index.stats.resets == 0
+    finally:
+        replay.join()
+        sub.close()

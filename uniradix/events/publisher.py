@@ -59,7 +59,9 @@ class KVEventsConfig:
     thread lets batches gather before sending them (0: as each comes); events reach
     routers up to that much later. `components`: `auto` publishes a hybrid cache's SWA /
     Mamba groups beside the full one (`uniradix.events.groups`), `full` only the full group
-    (SGLang's stream), `all` groups whatever the cache."""
+    (SGLang's stream), `all` groups whatever the cache. `snapshot_endpoint`: where a
+    `SnapshotServer` (`uniradix.events.subscription`) serves late subscribers, bound, port
+    offset by `dp_rank` (the cluster replay starts one per instance)."""
 
     publisher: str = "zmq"
     endpoint: str = "tcp://*:5557"
@@ -78,6 +80,7 @@ class KVEventsConfig:
     sender: str = "thread"
     sender_wait_ms: float = 20.0
     components: str = "auto"
+    snapshot_endpoint: str | None = None
 
     def __post_init__(self) -> None:
         if self.sender not in SENDERS:

@@ -19,8 +19,14 @@ from typing import Any
 from uniradix.cache.controller import UnifiedRadixCache
 from uniradix.events.groups import publishes_groups
 from uniradix.events.index import IndexPublisher, KVEventIndex
-from uniradix.events.publisher import EventPublisher, KVEventsConfig, ZmqEventPublisher
+from uniradix.events.publisher import (
+    EventPublisher,
+    KVEventsConfig,
+    ZmqEventPublisher,
+    offset_endpoint_port,
+)
 from uniradix.events.stream import KVEventStream
+from uniradix.events.subscription import SnapshotServer
 from uniradix.key import RadixKey
 from uniradix.sim.batch import RunningRequest, SchedulerView
 from uniradix.sim.host_summary import host_summary
@@ -53,6 +59,7 @@ class Instance:
     metrics: ReplayMetrics
     stream: KVEventStream
     global_rids: list[int] = field(default_factory=list)
+    snapshots: SnapshotServer | None = None  # `--kv-events-snapshot`
 
     @property
     def outstanding(self) -> int:
@@ -130,6 +137,8 @@ class _Listener:
         inst = self._inst()
         inst.metrics.on_step(scheduler)
         inst.stream.flush()
+        if inst.snapshots is not None:
+            inst.snapshots.serve()
 
 
 class Cluster:
@@ -182,6 +191,9 @@ class Cluster:
                 publishers.append(
                     ZmqEventPublisher(replace(kv_events, dp_rank=i, pod=kv_events.pod or name))
                 )
+            snapshot_endpoint = None
+            if len(publishers) > 1 and kv_events is not None and kv_events.snapshot_endpoint:
+                snapshot_endpoint = offset_endpoint_port(kv_events.snapshot_endpoint, i)
             scheduler = Scheduler(cache, NullRunner(), [], config, _Listener(self, i))
             metrics = ReplayMetrics(cache, 0, progress=False)
             self.instances.append(
@@ -201,6 +213,9 @@ class Cluster:
                     ),
                 )
             )
+            if snapshot_endpoint is not None:  # served for the ZMQ publisher (the second)
+                inst = self.instances[-1]
+                inst.snapshots = SnapshotServer(inst.stream, snapshot_endpoint, publisher=1)
         self._ready: list[int] = []
         self._blocked: dict[int, list[int]] = {}
         for spec in self.specs:
@@ -251,6 +266,8 @@ class Cluster:
         finally:
             for inst in self.instances:
                 inst.stream.close()
+                if inst.snapshots is not None:
+                    inst.snapshots.close()
                 if inst.cache.host_tier.storage is not None:
                     inst.cache.host_tier.storage.close()
         assert not self._ready and not self._blocked, "requests left unrouted"
