@@ -5,16 +5,6 @@
 Each file is the output of `uniradix replay ... --json`. Prints `identical` per pair, or every
 differing field, and exits 1 if any pair differs. Timing fields (`wall_s`, `ideal_s`,
 `requests_per_s`) are left out: a speed-up must change nothing else.
-`benchmarks/results/replay_before/` keeps the Mooncake replays (page 16, every config)
-of main at 082430f, before the second replay speed-up of issue 15 (regenerated there: the
-Mamba pool's peak changed with issue 14, the rest is as in the first one), as written by
-
-    uniradix replay --trace "$UNIRADIX_TRACE" \\
-        --page-size 16 --config CONFIG --json --no-progress
-
-SWA windows and Mamba states have been evicted in reuse-aware orders by default since
-(issue 14): those files are reproduced with `--swa-eviction-policy lru` (swa, hybrid) and
-`--aux-eviction-policy flop_aware` (mamba, hybrid) added.
 `benchmarks/replay_cpu.py` runs two source trees interleaved and compares them the same way.
 """
 

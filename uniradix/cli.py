@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -376,5 +377,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _replay(args)
 
 
+def run() -> None:
+    """The console entry point: `main`, where a reader that stopped reading (`uniradix
+    replay | head`) ends the command quietly instead of with a traceback."""
+    try:
+        status = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Python flushes stdout once more at exit, which would fail again: send it nowhere.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        status = 1
+    sys.exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

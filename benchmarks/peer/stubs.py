@@ -65,13 +65,20 @@ class _AnyAttributeMeta(type):
         return _Anything(f"{cls.__name__}.{name}")
 
 
+class _Constructible:
+    """Base of the stub classes: built with any arguments (`triton.Config(...)` at import)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.args, self.kwargs = args, kwargs
+
+
 class _StubModule(types.ModuleType):
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
             raise AttributeError(name)
         value: Any
         if name[:1].isupper():
-            value = _AnyAttributeMeta(name, (), {"__module__": self.__name__})
+            value = _AnyAttributeMeta(name, (_Constructible,), {"__module__": self.__name__})
         else:
             value = _Anything(f"{self.__name__}.{name}")
         setattr(self, name, value)
@@ -99,8 +106,10 @@ class _StubFinder(importlib.abc.MetaPathFinder):
         return importlib.machinery.ModuleSpec(fullname, _StubLoader(), is_package=True)
 
 
-def install_stubs() -> list[str]:
-    """Stubs every package of `STUBBED` that is not installed; returns their names."""
-    missing = {name for name in STUBBED if importlib.util.find_spec(name) is None}
+def install_stubs(extra: tuple[str, ...] = ()) -> list[str]:
+    """Stubs every package of `STUBBED` and `extra` that is not installed; returns their
+    names. (`extra`: what SGLang's test kits import besides, e.g. `datasets`.)"""
+    names = (*STUBBED, *extra)
+    missing = {name for name in names if importlib.util.find_spec(name) is None}
     sys.meta_path.insert(0, _StubFinder(missing))
     return sorted(missing)

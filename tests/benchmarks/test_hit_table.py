@@ -1,12 +1,14 @@
 """`benchmarks.hit_table` and the oracles it runs, on tiny traces."""
 
+import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
-from benchmarks.hit_table import BUDGETS, ORACLE, markdown, measure, orders, row, sized
+from benchmarks.hit_table import BUDGETS, ORACLE, main, markdown, measure, orders, row, sized
 from benchmarks.traces.suite import JUDGE, SuiteTrace, base
-from benchmarks.traces.trace_io import token_row, write_jsonl
+from benchmarks.traces.trace_io import CACHE_ENV, token_row, write_jsonl
 from uniradix.sim.replay import ReplayOptions
 
 
@@ -54,3 +56,18 @@ def test_budgets_grow_and_the_table_marks_the_judging_half(tmp_path: Path) -> No
     line = next(x for x in table.splitlines() if x.startswith("| repeats | tight"))
     assert "**judge**" in line and f"{full['hit_rate']:.4f}" in line
     assert "### swa" not in table
+
+
+def test_the_command_writes_the_table_and_a_rerun_measures_nothing_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    argv = ["--traces", "multi_turn/s0", "--budgets", "tight", "--configs", "mamba"]
+    assert main([*argv, "--out", str(tmp_path)]) == 0
+    lines = (tmp_path / "hit_table.jsonl").read_text().splitlines()
+    assert [json.loads(x)["order"] for x in lines] == ["full", *orders("mamba")]
+    table = (tmp_path / "hit_table.md").read_text()
+    assert "| multi_turn/s0 | tight | tune |" in table and "Judging cells" in table
+    assert not (tmp_path / "cache").exists()  # no other trace was generated
+    assert main([*argv, "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "hit_table.jsonl").read_text().splitlines() == lines

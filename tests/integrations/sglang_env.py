@@ -7,6 +7,7 @@ library a user imports."""
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -17,7 +18,10 @@ REPO = Path(__file__).resolve().parents[2]
 WANTED = "0.5.23"
 
 
-def load_sglang() -> None:
+def load_sglang(kits: bool = False) -> None:
+    """Skips the calling test module unless SGLang 0.5.23 imports. `kits`: also make SGLang's
+    test kits (sglang.test.kits) importable, which pull in its benchmark datasets module and
+    query triton's runtime at import."""
     try:
         version = importlib.metadata.version("sglang")
     except importlib.metadata.PackageNotFoundError:
@@ -30,6 +34,12 @@ def load_sglang() -> None:
     sys.path.insert(0, str(REPO / "benchmarks" / "peer"))
     from stubs import install_stubs
 
-    install_stubs()
+    triton_installed = importlib.util.find_spec("triton") is not None
+    install_stubs(("datasets",) if kits else ())
+    if kits and not triton_installed:
+        # The stub's runtime gets no driver, so SGLang's FLA utils fall back to the CPU.
+        import triton.runtime
+
+        triton.runtime.driver = None
     # The default core is Rust; the tests choose theirs per cache.
     os.environ.setdefault("SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND", "python")

@@ -3,7 +3,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.sim.specs import specs_from
-from uniradix.sim.ideal import CHUNK_TOKENS, PrefixTrie, ideal_hits
+from uniradix.sim.ideal import PrefixTrie, ideal_hits
 
 
 def test_ideal_rounding_last_token_and_pages() -> None:
@@ -43,10 +43,20 @@ def _brute_lcp(seqs: list[list[int]], query: list[int]) -> int:
 )
 def test_trie_matches_brute_force(parts: list[tuple[int, list[int]]]) -> None:
     # sequences that share long prefixes: a common stem cut at random points plus noise
-    stem = [i % 3 for i in range(3 * CHUNK_TOKENS)]
+    stem = [i % 3 for i in range(192)]
     trie, seen = PrefixTrie(), []
     for cut, tail in parts:
         seq = stem[: cut * 50] + tail or [0]
         assert trie.longest_prefix(np.array(seq, dtype=np.int64)) == _brute_lcp(seen, seq)
         trie.insert(np.array(seq, dtype=np.int64))
         seen.append(seq)
+
+
+def test_a_sequence_ending_inside_an_edge_splits_it() -> None:
+    trie = PrefixTrie()
+    trie.insert(np.arange(10, dtype=np.int64))
+    trie.insert(np.arange(4, dtype=np.int64))  # a prefix of the edge: split, nothing new
+    assert trie.longest_prefix(np.arange(3, dtype=np.int64)) == 3
+    assert trie.longest_prefix(np.array([0, 1, 2, 3, 9], dtype=np.int64)) == 4
+    assert trie.longest_prefix(np.arange(12, dtype=np.int64)) == 10
+    assert trie.longest_prefix(np.array([5], dtype=np.int64)) == 0

@@ -92,7 +92,10 @@ def _check_pools(
         i = component.index
         values = [v for n in cache.tree.nodes() if (v := n.data[i].value) is not None]
         slots = np.concatenate(values) if values else np.empty(0, np.int64)
-        if np.unique(slots).size != slots.size:
+        # A count per slot id (linear in the pool), not np.unique's sort of every slot.
+        if slots.size and slots.min() < 0:
+            errors.append(f"{pool}: the tree holds a negative slot {int(slots.min())}")
+        elif slots.size and np.bincount(slots).max() > 1:
             errors.append(f"{pool}: a slot is held by two tree nodes")
         if not is_allocated(slots).all():
             errors.append(f"{pool}: the tree holds slots the allocator considers free")

@@ -2,8 +2,7 @@
 
 Computed from the tokens alone, independently of `UnifiedRadixCache`: a trie of every
 sequence seen so far (each request's prompt and outputs but the last, the KV an engine has
-computed), walked in chunks of `CHUNK_TOKENS` with the exact token-level common prefix found
-inside the last chunk.
+computed), whose edges are compared whole: the exact token-level common prefix.
 
 Rounding, the same as an engine's (and so the replayer's) when nothing is evicted: request
 `i` reuses `floor_page(min(lcp_i, len(prompt_i) - 1))` tokens, where `lcp_i` is its longest
@@ -17,52 +16,60 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from uniradix.key import UNIT_BYTES, common_prefix_len
 from uniradix.sim.request_spec import RequestSpec
-
-CHUNK_TOKENS = 64
-
-
-def _common_prefix_len(a: np.ndarray, b: np.ndarray) -> int:
-    n = min(a.shape[0], b.shape[0])
-    differ = np.flatnonzero(a[:n] != b[:n])
-    return int(differ[0]) if differ.size else n
 
 
 class PrefixTrie:
-    """Unbounded trie over token sequences; an edge is one chunk (a shorter last chunk ends
-    a sequence). Children are also indexed by their first token, so a lookup compares only
-    the chunks that can share something with the query."""
+    """Unbounded radix trie over token sequences. An edge is a whole run of tokens (packed as
+    8-byte units) compared at once, and children are indexed by their first token, so a
+    lookup costs one dictionary probe and one compare per edge, not per fixed-size chunk."""
 
     def __init__(self) -> None:
+        self._edges: list[bytes] = [b""]
         self._children: list[dict[bytes, int]] = [{}]
-        self._by_first: list[dict[int, list[np.ndarray]]] = [{}]
 
     def longest_prefix(self, tokens: np.ndarray) -> int:
         """Length of the longest common prefix of `tokens` with any inserted sequence."""
-        node, pos, n = 0, 0, tokens.shape[0]
-        while pos < n:
-            chunk = tokens[pos : pos + CHUNK_TOKENS]
-            child = self._children[node].get(chunk.tobytes())
-            if child is not None and chunk.shape[0] == CHUNK_TOKENS:
-                node, pos = child, pos + CHUNK_TOKENS
-                continue
-            candidates = self._by_first[node].get(int(chunk[0]), [])
-            return pos + max((_common_prefix_len(c, chunk) for c in candidates), default=0)
-        return pos
+        units = _packed(tokens)
+        node, off = 0, 0
+        while off < len(units):
+            child = self._children[node].get(units[off : off + UNIT_BYTES])
+            if child is None:
+                break
+            edge = self._edges[child]
+            if not units.startswith(edge, off):
+                return off // UNIT_BYTES + common_prefix_len(edge, units[off : off + len(edge)])
+            node, off = child, off + len(edge)
+        return off // UNIT_BYTES
 
     def insert(self, tokens: np.ndarray) -> None:
-        node = 0
-        for pos in range(0, tokens.shape[0], CHUNK_TOKENS):
-            chunk = tokens[pos : pos + CHUNK_TOKENS]
-            key = chunk.tobytes()
-            child = self._children[node].get(key)
+        units = _packed(tokens)
+        node, off = 0, 0
+        while off < len(units):
+            first = units[off : off + UNIT_BYTES]
+            child = self._children[node].get(first)
             if child is None:
-                child = len(self._children)
-                self._children.append({})
-                self._by_first.append({})
-                self._children[node][key] = child
-                self._by_first[node].setdefault(int(chunk[0]), []).append(chunk.copy())
-            node = child
+                self._children[node][first] = self._new(units[off:])
+                return
+            edge = self._edges[child]
+            if not units.startswith(edge, off):  # diverges (or ends) inside: split the edge
+                cut = common_prefix_len(edge, units[off : off + len(edge)]) * UNIT_BYTES
+                mid = self._new(edge[:cut])
+                self._children[node][first] = mid
+                self._edges[child] = edge[cut:]
+                self._children[mid][edge[cut : cut + UNIT_BYTES]] = child
+                child, edge = mid, edge[:cut]
+            node, off = child, off + len(edge)
+
+    def _new(self, edge: bytes) -> int:
+        self._edges.append(edge)
+        self._children.append({})
+        return len(self._edges) - 1
+
+
+def _packed(tokens: np.ndarray) -> bytes:
+    return np.ascontiguousarray(tokens, dtype="<i8").tobytes()
 
 
 def ideal_hits(specs: Sequence[RequestSpec], page_size: int = 1) -> list[int]:

@@ -11,9 +11,11 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
 from uniradix.cache.controller import UnifiedRadixCache
 from uniradix.factory import CacheConfig, build_cache
-from uniradix.sim.batch import ForwardBatch
+from uniradix.sim.batch import ForwardBatch, RunningRequest
 from uniradix.sim.compute import ModelShape
 from uniradix.sim.host_summary import host_summary
 from uniradix.sim.ideal import ideal_hits
@@ -47,6 +49,10 @@ class NullRunner:
         return [
             int(e.request.spec.output_ids[e.request.num_output]) for e in batch.entries if e.samples
         ]
+
+    def next_outputs(self, request: RunningRequest, num: int) -> np.ndarray:
+        """The next `num` outputs at once (`uniradix.sim.bulk_decode`)."""
+        return request.spec.output_ids[request.num_output : request.num_output + num]
 
 
 @dataclass(frozen=True)

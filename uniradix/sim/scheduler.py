@@ -54,6 +54,7 @@ from uniradix.sim.batch import (
     SchedulerListener,
     held_by,
 )
+from uniradix.sim.bulk_decode import bulk_allowed, decode_in_bulk, quiet_steps
 from uniradix.sim.placement import CheckpointPlan
 from uniradix.sim.prefetching import QueuePrefetch
 from uniradix.sim.request_spec import RequestSpec
@@ -115,8 +116,19 @@ class Scheduler:
         return not self.running and not self._ready and not self._blocked
 
     def run(self) -> None:
+        """Steps until every request finished; quiet decode steps in bulk where allowed
+        (`uniradix.sim.bulk_decode`: same steps, same figures)."""
+        bulk = bulk_allowed(self.cache, self.runner, self.config.check_invariants)
         while not self.done:
-            self.step()
+            can_prefill = self.chunked is not None or (
+                bool(self._ready) and len(self.running) < self.config.max_running
+            )
+            free = self.cache.pools.kv_allocator.available_size()
+            quiet = quiet_steps(self.running, can_prefill, free, self.page_size) if bulk else 0
+            if quiet < 2:
+                self.step()
+                continue
+            decode_in_bulk(self.running, self.runner, self.slots, quiet, self._bulk_step)
 
     def submit(self, spec: RequestSpec) -> None:
         """Adds a request arriving now (a router hands it on); it must be numbered next
@@ -151,6 +163,11 @@ class Scheduler:
         self.num_steps += 1
         if self.config.check_invariants:
             self.check_invariants()
+        self.listener.on_step(self)
+
+    def _bulk_step(self) -> None:
+        """A decode step run in bulk, counted and seen by the listener as one."""
+        self.num_steps += 1
         self.listener.on_step(self)
 
     def check_invariants(self) -> None:

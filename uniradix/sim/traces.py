@@ -50,6 +50,8 @@ def _lines(path: Path, max_requests: int | None) -> Iterator[tuple[int, Any]]:
 
 def _int(row: dict[str, Any], field: str, where: str, minimum: int) -> int:
     value = row.get(field)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # `1e11` is the integer 10**11 as JSON writers may print it
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise ValueError(f"{where}: {field} must be an integer >= {minimum}, got {value!r}")
     return value
@@ -86,15 +88,22 @@ def load_mooncake(
     rows = []
     for lineno, row in _lines(path, max_requests):
         where = f"{path}:{lineno}"
-        if not isinstance(row, dict):
-            raise ValueError(f"{where}: expected a JSON object, got {type(row).__name__}")
+        if not isinstance(row, dict) or "token_ids" in row:
+            hint = (
+                " (a list of token ids: use trace_format 'tokens', --trace-format tokens)"
+                if isinstance(row, list | dict)
+                else ""
+            )
+            got = "an object with token_ids" if isinstance(row, dict) else type(row).__name__
+            raise ValueError(f"{where}: expected a JSON object with hash_ids, got {got}{hint}")
         hash_ids = row.get("hash_ids")
         if not isinstance(hash_ids, list) or not all(
             isinstance(h, int) and not isinstance(h, bool) for h in hash_ids
         ):
             raise ValueError(f"{where}: hash_ids must be a list of integers, got {hash_ids!r:.80}")
+        input_length = _int(row, "input_length", where, 1)
         try:
-            prompt = BlockPrompt(tuple(hash_ids), _int(row, "input_length", where, 1), block_size)
+            prompt = BlockPrompt(tuple(hash_ids), input_length, block_size)
         except ValueError as exc:
             raise ValueError(f"{where}: {exc}") from None
         stamp = row.get("timestamp", 0)
@@ -186,7 +195,11 @@ def load_trace(
     max_sequence_len: int | None = None,
 ) -> list[RequestSpec]:
     if trace_format == "mooncake":
-        return load_mooncake(path, max_requests, seed, max_sequence_len=max_sequence_len)
-    if trace_format == "tokens":
-        return load_token_lists(path, max_requests, seed, max_sequence_len=max_sequence_len)
-    raise ValueError(f"unknown trace format {trace_format!r}; choose from {TRACE_FORMATS}")
+        specs = load_mooncake(path, max_requests, seed, max_sequence_len=max_sequence_len)
+    elif trace_format == "tokens":
+        specs = load_token_lists(path, max_requests, seed, max_sequence_len=max_sequence_len)
+    else:
+        raise ValueError(f"unknown trace format {trace_format!r}; choose from {TRACE_FORMATS}")
+    if not specs:
+        raise ValueError(f"{path}: the trace has no requests (empty, or blank lines only)")
+    return specs

@@ -210,8 +210,10 @@ class FileBackend(StorageBackend):
             with self._index_lock:
                 if self._adopt(name):
                     self._index.move_to_end(name)
-            with contextlib.suppress(FileNotFoundError):  # evicted meanwhile: data is read
-                os.utime(path)  # the LRU order a restarted process rebuilds
+            # The LRU order a restarted process rebuilds; the data is read already, so a page
+            # evicted meanwhile or a directory this process may only read loses nothing.
+            with contextlib.suppress(OSError):
+                os.utime(path)
             out.append(data)
         return out
 

@@ -4,7 +4,8 @@ Importing this package registers the TreeCore backend `"uniradix"` with SGLang, 
 `SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=uniradix` runs SGLang's own `UnifiedRadixCache` on
 uniradix's radix tree. SGLang's plugin loader calls `register` too (entry point
 `sglang.srt.plugins: uniradix`), so an installed uniradix needs no import in SGLang's code.
-This is the only package of uniradix that imports SGLang.
+`UniradixHiCacheStorage` (module `storage`) is an L3 backend for SGLang's HiCache, loaded
+by its dynamic backend factory. This is the only package of uniradix that imports SGLang.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 from sglang.srt.mem_cache.unified_cache import tree_core_registry
 
 from uniradix.integrations.sglang.core import UniradixTreeCore
+from uniradix.integrations.sglang.storage import UniradixHiCacheStorage
 
 BACKEND = "uniradix"
 
@@ -30,4 +32,4 @@ def register() -> None:
 
 register()
 
-__all__ = ["BACKEND", "UniradixTreeCore", "register"]
+__all__ = ["BACKEND", "UniradixHiCacheStorage", "UniradixTreeCore", "register"]

@@ -222,8 +222,8 @@ class UniradixTreeCore(RefusedTreeCoreMethods):
             node = node.parent
         self._evictable -= delta * moved
         self._protected += delta * moved
-        for n in self.tree.path_to_root(start):
-            self.tree.update_leaf(n)
+        # Only `start` can be a leaf: every other node of the path has a child on it.
+        self.tree.update_leaf(start)
         return moved
 
     def inc_lock_ref(self, node_id: int, skip_lock_components: Sequence[Any] = ()) -> Any:

@@ -1,0 +1,63 @@
+"""The uniradix TreeCore with SGLang's test-only inspection interface, so SGLang's test kit
+(`build_fixture`) accepts it. Tree-shape reads are answered from uniradix's tree; the
+host-tier and white-box setters refuse by name, as the core does."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sglang.test.kits.unified_radix_cache.unified_tree_core_inspection_interface import (
+    UnifiedTreeCoreInspectionInterface,
+)
+
+from uniradix.integrations.sglang.core import UniradixTreeCore
+from uniradix.integrations.sglang.refused import _refused
+
+
+class UniradixInspector(UniradixTreeCore, UnifiedTreeCoreInspectionInterface):
+    def contains_node(self, node_id: int) -> bool:
+        return node_id in self._nodes
+
+    def get_parent_node_id(self, node_id: int) -> int | None:
+        parent = self._node(node_id).parent
+        return None if parent is None else parent.id
+
+    def get_child_node_ids(self, node_id: int) -> list[int]:
+        return [c.id for c in self._node(node_id).children.values()]
+
+    def get_node_key_length(self, node_id: int) -> int:
+        return self._node(node_id).num_tokens
+
+    def get_node_token_ids(self, node_id: int) -> list[int]:
+        import numpy as np
+
+        return [int(t) for t in np.frombuffer(self._node(node_id).key, dtype="<i8")]
+
+    def is_node_key_bigram(self, node_id: int) -> bool:
+        return False
+
+    def get_component_device_lock_ref(self, node_id: int, component_type: Any) -> int:
+        return self._node(node_id).data[0].lock_ref
+
+    def get_node_hit_count(self, node_id: int) -> int:
+        return self._node(node_id).hit_count
+
+    def is_device_evictable_leaf(self, node_id: int) -> bool:
+        return self._node(node_id) in self.tree.leaves
+
+    def is_device_leaf(self, node_id: int) -> bool:
+        node = self._node(node_id)
+        return node.parent is not None and not node.children
+
+    def get_all_node_ids(self) -> list[int]:
+        return list(self._nodes)
+
+
+_REFUSED = sorted(
+    name
+    for name in UnifiedTreeCoreInspectionInterface.__abstractmethods__
+    if name not in vars(UniradixInspector) and name not in vars(UniradixTreeCore)
+)
+for _name in _REFUSED:
+    setattr(UniradixInspector, _name, _refused(_name, "white-box access to SGLang's host tier"))
+UniradixInspector.__abstractmethods__ = frozenset()
