@@ -131,8 +131,7 @@ def test_listener_warns_on_gaps_and_restarts_from_a_live_publisher() -> None:
     listener = threading.Thread(
         target=listen,
         args=(f"tcp://127.0.0.1:{port}",),
-        kwargs={"count": 4, "timeout_s": WAIT_MS / 1000, "out": lines.append,
-                "warn": warnings.append},
+        kwargs={"timeout_s": 1.0, "out": lines.append, "warn": warnings.append},
     )  # fmt: skip
     listener.start()
     try:
@@ -143,13 +142,13 @@ def test_listener_warns_on_gaps_and_restarts_from_a_live_publisher() -> None:
             listener.join(0.05)
         for seq in (probe + 3, 0, 1):  # a gap, then a restart
             pub.send_multipart((b"", seq.to_bytes(8, "big"), _payload()))
-        listener.join(WAIT_MS / 1000)
+        listener.join(WAIT_MS / 1000)  # ends 1 s after the last batch
     finally:
         pub.close()
         ctx.term()
-    assert len(lines) == 4
+    assert len(lines) >= 4
     kinds = [w.split(": ")[1] for w in warnings]
-    assert kinds[0].startswith("joined late")
+    assert len(kinds) == 3 and kinds[0].startswith("joined late")
     assert kinds[1].startswith("gap") and kinds[2].startswith("publisher restarted")
 
 

@@ -129,8 +129,9 @@ def test_gap_is_filled_from_the_replay_ring() -> None:
     try:
         sub = inst.subscribe(index)
         converge(inst, sub, index, steps=3)
+        before = (sub.gaps, sub.replayed, sub.snapshots)  # a slow join may have had a gap
         _skip_ahead(inst, sub, 3)
-        assert sub.gaps == 1 and sub.replayed == 3 and sub.snapshots == 1
+        assert (sub.gaps, sub.replayed, sub.snapshots) == (before[0] + 1, before[1] + 3, before[2])
         assert index.blocks("a") == cached_hashes(inst.cache)
         sub.close()
     finally:
@@ -143,10 +144,11 @@ def test_gap_beyond_the_ring_takes_a_fresh_snapshot() -> None:
     try:
         sub = inst.subscribe(index)
         converge(inst, sub, index, steps=3)
+        before = (sub.gaps, sub.replayed, sub.snapshots)
         _skip_ahead(inst, sub, 5)  # the ring holds 2: replay cannot fill 5
-        assert sub.gaps == 1 and sub.replayed == 0 and sub.next_seq is None
+        assert (sub.gaps, sub.replayed) == (before[0] + 1, before[1]) and sub.next_seq is None
         converge(inst, sub, index)
-        assert sub.snapshots == 2 and index.stats.resets == 0
+        assert sub.snapshots == before[2] + 1 and index.stats.resets == 0
         sub.close()
     finally:
         inst.close()
@@ -158,9 +160,10 @@ def test_gap_without_replay_takes_a_fresh_snapshot() -> None:
     try:
         sub = inst.subscribe(index, replay=False)
         converge(inst, sub, index, steps=3)
+        before = (sub.gaps, sub.snapshots)
         _skip_ahead(inst, sub, 1)
         converge(inst, sub, index, steps=3)
-        assert sub.gaps >= 1 and sub.snapshots >= 2
+        assert sub.gaps > before[0] and sub.snapshots > before[1]
         sub.close()
     finally:
         inst.close()
@@ -203,7 +206,7 @@ def test_publisher_killed_and_restarted_on_the_same_endpoints() -> None:
             inst.step()
             sub.poll(50)
         converge(inst, sub, index)  # to seq 0, stamped later: a fresh snapshot
-        assert sub.snapshots == 2 and sub.restarts + sub.gaps >= 1
+        assert sub.snapshots >= 2 and sub.restarts + sub.gaps >= 1
     finally:
         sub.close()
         inst.close()
