@@ -107,7 +107,8 @@ def _storage_rows(storage: dict[str, Any] | None) -> list[str]:
         f"{storage['pages_repaired']} |",
         f"| L3 off (breaker) | {storage['off_s']:.1f} s, {storage['breaker_trips']} trips, "
         f"state {storage['breaker_state']}; skipped {tier['off_backup_pages']} backup pages, "
-        f"{tier['off_probes']} probes ({tier['off_probe_tokens']} tokens) |",
+        f"{tier['off_probes']} probes of {tier['off_probe_tokens']} prompt tokens (the most "
+        "L3 could have hit) |",
     ]
     if storage["last_error"]:
         rows.append(f"| L3 last error | {storage['last_error']} |")
