@@ -20,7 +20,6 @@ import argparse
 import bisect
 import sys
 from collections import defaultdict
-from dataclasses import replace
 
 from benchmarks.hybrid_hits import PAGE, TRACE, base_options, full_pool, sized
 from uniradix.eviction.flop_aware import FlopAwareEviction
@@ -96,9 +95,9 @@ def main() -> int:
     parser.add_argument("--config", default="mamba", choices=["mamba", "hybrid"])
     parser.add_argument("--mamba-slots", type=int, nargs="+", default=[512])
     args = parser.parse_args()
-    base = replace(base_options("trace", str(TRACE)), max_requests=args.max_requests)
-    base = replace(base, full_tokens=full_pool(base)[0])
-    full = run_replay(replace(base, config="full")).summary["hit_rate"]
+    base = base_options("trace", str(TRACE)).updated(max_requests=args.max_requests)
+    base = base.updated(full_tokens=full_pool(base)[0])
+    full = run_replay(base.updated(config="full")).summary["hit_rate"]
     window = 1024 if args.config == "hybrid" else None
     print(f"trace first {args.max_requests} requests, {args.config}, full-only {full:.4f}")
     print("| Mamba slots | lru | flop_aware | oracle (Belady) |")
@@ -106,14 +105,14 @@ def main() -> int:
     rows = {}
     for slots in args.mamba_slots:
         for policy in ("lru", "flop_aware"):
-            options = replace(sized(base, args.config, window, 1), mamba_slots=slots)
-            options = replace(options, aux_eviction_policy=policy)
+            options = sized(base, args.config, window, 1).updated(mamba_slots=slots)
+            options = options.updated(aux_eviction_policy=policy)
             rows[(slots, policy)] = run_replay(options).summary["hit_rate"] / full
     oracle = Oracle(base)
     oracle.install()
     for slots in args.mamba_slots:
-        options = replace(sized(base, args.config, window, 1), mamba_slots=slots)
-        s = run_replay(replace(options, aux_eviction_policy="flop_aware")).summary
+        options = sized(base, args.config, window, 1).updated(mamba_slots=slots)
+        s = run_replay(options.updated(aux_eviction_policy="flop_aware")).summary
         assert not any(s["leaked"].values()), s["leaked"]
         lru, flop = rows[(slots, "lru")], rows[(slots, "flop_aware")]
         print(f"| {slots} | {lru:.3f} | {flop:.3f} | {s['hit_rate'] / full:.3f} |")

@@ -26,7 +26,6 @@ import bisect
 import sys
 from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import replace
 
 from benchmarks.hybrid_hits import PAGE, TRACE, base_options, full_pool, sized
 from benchmarks.swa_window_demand import full_only_hits
@@ -164,10 +163,10 @@ def main() -> int:
     )
     args = parser.parse_args()
     limit = args.max_requests or None
-    base = replace(base_options("trace", str(TRACE)), max_requests=limit)
-    base = replace(base, full_tokens=full_pool(base)[0])
+    base = base_options("trace", str(TRACE)).updated(max_requests=limit)
+    base = base.updated(full_tokens=full_pool(base)[0])
     hits, _, _ = full_only_hits(limit)
-    full = run_replay(replace(base, config="full")).summary["hit_rate"]
+    full = run_replay(base.updated(config="full")).summary["hit_rate"]
     print(f"trace first {limit or 'all'} requests, {args.config}, full-only {full:.4f}")
     oracle_name = f"{args.first_use}, first uses by the oracle" if args.first_use else "Belady"
     print("| W | " + "".join(f"{p} | " for p in args.policies) + f"oracle ({oracle_name}) |")
@@ -176,7 +175,7 @@ def main() -> int:
         options = sized(base, args.config, window, args.scale)
         ratios = []
         for policy in args.policies:
-            s = run_replay(replace(options, swa_eviction_policy=policy)).summary
+            s = run_replay(options.updated(swa_eviction_policy=policy)).summary
             ratios.append(f"{s['hit_rate'] / full:.3f}")
         oracle = SWAOracle(base, hits, window)
         oracle.first_use = args.first_use
@@ -184,7 +183,7 @@ def main() -> int:
         oracle.install()
         try:
             policy = args.first_use or "lru"
-            s = run_replay(replace(options, swa_eviction_policy=policy)).summary
+            s = run_replay(options.updated(swa_eviction_policy=policy)).summary
         finally:
             Scheduler._admit, SWAComponent.eviction_candidates = saved  # type: ignore[method-assign]
         assert not any(s["leaked"].values()), s["leaked"]
