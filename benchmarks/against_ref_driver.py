@@ -94,7 +94,9 @@ def main() -> None:
         chats, distinct = chat_stream(page, requests, seed)
         stream = [(len(tokens), tokens) for tokens in chats]
         pool = max(distinct // 4 // page * page, 4 * max(len(t) for t in chats))
-    cache = build_cache(CacheConfig(full_tokens=pool, page_size=page, **sizes(config, page, pool)))
+    cache = build_cache(
+        CacheConfig.of(full_tokens=pool, page_size=page, **sizes(config, page, pool))
+    )
     alloc = cache.pools.kv_allocator
     states = cache.pools.mamba.allocator if cache.pools.mamba is not None else None
     swa = config == "full+swa"

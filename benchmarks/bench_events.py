@@ -171,11 +171,11 @@ def bench_publisher(num_batches: int, events_per_batch: int) -> dict[str, Any]:
 
 
 def bench_routing(max_requests: int | None) -> dict[str, Any]:
-    base = ReplayOptions(
+    base = ReplayOptions.of(
         trace=TRACE, config="full", page_size=16, full_tokens=1 << 20, max_requests=max_requests
     )
     out: dict[str, Any] = {}
-    one = run_cluster(ReplayOptions(**{**vars(base), "full_tokens": 4 << 20}), 1, "round-robin")
+    one = run_cluster(base.updated(full_tokens=4 << 20), 1, "round-robin")
     out["one_instance_4M"] = _brief(one)
     print("one", json.dumps(out["one_instance_4M"]))
     for router in ("round-robin", "least-loaded", "cache-aware"):

@@ -56,7 +56,7 @@ def main() -> int:
     for i, (label, config, device, host, policy) in enumerate(HYBRID_RUNS if args.hybrid else RUNS):
         if args.only is not None and i not in args.only:
             continue
-        options = ReplayOptions(
+        options = ReplayOptions.of(
             trace=args.trace,
             config=config,
             page_size=args.page_size,

@@ -47,9 +47,11 @@ def chat_stream(num_requests: int, seed: int = 0) -> list[list[int]]:
 def run(
     page_size: int, pool_tokens: int, num_requests: int, host_tokens: int | None = None
 ) -> dict[str, float]:
-    config = CacheConfig(full_tokens=pool_tokens, page_size=page_size)
+    config = CacheConfig.of(full_tokens=pool_tokens, page_size=page_size)
     if host_tokens is not None:  # an L2 host tier, write-through, synchronous transfers
-        config = CacheConfig(full_tokens=pool_tokens, page_size=page_size, host_tokens=host_tokens)
+        config = CacheConfig.of(
+            full_tokens=pool_tokens, page_size=page_size, host_tokens=host_tokens
+        )
     cache = build_cache(config)
     allocator = cache.pools.kv_allocator
     times: dict[str, list[float]] = {"match_prefix": [], "insert": [], "evict": []}

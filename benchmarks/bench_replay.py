@@ -38,7 +38,7 @@ def main() -> int:
     for config in args.configs:
         for full_tokens in args.full_tokens:
             s = run_replay(
-                ReplayOptions(
+                ReplayOptions.of(
                     trace=args.trace,
                     config=config,
                     page_size=args.page_size,

@@ -48,7 +48,7 @@ def main() -> int:
             ("off", False, pool),
             ("on", True, pool),
         ):
-            options = ReplayOptions(
+            options = ReplayOptions.of(
                 workload=args.workload,
                 config=config,
                 page_size=args.page_size,

@@ -30,7 +30,7 @@ def chunk_us(length: int, chunk: int, config: str, seed: int) -> float:
     if config in ("mamba", "hybrid"):
         kwargs["mamba_slots"] = 8
     cache = build_cache(
-        CacheConfig(full_tokens=length + chunk, max_context_len=length + 1, **kwargs)  # type: ignore[arg-type]
+        CacheConfig.of(full_tokens=length + chunk, max_context_len=length + 1, **kwargs)  # type: ignore[arg-type]
     )
     pools = cache.pools
     row = pools.req_to_token_pool.alloc()

@@ -63,10 +63,10 @@ def sized(options: ReplayOptions, fraction: float, slot_share: float) -> ReplayO
     longest = max(len(s.prompt) + s.output_len for s in specs)
     mean = sum(len(s.prompt) + s.output_len for s in specs) / len(specs)
     full = _pages(max(working * fraction, 2 * longest))
-    swa = min(full, max(full // 4, options.chunk_size + 2 * WINDOW))
-    slots = max(int(full / mean * slot_share), 2 * options.max_running)
-    return replace(
-        options, full_tokens=full, swa_tokens=_pages(swa), sliding_window=WINDOW, mamba_slots=slots
+    swa = min(full, max(full // 4, options.scheduler.chunk_size + 2 * WINDOW))
+    slots = max(int(full / mean * slot_share), 2 * options.scheduler.max_running)
+    return options.updated(
+        full_tokens=full, swa_tokens=_pages(swa), sliding_window=WINDOW, mamba_slots=slots
     )
 
 
@@ -87,11 +87,11 @@ def measure(options: ReplayOptions, config: str, order: str) -> dict[str, Any]:
     if order == ORACLE:
         return swa_oracle_replay(opts) if config != "mamba" else mamba_oracle_replay(opts)
     if config == "swa":
-        opts = replace(opts, swa_eviction_policy=order)
+        opts = opts.updated(swa_eviction_policy=order)
     else:
-        opts = replace(opts, aux_eviction_policy=order)
+        opts = opts.updated(aux_eviction_policy=order)
         if order == "lru":
-            opts = replace(opts, swa_eviction_policy="lru")
+            opts = opts.updated(swa_eviction_policy="lru")
     s = run_replay(opts).summary
     if any(s["leaked"].values()):
         raise RuntimeError(f"leak in {config} {order}: {s['leaked']}")
@@ -100,7 +100,7 @@ def measure(options: ReplayOptions, config: str, order: str) -> dict[str, Any]:
 
 def row(trace: SuiteTrace, budget: str, opts: ReplayOptions, config: str, order: str,
         s: dict[str, Any], full: float) -> dict[str, Any]:  # fmt: skip
-    aux = config != "full"
+    aux, pools = config != "full", opts.pools
     return {
         "trace": trace.name,
         "half": trace.half,
@@ -110,19 +110,21 @@ def row(trace: SuiteTrace, budget: str, opts: ReplayOptions, config: str, order:
         "hit_rate": s["hit_rate"],
         "full_hit_rate": full,
         "ideal_hit_rate": s["ideal_hit_rate"],
-        "full_tokens": opts.full_tokens,
-        "swa_tokens": opts.swa_tokens if config in ("swa", "hybrid") else None,
-        "mamba_slots": opts.mamba_slots if config in ("mamba", "hybrid") else None,
+        "full_tokens": pools.full_tokens,
+        "swa_tokens": pools.swa_tokens if config in ("swa", "hybrid") else None,
+        "mamba_slots": pools.mamba_slots if config in ("mamba", "hybrid") else None,
         "hit_tokens": s["hit_tokens"],
         # hit tokens lost, by cause (full attention has no lost-hit account)
         "full_kv_hit_tokens": s["lost_hits"]["full_kv_hit_tokens"] if s["lost_hits"] else None,
         "lost_causes": s["lost_hits"]["causes"] if s["lost_hits"] else None,
         "hits_per_mamba_slot": (
-            s["hit_tokens"] / opts.mamba_slots if aux and config != "swa" and opts.mamba_slots
+            s["hit_tokens"] / pools.mamba_slots
+            if aux and config != "swa" and pools.mamba_slots
             else None
         ),
         "hits_per_swa_token": (
-            s["hit_tokens"] / opts.swa_tokens if config in ("swa", "hybrid") and opts.swa_tokens
+            s["hit_tokens"] / pools.swa_tokens
+            if config in ("swa", "hybrid") and pools.swa_tokens
             else None
         ),
     }  # fmt: skip

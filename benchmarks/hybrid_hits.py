@@ -28,7 +28,6 @@ import math
 import platform
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -47,8 +46,8 @@ CONFIGS = [("swa", w) for w in WINDOWS] + [("mamba", None)] + [("hybrid", w) for
 
 def base_options(source: str, trace: str) -> ReplayOptions:
     if source == "trace":
-        return ReplayOptions(trace=trace, page_size=PAGE, max_running=64, chunk_size=8192)
-    return ReplayOptions(workload=source, page_size=PAGE)
+        return ReplayOptions.of(trace=trace, page_size=PAGE, max_running=64, chunk_size=8192)
+    return ReplayOptions.of(workload=source, page_size=PAGE)
 
 
 def full_pool(options: ReplayOptions) -> tuple[int, int]:
@@ -78,12 +77,13 @@ def sized(
     """`base` at issue 14's sizes, the auxiliary pools times `scale` (rounded up to a page
     and a slot); `swa_floor`: the SWA pool at its floor, not a quarter."""
     # An SWA pool must hold a prefill chunk and two windows, else the scheduler stalls.
-    floor = base.chunk_size + 2 * (window or WINDOWS[0])
-    swa = min(base.full_tokens, floor if swa_floor else max(base.full_tokens // 4, floor))
+    floor = base.scheduler.chunk_size + 2 * (window or WINDOWS[0])
+    swa = min(
+        base.pools.full_tokens, floor if swa_floor else max(base.pools.full_tokens // 4, floor)
+    )
     swa_scale = scale if config in ("swa", "hybrid") else 1
     slots_scale = scale if config in ("mamba", "hybrid") else 1
-    return replace(
-        base,
+    return base.updated(
         config=config,
         sliding_window=window or WINDOWS[0],
         swa_tokens=math.ceil(swa * swa_scale / PAGE) * PAGE,
@@ -144,11 +144,11 @@ def main() -> int:
     scales = args.scales or list(SCALES)
     rows: list[dict[str, Any]] = []
     for source in args.sources:
-        base = replace(base_options(source, args.trace), **extra)
+        base = base_options(source, args.trace).updated(**extra)
         full_tokens, working = full_pool(base)
-        base = replace(base, full_tokens=full_tokens)
+        base = base.updated(full_tokens=full_tokens)
         t0 = time.perf_counter()
-        full = run(replace(base, config="full"))
+        full = run(base.updated(config="full"))
         print(f"{source} full {full['hit_rate']:.4f} ({time.perf_counter() - t0:.0f}s)", flush=True)
         for config, window in configs:
             found: float | None = None
@@ -172,7 +172,7 @@ def main() -> int:
                 "working_set_tokens": working,
                 "full_tokens": full_tokens,
                 "swa_tokens": (
-                    sized(base, config, window, 1, swa_floor=args.swa_floor).swa_tokens
+                    sized(base, config, window, 1, swa_floor=args.swa_floor).pools.swa_tokens
                     if window
                     else None
                 ),
@@ -182,8 +182,8 @@ def main() -> int:
                 "ratio": first["ratio"],
                 "lost_hits": first["lost_hits"],
                 "reaches_target_at_scale": found,
-                "target_swa_tokens": opts.swa_tokens if found else None,
-                "target_mamba_slots": opts.mamba_slots if found else None,
+                "target_swa_tokens": opts.pools.swa_tokens if found else None,
+                "target_mamba_slots": opts.pools.mamba_slots if found else None,
                 "scales_tried": tried,
             }
             rows.append(row)

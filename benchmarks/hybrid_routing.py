@@ -69,18 +69,17 @@ def run(options: ReplayOptions, instances: int, components: str) -> dict[str, An
 
 def one_instance(options: ReplayOptions) -> dict[str, Any]:
     """One instance with every pool and the running limit of all four."""
-    big = replace(
-        options,
-        full_tokens=options.full_tokens * INSTANCES,
-        swa_tokens=(options.swa_tokens or options.full_tokens) * INSTANCES,
-        mamba_slots=(options.mamba_slots or 0) * INSTANCES or None,
-        max_running=options.max_running * INSTANCES,
+    big = options.updated(
+        full_tokens=options.pools.full_tokens * INSTANCES,
+        swa_tokens=(options.pools.swa_tokens or options.pools.full_tokens) * INSTANCES,
+        mamba_slots=(options.pools.mamba_slots or 0) * INSTANCES or None,
+        max_running=options.scheduler.max_running * INSTANCES,
     )
     return run(big, 1, "auto")
 
 
 def measure(trace: str, requests: int) -> dict[str, Any]:
-    base = ReplayOptions(
+    base = ReplayOptions.of(
         trace=trace,
         page_size=16,
         full_tokens=64_000,

@@ -27,7 +27,6 @@ import sys
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from typing import Any
 
 from benchmarks.hybrid_hits import PAGE, TRACE, base_options, full_pool, sized
@@ -52,13 +51,13 @@ def page_hashes(packed: bytes, page_bytes: int = PAGE_BYTES) -> list[int]:
 
 def replayed_specs(options: ReplayOptions) -> list[RequestSpec]:
     """The requests `run_replay(options)` serves, numbered as it numbers them."""
-    capacity = options.full_tokens // options.page_size * options.page_size
-    return admissible(load_specs(options, capacity), capacity, options.page_size)
+    capacity = options.pools.full_tokens // options.pools.page_size * options.pools.page_size
+    return admissible(load_specs(options, capacity), capacity, options.pools.page_size)
 
 
 class Oracle:
     def __init__(self, options: ReplayOptions) -> None:
-        self.page_bytes = options.page_size * 8
+        self.page_bytes = options.pools.page_size * 8
         self.uses: dict[int, list[int]] = defaultdict(list)  # prefix hash -> rids, ascending
         for rid, spec in enumerate(replayed_specs(options)):
             key = spec.prompt.token_ids()[:-1].astype("<i8").tobytes()
@@ -122,7 +121,7 @@ def oracle_replay(options: ReplayOptions) -> dict[str, Any]:
     """The replay summary of `options` (a config with a Mamba pool) with the Mamba states'
     victims chosen by the oracle (its SWA order, if any, is `options`')."""
     with installed(Oracle(options)):
-        s = run_replay(replace(options, aux_eviction_policy="flop_aware")).summary
+        s = run_replay(options.updated(aux_eviction_policy="flop_aware")).summary
     if any(s["leaked"].values()):
         raise RuntimeError(f"leak under the oracle: {s['leaked']}")
     return s
@@ -134,9 +133,9 @@ def main() -> int:
     parser.add_argument("--config", default="mamba", choices=["mamba", "hybrid"])
     parser.add_argument("--mamba-slots", type=int, nargs="+", default=[512])
     args = parser.parse_args()
-    base = replace(base_options("trace", str(TRACE)), max_requests=args.max_requests)
-    base = replace(base, full_tokens=full_pool(base)[0])
-    full = run_replay(replace(base, config="full")).summary["hit_rate"]
+    base = base_options("trace", str(TRACE)).updated(max_requests=args.max_requests)
+    base = base.updated(full_tokens=full_pool(base)[0])
+    full = run_replay(base.updated(config="full")).summary["hit_rate"]
     window = 1024 if args.config == "hybrid" else None
     print(f"trace first {args.max_requests} requests, {args.config}, full-only {full:.4f}")
     print("| Mamba slots | lru | flop_aware | oracle (Belady) |")
@@ -144,14 +143,14 @@ def main() -> int:
     rows = {}
     for slots in args.mamba_slots:
         for policy in ("lru", "flop_aware"):
-            options = replace(sized(base, args.config, window, 1), mamba_slots=slots)
-            options = replace(options, aux_eviction_policy=policy)
+            options = sized(base, args.config, window, 1).updated(mamba_slots=slots)
+            options = options.updated(aux_eviction_policy=policy)
             rows[(slots, policy)] = run_replay(options).summary["hit_rate"] / full
     oracle = Oracle(base)
     oracle.install()
     for slots in args.mamba_slots:
-        options = replace(sized(base, args.config, window, 1), mamba_slots=slots)
-        s = run_replay(replace(options, aux_eviction_policy="flop_aware")).summary
+        options = sized(base, args.config, window, 1).updated(mamba_slots=slots)
+        s = run_replay(options.updated(aux_eviction_policy="flop_aware")).summary
         assert not any(s["leaked"].values()), s["leaked"]
         lru, flop = rows[(slots, "lru")], rows[(slots, "flop_aware")]
         print(f"| {slots} | {lru:.3f} | {flop:.3f} | {s['hit_rate'] / full:.3f} |")

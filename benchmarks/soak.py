@@ -129,7 +129,7 @@ def build(name: str, policy: str | None, page_size: int, rng: random.Random) -> 
     swa, mamba = name in ("swa", "hybrid"), name in ("mamba", "hybrid")
     full_tokens = 512 * page_size if page_size > 1 else 512
     cache = build_cache(
-        CacheConfig(
+        CacheConfig.of(
             full_tokens=full_tokens,
             page_size=page_size,
             max_context_len=512,

@@ -60,7 +60,7 @@ class SWAOracle:
         self.window_uses: dict[int, list[int]] = defaultdict(list)
         # prefix hash at h -> the requests whose match ends at h
         self.end_uses: dict[int, list[int]] = defaultdict(list)
-        page = options.page_size
+        page = options.pools.page_size
         self.page_bytes = page * 8
         for rid, spec in enumerate(replayed_specs(options)):
             h = hits.get(rid, 0)
@@ -185,12 +185,12 @@ def full_only_hits_at(options: ReplayOptions) -> dict[int, int]:
 def swa_oracle_replay(options: ReplayOptions) -> dict[str, Any]:
     """The replay summary of `options` (a config with an SWA pool) with the SWA victims chosen
     by the oracle; on full+SWA+Mamba the Mamba oracle chooses the Mamba victims too."""
-    oracle = SWAOracle(options, full_only_hits_at(options), options.sliding_window)
+    oracle = SWAOracle(options, full_only_hits_at(options), options.pools.sliding_window)
     with ExitStack() as stack:
         stack.enter_context(installed(oracle))
         if options.config == "hybrid":
-            return mamba_oracle_replay(replace(options, swa_eviction_policy="lru"))
-        s = run_replay(replace(options, swa_eviction_policy="lru")).summary
+            return mamba_oracle_replay(options.updated(swa_eviction_policy="lru"))
+        s = run_replay(options.updated(swa_eviction_policy="lru")).summary
     if any(s["leaked"].values()):
         raise RuntimeError(f"leak under the oracle: {s['leaked']}")
     return s
@@ -216,10 +216,10 @@ def main() -> int:
     )
     args = parser.parse_args()
     limit = args.max_requests or None
-    base = replace(base_options("trace", str(TRACE)), max_requests=limit)
-    base = replace(base, full_tokens=full_pool(base)[0])
+    base = base_options("trace", str(TRACE)).updated(max_requests=limit)
+    base = base.updated(full_tokens=full_pool(base)[0])
     hits, _, _ = full_only_hits(limit)
-    full = run_replay(replace(base, config="full")).summary["hit_rate"]
+    full = run_replay(base.updated(config="full")).summary["hit_rate"]
     print(f"trace first {limit or 'all'} requests, {args.config}, full-only {full:.4f}")
     oracle_name = f"{args.first_use}, first uses by the oracle" if args.first_use else "Belady"
     print("| W | " + "".join(f"{p} | " for p in args.policies) + f"oracle ({oracle_name}) |")
@@ -228,7 +228,7 @@ def main() -> int:
         options = sized(base, args.config, window, args.scale)
         ratios = []
         for policy in args.policies:
-            s = run_replay(replace(options, swa_eviction_policy=policy)).summary
+            s = run_replay(options.updated(swa_eviction_policy=policy)).summary
             ratios.append(f"{s['hit_rate'] / full:.3f}")
         oracle = SWAOracle(base, hits, window)
         oracle.first_use = args.first_use
@@ -236,7 +236,7 @@ def main() -> int:
         oracle.install()
         try:
             policy = args.first_use or "lru"
-            s = run_replay(replace(options, swa_eviction_policy=policy)).summary
+            s = run_replay(options.updated(swa_eviction_policy=policy)).summary
         finally:
             Scheduler._admit, SWAComponent.eviction_candidates = saved  # type: ignore[method-assign]
         assert not any(s["leaked"].values()), s["leaked"]

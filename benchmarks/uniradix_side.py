@@ -76,7 +76,7 @@ class FullAdapter:
 
 def _cache(page_size: int, pool_tokens: int, **sizes: Any) -> UnifiedRadixCache:
     return build_cache(
-        CacheConfig(
+        CacheConfig.of(
             full_tokens=pool_tokens,
             page_size=page_size,
             max_running_requests=1,

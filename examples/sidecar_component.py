@@ -16,7 +16,7 @@ touching the tree:
   on a node drops its entries too, evicting entries drops the node's Mamba state.
 
     pool = TokenSlotAllocator(256)                       # 256 entries
-    cache = build_cache(CacheConfig(...), extra_components=[("sidecar", pool)])
+    cache = build_cache(CacheConfig.of(...), extra_components=[("sidecar", pool)])
 """
 
 from __future__ import annotations

@@ -33,6 +33,8 @@ from pathlib import Path
 # - `eviction` (orders of the auxiliary pools) sits below `components`, which pick one;
 # - `_native` (the compiled module, known here by its stub) sits below `native`, its
 #   wrapper, which sits with `errors` at the bottom: the hashing and the copier call it;
+# - `config` (the nested `CacheConfig`) sits above `storage` (it names a backend type) and
+#   below `tiers` and `factory`, which build from it;
 # - `sim` sits below `engine` and `plan`: the scheduler is shared, the planner replays;
 # - `cli_flags` (flags shared by the CLI and `plan`; reads the scheduler's defaults) sits
 #   between `sim` and the other users.
@@ -48,14 +50,16 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("eviction",),
     ("components",),
     ("storage",),
+    ("config",),
     ("tiers",),
     ("cache",),
     ("events",),
     ("factory",),
     ("sim",),
-    ("cli_flags",),
+    ("cli_flags", "cli_groups"),
     ("engine", "plan", "sessions"),
     ("demo",),
+    ("cli_generate",),
     ("cli", ""),
     ("integrations",),
 )

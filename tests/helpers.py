@@ -10,7 +10,7 @@ from uniradix.types import InsertResult
 
 def make_cache(full_tokens: int = 64, page_size: int = 1, **kwargs: object) -> UnifiedRadixCache:
     return build_cache(
-        CacheConfig(full_tokens=full_tokens, page_size=page_size, max_context_len=256, **kwargs)  # type: ignore[arg-type]
+        CacheConfig.of(full_tokens=full_tokens, page_size=page_size, max_context_len=256, **kwargs)  # type: ignore[arg-type]
     )
 
 

@@ -43,7 +43,7 @@ def make(page_size: int = 1, mamba_slots: int = 16, **kw: object) -> UnifiedRadi
         "max_running_requests": 8,
     }
     sizes.update(kw)
-    config = CacheConfig(
+    config = CacheConfig.of(
         page_size=page_size,
         mamba_slots=mamba_slots,
         mamba_extra_buffer=page_size > 1,

@@ -8,7 +8,7 @@ from uniradix import CacheConfig, MatchPrefixParams, build_cache
 
 def test_request_flow_and_results_on_the_pool_device(device):
     cache = build_cache(
-        CacheConfig(
+        CacheConfig.of(
             full_tokens=64, page_size=4, max_context_len=64, device=device, num_full_layers=1
         )
     )

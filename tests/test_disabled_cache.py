@@ -18,7 +18,7 @@ from uniradix.sim.scheduler import Scheduler, SchedulerConfig
 def make(config: str = "full", page_size: int = 1) -> DisabledRadixCache:
     swa, mamba = config in ("swa", "hybrid"), config in ("mamba", "hybrid")
     cache = build_cache(
-        CacheConfig(
+        CacheConfig.of(
             full_tokens=64 * page_size,
             page_size=page_size,
             max_context_len=256,

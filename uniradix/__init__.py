@@ -1,8 +1,9 @@
 """uniradix: one radix tree for prefix caching of hybrid (full attention + SWA + Mamba) LLMs."""
 
 from uniradix.cache.controller import UnifiedRadixCache
+from uniradix.config import CacheConfig
 from uniradix.errors import InvariantError
-from uniradix.factory import CacheConfig, build_cache
+from uniradix.factory import build_cache
 from uniradix.key import RadixKey
 from uniradix.types import (
     ComponentType,

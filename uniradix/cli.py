@@ -8,16 +8,87 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from uniradix.cli_generate import WRITE_POLICIES, add_generate_parser, run_generate_command
+from uniradix.cli_groups import Flag, add_flags
+
 if TYPE_CHECKING:
     from uniradix.sim.replay import ReplayOptions
 
 
-def _replay_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def replay_flags() -> list[Flag]:
+    """`uniradix replay`'s flags on `ReplayOptions` knobs (one line adds one)."""
     from uniradix.eviction.aux_eviction import AUX_EVICTION_POLICIES
     from uniradix.eviction.swa_reuse import SWA_EVICTION_POLICIES
-    from uniradix.sim.replay import CONFIG_COMPONENTS, ReplayOptions
+    from uniradix.sim.replay import CONFIG_COMPONENTS
     from uniradix.sim.traces import TRACE_FORMATS
     from uniradix.sim.workloads import WORKLOADS
+
+    n, r = {"type": int}, {"type": float}
+    on = {"action": "store_true"}
+    return [
+        Flag("--workload", "workload", "built-in workload", {"choices": sorted(WORKLOADS)}),
+        Flag("--trace", "trace", "trace file (JSONL); overrides --workload"),
+        Flag("--trace-format", "trace_format", "", {"choices": TRACE_FORMATS}),
+        Flag("--config", "config", "", {"choices": sorted(CONFIG_COMPONENTS)}),
+        Flag("--max-requests", "max_requests", "replay only the first N requests", n),
+        Flag("--seed", "seed", "seed of workloads and generated tokens", n),
+        Flag("--sessions", "sessions", "session cache: keep turns' context", on),
+        Flag("--page-size", "page_size", "tokens per page", n),
+        Flag("--full-tokens", "full_tokens", "full-attention KV pool size (tokens)", n),
+        Flag("--swa-tokens", "swa_tokens", "SWA KV pool size (tokens)", n),
+        Flag("--sliding-window", "sliding_window", "SWA window (tokens)", n),
+        Flag("--mamba-slots", "mamba_slots", "Mamba state slots", n),
+        Flag("--max-running", "max_running", "cap on running requests", n),
+        Flag("--chunk-size", "chunk_size", "prefill tokens per step", n),
+        Flag("--decode-reserve-ratio", "decode_reserve_ratio", "", r),
+        Flag("--check-invariants", "check_invariants", "after every step", on),
+        Flag(
+            "--checkpoint-placement",
+            "checkpoint_placement",
+            "hybrid caches: keep SWA windows and Mamba states where requests branch",
+            {"action": argparse.BooleanOptionalAction},
+        ),
+        Flag("--checkpoint-grid", "checkpoint_grid", "branch positions' grid", n),
+        Flag(
+            "--aux-eviction-policy",
+            "aux_eviction_policy",
+            "eviction order of SWA windows and Mamba states",
+            {"choices": AUX_EVICTION_POLICIES},
+        ),
+        Flag(
+            "--swa-eviction-policy",
+            "swa_eviction_policy",
+            "eviction order of SWA windows (ignored with --aux-eviction-policy branch_aware)",
+            {"choices": SWA_EVICTION_POLICIES},
+        ),
+        Flag("--host-tokens", "host_tokens", "host tier (L2) size in tokens", n, True),
+        Flag("--hicache-ratio", "hicache_ratio", "host tier size / device pool size", r, True),
+        Flag(
+            "--write-policy",
+            "write_policy",
+            "when device KV gets its host copy (with a host tier)",
+            {"choices": WRITE_POLICIES},
+        ),
+        Flag(
+            "--storage",
+            "storage_url",
+            "L3 store under the host tier: file://DIR[?max_bytes=10G], file (a temp dir), "
+            "redis://[:PASSWORD@]HOST:PORT/DB, rediss://... (TLS), redis+cluster://HOST:PORT; "
+            "a failing store prints one line on stderr and the replay goes on without it",
+            {"metavar": "URL"},
+        ),
+        Flag("--model-fingerprint", "model_fingerprint", "isolates L3 pages"),
+        Flag(
+            "--prefetch-policy",
+            "prefetch_policy",
+            "when an L3 prefetch stops (wait_complete: reproducible figures)",
+            {"choices": ["best_effort", "wait_complete", "timeout"]},
+        ),
+    ]
+
+
+def _replay_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from uniradix.sim.replay import ReplayOptions
 
     d = ReplayOptions()
     p = commands.add_parser(
@@ -26,87 +97,26 @@ def _replay_parser(commands: argparse._SubParsersAction) -> None:  # type: ignor
         description="Drive the cache as a serving scheduler would and report hit rates, "
         "memory per pool and leaks. Exit status 1 on an invariant violation or a leak.",
     )
-    p.add_argument("--workload", choices=sorted(WORKLOADS), default=d.workload)
-    p.add_argument("--trace", help="trace file (JSONL); overrides --workload")
-    p.add_argument("--trace-format", choices=TRACE_FORMATS, default=d.trace_format)
-    p.add_argument("--config", choices=sorted(CONFIG_COMPONENTS), default=d.config)
-    for flag, default, what in [
-        ("--page-size", d.page_size, "tokens per page"),
-        ("--full-tokens", d.full_tokens, "full-attention KV pool size (tokens)"),
-        ("--swa-tokens", d.swa_tokens, "SWA KV pool size (tokens)"),
-        ("--sliding-window", d.sliding_window, "SWA window (tokens)"),
-        ("--mamba-slots", d.mamba_slots, "Mamba state slots"),
-        ("--max-running", d.max_running, "cap on running requests"),
-        ("--chunk-size", d.chunk_size, "prefill tokens per step"),
-        ("--max-requests", d.max_requests, "replay only the first N requests"),
-        ("--seed", d.seed, "seed of workloads and generated tokens"),
-        ("--full-layers", d.model.full_layers, "model shape for the FLOPs estimate"),
-        ("--swa-layers", d.model.swa_layers, "model shape for the FLOPs estimate"),
-        ("--mamba-layers", d.model.mamba_layers, "model shape for the FLOPs estimate"),
-        ("--hidden-size", d.model.hidden_size, "model shape for the FLOPs estimate"),
+    add_flags(p, d, replay_flags())
+    shape = p.add_argument_group("model shape (for the FLOPs estimate)")
+    for flag, default in [
+        ("--full-layers", d.model.full_layers),
+        ("--swa-layers", d.model.swa_layers),
+        ("--mamba-layers", d.model.mamba_layers),
+        ("--hidden-size", d.model.hidden_size),
     ]:
-        p.add_argument(flag, type=int, default=default, help=f"{what} (default {default})")
-    p.add_argument("--decode-reserve-ratio", type=float, default=d.decode_reserve_ratio)
-    host = p.add_mutually_exclusive_group()
-    host.add_argument("--host-tokens", type=int, help="host tier (L2) size in tokens")
-    host.add_argument("--hicache-ratio", type=float, help="host tier size / device pool size")
-    p.add_argument(
-        "--write-policy",
-        choices=["write_through", "write_through_selective", "write_back"],
-        default=d.write_policy,
-        help="when device KV gets its host copy (with a host tier)",
-    )
-    p.add_argument("--check-invariants", action="store_true", help="after every step")
-    p.add_argument(
-        "--storage",
-        dest="storage_url",
-        metavar="URL",
-        help="L3 store under the host tier: file://DIR[?max_bytes=10G], file (a temp dir), "
-        "redis://[:PASSWORD@]HOST:PORT/DB, rediss://... (TLS), redis+cluster://HOST:PORT; "
-        "a failing store prints one line on stderr and the replay goes on without it",
-    )
-    p.add_argument("--model-fingerprint", default=d.model_fingerprint, help="isolates L3 pages")
-    p.add_argument(
-        "--prefetch-policy",
-        choices=["best_effort", "wait_complete", "timeout"],
-        default=d.prefetch_policy,
-        help="when an L3 prefetch stops (default wait_complete: reproducible figures)",
-    )
-    p.add_argument("--sessions", action="store_true", help="session cache: keep turns' context")
-    p.add_argument(
-        "--checkpoint-placement",
-        action=argparse.BooleanOptionalAction,
-        default=d.checkpoint_placement,
-        help="hybrid caches: keep SWA windows and Mamba states where requests branch",
-    )
-    p.add_argument(
-        "--checkpoint-grid",
-        type=int,
-        default=d.checkpoint_grid,
-        help=f"grid of branch positions for --checkpoint-placement (default {d.checkpoint_grid})",
-    )
-    p.add_argument(
-        "--aux-eviction-policy",
-        choices=AUX_EVICTION_POLICIES,
-        default=d.aux_eviction_policy,
-        help="eviction order of SWA windows and Mamba states",
-    )
-    p.add_argument(
-        "--swa-eviction-policy",
-        choices=SWA_EVICTION_POLICIES,
-        default=d.swa_eviction_policy,
-        help="eviction order of SWA windows (ignored with --aux-eviction-policy branch_aware)",
-    )
-    p.add_argument("--json", action="store_true", help="print only the JSON summary")
-    p.add_argument("--report", metavar="DIR", help="write summary.json, summary.md, plots")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+        shape.add_argument(flag, type=int, default=default, help=f"(default {default})")
+    out = p.add_argument_group("output")
+    out.add_argument("--json", action="store_true", help="print only the JSON summary")
+    out.add_argument("--report", metavar="DIR", help="write summary.json, summary.md, plots")
+    out.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     from uniradix.plan.command import add_budget_flags
 
-    add_budget_flags(p)
-    _cluster_arguments(p)
+    add_budget_flags(p.add_argument_group("memory budget (pools sized from a model)"))
+    _cluster_arguments(p.add_argument_group("cluster and KV events"))
 
 
-def _cluster_arguments(p: argparse.ArgumentParser) -> None:
+def _cluster_arguments(p: argparse._ActionsContainer) -> None:
     from uniradix.events.endpoints import BIND_MODES
     from uniradix.events.groups import COMPONENTS
     from uniradix.events.publisher import SENDERS
@@ -181,6 +191,7 @@ def _cluster(args: argparse.Namespace, options: ReplayOptions) -> int:
 
 def _replay(args: argparse.Namespace) -> int:
     from uniradix.cli_flags import fail, resource_failure
+    from uniradix.cli_groups import options_from_args
     from uniradix.errors import InvariantError
     from uniradix.plan.command import add_pool_bytes, budget_options
     from uniradix.sim.compute import ModelShape
@@ -188,12 +199,7 @@ def _replay(args: argparse.Namespace) -> int:
     from uniradix.sim.report import markdown_summary, summary_json, write_report
 
     try:
-        options = ReplayOptions(
-            **{
-                k: getattr(args, k)
-                for k in ReplayOptions.__dataclass_fields__
-                if k not in ("model", "progress", "storage_backend")
-            },
+        options = options_from_args(ReplayOptions(), args, replay_flags()).updated(
             model=ModelShape(
                 args.full_layers,
                 args.swa_layers,
@@ -234,89 +240,6 @@ def _replay(args: argparse.Namespace) -> int:
     return status
 
 
-def _generate_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from uniradix.engine.run import CONFIG_PATTERNS, DTYPES, GenerateOptions
-
-    d = GenerateOptions()
-    p = commands.add_parser(
-        "generate",
-        help="generate with the tiny reference model on the cache's pools",
-        description="Greedy generation with the tiny hybrid model, its KV and states in the "
-        "cache's pools. Exit status 1 when --verify finds a mismatch or a pool leaks.",
-    )
-    p.add_argument("--config", choices=sorted(CONFIG_PATTERNS), default=d.config)
-    p.add_argument("--prompts", help="JSONL file, one list of token ids per line")
-    for flag, default, what in [
-        ("--num-prompts", d.num_prompts, "generated prompts"),
-        ("--prompt-len", d.prompt_len, "tokens per generated prompt"),
-        ("--shared-prefix-len", d.shared_prefix_len, "tokens all generated prompts share"),
-        ("--seed", d.seed, "seed of the generated prompts"),
-        ("--max-new-tokens", d.max_new_tokens, "tokens generated per prompt"),
-        ("--full-tokens", d.full_tokens, "full-attention KV pool size (tokens)"),
-        ("--swa-tokens", d.swa_tokens, "SWA KV pool size (tokens)"),
-        ("--mamba-slots", d.mamba_slots, "Mamba state slots"),
-        ("--page-size", d.page_size, "tokens per page"),
-        ("--chunk-size", d.chunk_size, "prefill tokens per step"),
-        ("--max-running", d.max_running, "cap on running requests"),
-        ("--sliding-window", d.sliding_window, "SWA window of the model (tokens)"),
-    ]:
-        p.add_argument(flag, type=int, default=default, help=f"{what} (default {default})")
-    p.add_argument("--dtype", choices=sorted(DTYPES), default=d.dtype)
-    p.add_argument("--device", default=d.device)
-    p.add_argument("--host-tokens", type=int, help="host tier (L2) size in full-KV tokens")
-    p.add_argument(
-        "--write-policy",
-        choices=["write_through", "write_through_selective", "write_back"],
-        default=d.write_policy,
-    )
-    p.add_argument("--host-layout", choices=["layer_first", "page_first"], default=d.host_layout)
-    p.add_argument("--host-engine", choices=["sync", "thread", "cuda"], default=d.host_engine)
-    p.add_argument("--verify", action="store_true", help="also run without the cache, compare")
-    p.add_argument("--check-invariants", action="store_true", help="after every step")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-
-
-def _generate(args: argparse.Namespace) -> int:
-    import json
-
-    import torch
-
-    from uniradix.cli_flags import fail, resource_failure
-    from uniradix.engine.run import GenerateOptions, run_generate, text_summary
-    from uniradix.errors import InvariantError
-
-    options = GenerateOptions(**{k: getattr(args, k) for k in GenerateOptions.__dataclass_fields__})
-    # The tiny model's tensors are too small for intra-op threads: on a busy machine their
-    # barrier waits made a run 200x slower.
-    torch.set_num_threads(1)
-    try:
-        summary = run_generate(options)
-    except InvariantError as exc:
-        print(f"uniradix generate: {exc}", file=sys.stderr)
-        return 1
-    except (ValueError, OSError) as exc:
-        print(f"uniradix generate: error: {exc}", file=sys.stderr)
-        return 2
-    except (MemoryError, RuntimeError) as exc:
-        if (message := resource_failure(exc)) is None:
-            raise
-        return fail("uniradix generate", message)
-    print(json.dumps(summary) if args.json else text_summary(summary))
-    status = 0
-    leaked = {pool: n for pool, n in summary["leaked"].items() if n}
-    if leaked:
-        print(f"uniradix generate: leaked slots per pool: {leaked}", file=sys.stderr)
-        status = 1
-    if summary["mismatches"]:
-        print(
-            f"uniradix generate: prompts {summary['mismatched_prompts']} differ from the "
-            "no-cache run",
-            file=sys.stderr,
-        )
-        status = 1
-    return status
-
-
 def _events_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     from uniradix.events.endpoints import BIND_MODES
 
@@ -340,27 +263,31 @@ def _events_parser(commands: argparse._SubParsersAction) -> None:  # type: ignor
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """Every subcommand's parser, numeric flags checked (`cli_flags.check_numbers`)."""
     from uniradix.cli_flags import OneLineParser, check_numbers
+    from uniradix.plan.command import add_plan_parser
 
     parser = OneLineParser(prog="uniradix", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("demo", help="a few requests sharing prefixes, narrated")
     _replay_parser(commands)
-    _generate_parser(commands)
+    add_generate_parser(commands)
     _events_parser(commands)
-    from uniradix.plan.command import add_plan_parser, run_plan_command
-
     add_plan_parser(commands)
     check_numbers(parser)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if args.command == "demo":
         from uniradix.demo import run_demo
 
         run_demo()
         return 0
     if args.command == "generate":
-        return _generate(args)
+        return run_generate_command(args)
     if args.command == "events":
         from uniradix.events.endpoints import auto_binds
         from uniradix.events.listen import listen
@@ -373,6 +300,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         return 0
     if args.command == "plan":
+        from uniradix.plan.command import run_plan_command
+
         return run_plan_command(args)
     return _replay(args)
 

@@ -6,7 +6,8 @@ from collections.abc import Callable
 
 from uniradix.cache.checks import format_tree
 from uniradix.cache.controller import UnifiedRadixCache
-from uniradix.factory import CacheConfig, build_cache
+from uniradix.config import CacheConfig
+from uniradix.factory import build_cache
 from uniradix.types import EvictParams, MatchPrefixParams, Req
 
 SYSTEM_PROMPT = list(range(100, 116))
@@ -43,7 +44,7 @@ def _serve(cache: UnifiedRadixCache, tokens: list[int], say: Callable[[str], Non
 
 
 def run_demo(say: Callable[[str], None] = print) -> UnifiedRadixCache:
-    cache = build_cache(CacheConfig(full_tokens=32, max_context_len=64))
+    cache = build_cache(CacheConfig.of(full_tokens=32, max_context_len=64))
     for question in QUESTIONS:
         _serve(cache, SYSTEM_PROMPT + question, say)
     _serve(cache, UNRELATED, say)

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import Counter
-from dataclasses import replace
 from typing import Any
 
 from benchmarks.hybrid_hits import TRACE, base_options, full_pool, run, sized
@@ -131,10 +130,10 @@ def replay_options(argv: list[str] | None = None) -> ReplayOptions:
     args = parser.parse_args(argv)
     base = base_options("trace", str(TRACE))
     if args.swa_policy is not None:
-        base = replace(base, swa_eviction_policy=args.swa_policy)
+        base = base.updated(swa_eviction_policy=args.swa_policy)
     if args.max_requests:
-        base = replace(base, max_requests=args.max_requests)
-    base = replace(base, full_tokens=full_pool(base)[0])
+        base = base.updated(max_requests=args.max_requests)
+    base = base.updated(full_tokens=full_pool(base)[0])
     window = None if args.config == "mamba" else args.window
     return sized(base, args.config, window, 1, args.mamba_slots)
 
@@ -145,9 +144,9 @@ def main() -> int:
     origins.install()
     s = run(options)
     full_hits = s["lost_hits"]["full_kv_hit_tokens"]
-    window = options.sliding_window if options.config != "mamba" else None
+    window = options.pools.sliding_window if options.config != "mamba" else None
     print(
-        f"{options.config} W={window} SWA order {options.swa_eviction_policy}: "
+        f"{options.config} W={window} SWA order {options.eviction.swa_eviction_policy}: "
         f"hit rate {s['hit_rate']:.4f}; lost per kind of boundary:"
     )
     print("| kind | causes | requests | lost / full-KV hit tokens |\n|---|---|---|---|")

@@ -20,7 +20,6 @@ import statistics
 import sys
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 from benchmarks.hybrid_hits import TRACE, base_options, full_pool, sized
@@ -145,12 +144,12 @@ def main() -> int:
     parser.add_argument("--policy", default="flop_aware")
     parser.add_argument("--max-running", type=int, default=None)
     args = parser.parse_args()
-    base = replace(base_options(args.source, str(TRACE)), max_requests=args.max_requests)
+    base = base_options(args.source, str(TRACE)).updated(max_requests=args.max_requests)
     if args.max_running is not None:
-        base = replace(base, max_running=args.max_running)
-    base = replace(base, full_tokens=full_pool(base)[0], aux_eviction_policy=args.policy)
-    full = run_replay(replace(base, config="full")).summary["hit_rate"]
-    census = StateCensus(base.page_size)
+        base = base.updated(max_running=args.max_running)
+    base = base.updated(full_tokens=full_pool(base)[0], aux_eviction_policy=args.policy)
+    full = run_replay(base.updated(config="full")).summary["hit_rate"]
+    census = StateCensus(base.pools.page_size)
     census.install()
     options = sized(base, args.config, 1024 if args.config == "hybrid" else None, 1)
     s = run_replay(options).summary

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import replace
 
 from benchmarks.hybrid_hits import base_options, full_pool, sized
 from uniradix.sim.replay import ReplayOptions, run_replay
@@ -28,10 +27,10 @@ def ratios(
 ) -> list[float]:
     """Each order's hit rate over full-only's on `base`'s requests at issue 14's sizes."""
     full_tokens, _ = full_pool(base)
-    base = replace(base, full_tokens=full_tokens)
-    full = run_replay(replace(base, config="full")).summary["hit_rate"]
+    base = base.updated(full_tokens=full_tokens)
+    full = run_replay(base.updated(config="full")).summary["hit_rate"]
     rates = [
-        run_replay(sized(replace(base, swa_eviction_policy=o), config, window, 1, slots)).summary[
+        run_replay(sized(base.updated(swa_eviction_policy=o), config, window, 1, slots)).summary[
             "hit_rate"
         ]
         for o in orders
@@ -55,7 +54,7 @@ def main() -> int:
         draws = [(t, base_options("trace", t)) for t in args.traces]
     else:
         draws = [
-            (f"seed {s}", replace(base_options(args.source, ""), seed=s)) for s in range(args.seeds)
+            (f"seed {s}", base_options(args.source, "").updated(seed=s)) for s in range(args.seeds)
         ]
     first, second = args.orders
     print(f"| Mamba slots | {first} mean | {second} mean | wins | losses | ties | draws |")

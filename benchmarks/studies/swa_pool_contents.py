@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import Counter
-from dataclasses import replace
 
 from benchmarks.hybrid_hits import TRACE, base_options, full_pool, sized
 from benchmarks.studies.swa_window_demand import full_only_hits
@@ -48,13 +47,13 @@ def main() -> int:
     parser.add_argument("--skip", type=int, default=500)
     args = parser.parse_args()
     limit = args.max_requests or None
-    base = replace(base_options("trace", str(TRACE)), max_requests=limit)
-    base = replace(base, full_tokens=full_pool(base)[0])
+    base = base_options("trace", str(TRACE)).updated(max_requests=limit)
+    base = base.updated(full_tokens=full_pool(base)[0])
     hits, _, _ = full_only_hits(limit)
     oracle = SWAOracle(base, hits, args.window)
     options = sized(base, "swa", args.window, 1)
     if args.swa_policy is not None:
-        options = replace(options, swa_eviction_policy=args.swa_policy)
+        options = options.updated(swa_eviction_policy=args.swa_policy)
     tokens: Counter[str] = Counter()
     components: list[SWAComponent] = []
     admit, init = Scheduler._admit, SWAComponent.__init__
@@ -80,7 +79,7 @@ def main() -> int:
     total = sum(tokens.values()) or 1
     print(
         f"trace first {limit or 'all'} requests, full+SWA W={args.window}, "
-        f"{options.swa_eviction_policy}: hit rate {s['hit_rate']:.4f}"
+        f"{options.eviction.swa_eviction_policy}: hit rate {s['hit_rate']:.4f}"
     )
     print("| live SWA window | share of sampled SWA tokens |\n|---|---|")
     for name, n in sorted(tokens.items(), key=lambda kv: -kv[1]):

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-from dataclasses import replace
 from typing import Any
 
 from benchmarks.hybrid_hits import PAGE, WINDOWS, base_options, full_pool, run, sized
@@ -69,19 +68,19 @@ def main() -> int:
     print("|---|---|---|---|---|---|---|---|")
     for source in args.sources:
         base = base_options(source, "")
-        base = replace(base, full_tokens=full_pool(base)[0])
-        full = run(replace(base, config="full"))["hit_rate"]
+        base = base.updated(full_tokens=full_pool(base)[0])
+        full = run(base.updated(config="full"))["hit_rate"]
         for window in args.windows:
             for scale in args.scales:
                 options = sized(base, "swa", window, 1)
-                swa_tokens = int(options.swa_tokens * scale) // PAGE * PAGE
-                summary, samples = sampled_run(replace(options, swa_tokens=swa_tokens))
+                swa_tokens = int(options.pools.swa_tokens * scale) // PAGE * PAGE
+                summary, samples = sampled_run(options.updated(swa_tokens=swa_tokens))
                 running = [s[0] for s in samples]
                 in_use = [s[1] for s in samples]
                 evictable = [s[2] for s in samples]
                 ratio = f"{summary['hit_rate'] / full:.3f}" if full else "n/a"
                 print(
-                    f"| {source} | {window} | {base.full_tokens} | {swa_tokens} | "
+                    f"| {source} | {window} | {base.pools.full_tokens} | {swa_tokens} | "
                     f"{statistics.fmean(running):.1f} | {statistics.fmean(in_use):.0f} / "
                     f"{p90(in_use)} | {statistics.fmean(evictable):.0f} / {p90(evictable)} | "
                     f"{ratio} |",

@@ -23,7 +23,6 @@ import argparse
 import statistics
 import sys
 from collections import defaultdict
-from dataclasses import replace
 
 from benchmarks.hybrid_hits import PAGE, TRACE, base_options, full_pool, sized
 from uniradix.sim.metrics import ReplayMetrics
@@ -35,8 +34,8 @@ PageId = tuple[int, int, int]  # (hash of the blocks before, this block's id, pa
 
 def full_only_hits(max_requests: int | None) -> tuple[dict[int, int], int, int]:
     """({request id: full-only hit length}, full KV tokens, request count)."""
-    base = replace(base_options("trace", str(TRACE)), max_requests=max_requests)
-    base = replace(base, full_tokens=full_pool(base)[0])
+    base = base_options("trace", str(TRACE)).updated(max_requests=max_requests)
+    base = base.updated(full_tokens=full_pool(base)[0])
     hits: dict[int, int] = {}
     admit = ReplayMetrics.on_admit
 
@@ -47,10 +46,10 @@ def full_only_hits(max_requests: int | None) -> tuple[dict[int, int], int, int]:
 
     ReplayMetrics.on_admit = record  # type: ignore[method-assign]
     try:
-        run_replay(replace(base, config="full"))
+        run_replay(base.updated(config="full"))
     finally:
         ReplayMetrics.on_admit = admit  # type: ignore[method-assign]
-    return hits, base.full_tokens, len(load_specs(base))
+    return hits, base.pools.full_tokens, len(load_specs(base))
 
 
 def chain(prompt: BlockPrompt) -> list[int]:
@@ -76,7 +75,7 @@ def main() -> int:
     parser.add_argument("--max-requests", type=int, default=None)
     args = parser.parse_args()
     hits, full_tokens, count = full_only_hits(args.max_requests)
-    base = replace(base_options("trace", str(TRACE)), max_requests=args.max_requests)
+    base = base_options("trace", str(TRACE)).updated(max_requests=args.max_requests)
     specs = load_specs(base)
     prompts = [s.prompt for s in specs]
     assert all(isinstance(p, BlockPrompt) for p in prompts)
@@ -100,7 +99,7 @@ def main() -> int:
     )
     print("|---|---|---|---|---|")
     for window in args.windows:
-        pool = sized(replace(base, full_tokens=full_tokens), "swa", window, 1).swa_tokens
+        pool = sized(base.updated(full_tokens=full_tokens), "swa", window, 1).pools.swa_tokens
         pending: dict[int, set[PageId]] = {}
         ending: defaultdict[int, list[int]] = defaultdict(list)
         begin: defaultdict[int, list[int]] = defaultdict(list)

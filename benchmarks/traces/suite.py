@@ -41,7 +41,7 @@ class SuiteTrace:
 
 
 def base(**source: object) -> ReplayOptions:
-    return replace(ReplayOptions(page_size=PAGE, max_running=8, chunk_size=4096), **source)
+    return replace(ReplayOptions.of(page_size=PAGE, max_running=8, chunk_size=4096), **source)
 
 
 def ideal_rate(options: ReplayOptions) -> float:
@@ -90,7 +90,7 @@ def suite(
 
     if mooncake is not None and mooncake.exists() and wanted("mooncake"):
         opts = base(trace=str(mooncake), max_requests=MOONCAKE_REQUESTS, max_running=16)
-        out.append(SuiteTrace("mooncake", TUNE, replace(opts, chunk_size=8192)))
+        out.append(SuiteTrace("mooncake", TUNE, opts.updated(chunk_size=8192)))
     elif wanted("mooncake"):
         said.append(f"mooncake: no trace at {mooncake}")
     for seed in seeds:

@@ -25,7 +25,7 @@ def test_the_mamba_oracle_bounds_every_order_where_it_is_a_bound(tmp_path: Path)
     """One request at a time, a full pool holding everything, one state per hit: Belady is
     optimal, so the oracle hits at least as much as every order, and more than LRU where the
     slots are short of the five prompts."""
-    options = ReplayOptions(
+    options = ReplayOptions.of(
         trace=str(repeats(tmp_path)),
         trace_format="tokens",
         page_size=16,
@@ -51,7 +51,7 @@ def test_budgets_grow_and_the_table_marks_the_judging_half(tmp_path: Path) -> No
     for order in orders("mamba"):
         s = measure(opts, "mamba", order)
         rows.append(row(trace, "tight", opts, "mamba", order, s, full["hit_rate"]))
-    assert rows[-1]["hits_per_mamba_slot"] == rows[-1]["hit_tokens"] / opts.mamba_slots
+    assert rows[-1]["hits_per_mamba_slot"] == rows[-1]["hit_tokens"] / opts.pools.mamba_slots
     table = markdown(rows, "--traces repeats")
     line = next(x for x in table.splitlines() if x.startswith("| repeats | tight"))
     assert "**judge**" in line and f"{full['hit_rate']:.4f}" in line

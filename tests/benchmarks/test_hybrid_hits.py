@@ -17,22 +17,24 @@ def test_sizes_follow_the_issue() -> None:
     base = base_options("multi_turn", "unused")
     full_tokens, working = full_pool(base)
     assert full_tokens % 16 == 0 and full_tokens >= working // 4
-    opts = sized(base.__class__(**{**vars(base), "full_tokens": 65536}), "hybrid", 1024, 2)
-    assert (opts.swa_tokens, opts.mamba_slots, opts.sliding_window) == (32768, 1024, 1024)
+    opts = sized(base.updated(full_tokens=65536), "hybrid", 1024, 2)
+    assert (opts.pools.swa_tokens, opts.pools.mamba_slots, opts.pools.sliding_window) == (
+        32768,
+        1024,
+        1024,
+    )
 
 
 def test_a_fractional_scale_rounds_up_to_a_page_and_a_slot() -> None:
-    base = base_options("trace", "unused").__class__(
-        **{**vars(base_options("trace", "unused")), "full_tokens": 5335968}
-    )
+    base = base_options("trace", "unused").updated(full_tokens=5335968)
     one = sized(base, "hybrid", 4096, 1)
-    assert (one.swa_tokens, one.mamba_slots) == (1334000, 512)
+    assert (one.pools.swa_tokens, one.pools.mamba_slots) == (1334000, 512)
     finer = sized(base, "hybrid", 4096, 1.0625)
     # 1334000 * 1.0625 = 1417375 tokens, up to a page of 16; 544 slots
-    assert (finer.swa_tokens, finer.mamba_slots) == (1417376, 544)
-    assert sized(base, "mamba", None, 1.25).mamba_slots == 640
-    assert sized(base, "mamba", None, 1.25).swa_tokens == one.swa_tokens
-    assert sized(base, "swa", 4096, 1.3, slots=100).mamba_slots == 100
+    assert (finer.pools.swa_tokens, finer.pools.mamba_slots) == (1417376, 544)
+    assert sized(base, "mamba", None, 1.25).pools.mamba_slots == 640
+    assert sized(base, "mamba", None, 1.25).pools.swa_tokens == one.pools.swa_tokens
+    assert sized(base, "swa", 4096, 1.3, slots=100).pools.mamba_slots == 100
 
 
 def test_the_pool_column_lists_every_multiple_tried() -> None:

@@ -7,7 +7,7 @@ from uniradix import CacheConfig, InsertParams, RadixKey, build_cache
 from uniradix.sim.replay import ReplayOptions, load_specs
 from uniradix.tree.node import TreeNode
 
-OPTIONS = ReplayOptions(workload="random", page_size=16, max_requests=3)
+OPTIONS = ReplayOptions.of(workload="random", page_size=16, max_requests=3)
 
 
 def node_ending_at(leaf: TreeNode, end: int) -> TreeNode:
@@ -32,7 +32,7 @@ def test_next_use_is_the_request_whose_window_holds_the_node() -> None:
     are used by it, the one ending at 96 (past the match end) and the one ending at 16 (more
     than a window below) are not; once the clock passes request 2, nothing is."""
     tokens = [int(t) for t in load_specs(OPTIONS)[2].prompt.token_ids()[:96]]
-    cache = build_cache(CacheConfig(full_tokens=512))
+    cache = build_cache(CacheConfig.of(full_tokens=512))
     value = cache.pools.kv_allocator.alloc(96)
     assert value is not None
     leaf = cache.insert(InsertParams(RadixKey(tokens), value)).last_device_node
@@ -51,7 +51,7 @@ def test_a_match_ending_inside_a_node_uses_it() -> None:
     """Request 1's match ends at 48 (window 16), inside the node [32, 96): that node is used,
     the one ending at 32 (its window is [32, 48)) is not."""
     tokens = [int(t) for t in load_specs(OPTIONS)[1].prompt.token_ids()[:96]]
-    cache = build_cache(CacheConfig(full_tokens=512))
+    cache = build_cache(CacheConfig.of(full_tokens=512))
     value = cache.pools.kv_allocator.alloc(96)
     assert value is not None
     leaf = cache.insert(InsertParams(RadixKey(tokens), value)).last_device_node

@@ -37,7 +37,7 @@ def make(
         "swa_eviction_policy": "lru",
     }
     sizes = sizes if hybrid else {}
-    config = CacheConfig(full_tokens=2048, max_context_len=1024, **sizes)  # type: ignore[arg-type]
+    config = CacheConfig.of(full_tokens=2048, max_context_len=1024, **sizes)  # type: ignore[arg-type]
     return build_cache(config, extra_components=[(NAME, pool)]), pool
 
 
@@ -207,7 +207,7 @@ def test_cascade_spares_covered_entries_when_the_swa_trigger_is_not_covered(
     with_sessions: bool,
 ) -> None:
     pool = TokenSlotAllocator(ENTRIES)
-    config = CacheConfig(
+    config = CacheConfig.of(
         full_tokens=2048,
         max_context_len=1024,
         sliding_window=16,

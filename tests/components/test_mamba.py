@@ -19,7 +19,7 @@ def make(page_size: int = 1, **kw: object) -> UnifiedRadixCache:
     extra = page_size > 1
     sizes: dict[str, object] = {"full_tokens": 256, "max_context_len": 256, "mamba_slots": 16}
     sizes.update(kw)
-    config = CacheConfig(page_size=page_size, mamba_extra_buffer=extra, **sizes)  # type: ignore[arg-type]
+    config = CacheConfig.of(page_size=page_size, mamba_extra_buffer=extra, **sizes)  # type: ignore[arg-type]
     return build_cache(config)
 
 
@@ -201,7 +201,7 @@ def test_path_cap_evicts_shallowest_unlocked_single_child_state() -> None:
 
 def test_settings_are_validated() -> None:
     with pytest.raises(ValueError, match="extra buffer"):
-        build_cache(CacheConfig(full_tokens=64, page_size=4, mamba_slots=4))
+        build_cache(CacheConfig.of(full_tokens=64, page_size=4, mamba_slots=4))
     with pytest.raises(ValueError, match="mamba_max_states_per_path"):
         make(mamba_max_states_per_path=0)
     with pytest.raises(ValueError, match="mamba_cache_chunk_size"):
@@ -236,7 +236,7 @@ class StatelessAux(TreeComponent):
 
 
 def test_mamba_as_third_component() -> None:
-    config = CacheConfig(full_tokens=64, max_context_len=64, mamba_slots=8, num_mamba_layers=1)
+    config = CacheConfig.of(full_tokens=64, max_context_len=64, mamba_slots=8, num_mamba_layers=1)
     pools = build_cache(config).pools
     cache = UnifiedRadixCache(
         pools,

@@ -31,7 +31,7 @@ op = st.one_of(
 @given(ops=st.lists(op, min_size=1, max_size=25), window=st.integers(1, 200))
 def test_random_operations_keep_every_pool_exact(ops, window) -> None:  # type: ignore[no-untyped-def]
     pool = TokenSlotAllocator(24)
-    config = CacheConfig(
+    config = CacheConfig.of(
         full_tokens=2048,
         max_context_len=1024,
         sliding_window=window,

@@ -21,7 +21,7 @@ SWA = ComponentType.SWA
 
 def make(window: int = 4, ps: int = 1, full: int = 64, swa: int = 32) -> UnifiedRadixCache:
     return build_cache(
-        CacheConfig(
+        CacheConfig.of(
             full_tokens=full,
             swa_tokens=swa,
             sliding_window=window,
@@ -353,7 +353,7 @@ def test_out_of_window_with_pages_and_cursor_below_the_cached_prefix() -> None:
 
 
 def test_full_only_cache_has_no_windows() -> None:
-    cache = build_cache(CacheConfig(full_tokens=32, max_context_len=32))
+    cache = build_cache(CacheConfig.of(full_tokens=32, max_context_len=32))
     row = cache.pools.req_to_token_pool.alloc()
     slots = cache.pools.kv_allocator.alloc(8)
     assert row is not None and slots is not None
@@ -450,7 +450,7 @@ def test_construction_errors() -> None:
     with pytest.raises(ValueError, match="sliding_window"):
         UnifiedRadixCache(pools, CacheSettings(), (ComponentType.FULL, SWA))
     with pytest.raises(ValueError, match="without sliding_window"):
-        build_cache(CacheConfig(full_tokens=16, swa_tokens=8))
+        build_cache(CacheConfig.of(full_tokens=16, swa_tokens=8))
 
 
 def test_reset_empties_both_pools(abc: UnifiedRadixCache) -> None:

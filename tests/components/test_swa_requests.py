@@ -127,7 +127,7 @@ def test_random_requests_keep_invariants_and_return_every_slot(
     """A step prefills up to `n` prompt tokens of a request, or decodes `n` tokens once its
     prompt is done (freeing out-of-window slots and releasing its window lock early)."""
     cache = build_cache(
-        CacheConfig(
+        CacheConfig.of(
             full_tokens=80,
             swa_tokens=24,
             sliding_window=window,
@@ -196,7 +196,7 @@ def run_multi_turn(
     token. Invariants are checked every 8 steps and at the end."""
     rng = random.Random(seed)
     cache = build_cache(
-        CacheConfig(
+        CacheConfig.of(
             full_tokens=full_tokens,
             swa_tokens=swa_tokens,
             sliding_window=window,

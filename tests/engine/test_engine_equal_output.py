@@ -38,7 +38,7 @@ def shared_prompts() -> list[list[int]]:
 
 def engine_config(config: str, page_size: int, **changes: object) -> EngineConfig:
     slots_per_req = 3 if page_size > 1 else 1
-    base = EngineConfig(
+    base = EngineConfig.of(
         page_size=page_size,
         chunk_size=8,
         full_tokens=96,
@@ -48,7 +48,7 @@ def engine_config(config: str, page_size: int, **changes: object) -> EngineConfi
         max_context_len=40,
         check_invariants=True,
     )
-    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+    return base.updated(**changes)
 
 
 def assert_equal_to_no_cache(
@@ -112,7 +112,7 @@ def test_the_cache_persists_across_generate_calls(device: str, placement: bool) 
     model = model_for("hybrid", device)
     prompts = shared_prompts()[:3]
     config = engine_config("hybrid", 4, full_tokens=256, swa_tokens=256, mamba_slots=40)
-    engine = Engine(model, dataclasses.replace(config, checkpoint_placement=placement))
+    engine = Engine(model, config.updated(checkpoint_placement=placement))
     first = engine.generate(prompts, MAX_NEW_TOKENS)
     again = engine.generate(prompts, MAX_NEW_TOKENS)
     assert again.tokens == first.tokens

@@ -48,34 +48,34 @@ def admitted(engine: Engine, tokens: list[int]) -> RunningRequest:
 
 def test_the_layout_must_match_the_model() -> None:
     model = TinyHybridModel(MODEL)
-    full_only = build_cache(CacheConfig(full_tokens=32, num_full_layers=1))
+    full_only = build_cache(CacheConfig.of(full_tokens=32, num_full_layers=1))
     with pytest.raises(ValueError, match=r"KV pool rows are \(1, 1\) torch.float32"):
         PoolLayout(model.config, full_only.pools)
     full_only = build_cache(
-        CacheConfig(
+        CacheConfig.of(
             full_tokens=32, num_full_layers=1, num_kv_heads=2, head_dim=8, kv_dtype=torch.float64
         )
     )
     with pytest.raises(ValueError, match="no SWA pool"):
         PoolLayout(model.config, full_only.pools)
-    engine_cache = build_engine_cache(model, EngineConfig(full_tokens=32, max_context_len=32))
+    engine_cache = build_engine_cache(model, EngineConfig.of(full_tokens=32, max_context_len=32))
     PoolLayout(model.config, engine_cache.pools)
     single = TinyHybridModel(dataclasses.replace(MODEL, dtype=torch.float32))
     with pytest.raises(ValueError, match="float64"):
         PoolLayout(single.config, engine_cache.pools)
     no_mamba = TinyHybridModel(dataclasses.replace(MODEL, layer_pattern="FS"))
     with pytest.raises(ValueError, match="mamba_slots=4 but the model has no Mamba"):
-        build_engine_cache(no_mamba, EngineConfig(mamba_slots=4))
+        build_engine_cache(no_mamba, EngineConfig.of(mamba_slots=4))
     with pytest.raises(ValueError, match="swa_tokens=8 but the model has no SWA"):
         build_engine_cache(
             TinyHybridModel(dataclasses.replace(MODEL, layer_pattern="F")),
-            EngineConfig(swa_tokens=8),
+            EngineConfig.of(swa_tokens=8),
         )
 
 
 def test_a_freed_swa_peer_is_never_read() -> None:
     model = TinyHybridModel(MODEL)
-    engine = Engine(model, EngineConfig(full_tokens=32, max_context_len=32))
+    engine = Engine(model, EngineConfig.of(full_tokens=32, max_context_len=32))
     request = admitted(engine, TOKENS)
     store = PoolLayout(model.config, engine.cache.pools).state(request.req)
     model.forward(torch.tensor(TOKENS), 0, store)
@@ -93,7 +93,7 @@ def test_the_runner_tracks_the_mamba_state_at_the_track_position(split: int) -> 
     """Page 4 (extra buffer): a prefill entry over [0, 11) tracking 8 (or a shorter one
     ending at 8) leaves the state after 8 tokens in the track slot, equal to the dense one."""
     model = TinyHybridModel(MODEL)
-    engine = Engine(model, EngineConfig(page_size=4, full_tokens=32, max_context_len=32))
+    engine = Engine(model, EngineConfig.of(page_size=4, full_tokens=32, max_context_len=32))
     request = admitted(engine, TOKENS)
     runner = PoolRunner(model, engine.cache)
     end = 11 if split == 8 else 8
@@ -113,7 +113,7 @@ def test_the_runner_tracks_the_mamba_state_at_the_track_position(split: int) -> 
 
 def test_decode_entries_must_run_the_last_token() -> None:
     model = TinyHybridModel(MODEL)
-    engine = Engine(model, EngineConfig(full_tokens=32, max_context_len=32))
+    engine = Engine(model, EngineConfig.of(full_tokens=32, max_context_len=32))
     request = admitted(engine, TOKENS)
     runner = PoolRunner(model, engine.cache)
     with pytest.raises(ValueError, match="last token"):
@@ -134,7 +134,7 @@ def test_decode_entries_must_run_the_last_token() -> None:
 def test_bad_generate_calls_raise(
     prompts: list[list[int]], max_new_tokens: int, message: str
 ) -> None:
-    engine = Engine(TinyHybridModel(MODEL), EngineConfig(page_size=4, full_tokens=32))
+    engine = Engine(TinyHybridModel(MODEL), EngineConfig.of(page_size=4, full_tokens=32))
     with pytest.raises(ValueError, match=message):
         engine.generate(prompts, max_new_tokens)
     pools = engine.cache.pools

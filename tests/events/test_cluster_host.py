@@ -15,7 +15,7 @@ from uniradix.sim.replay import ReplayOptions
 
 @pytest.mark.parametrize("write_policy", ["write_through", "write_back"])
 def test_cache_aware_cluster_with_host_tiers_keeps_the_index_exact(write_policy: str) -> None:
-    options = ReplayOptions(
+    options = ReplayOptions.of(
         workload="multi_turn",
         config="full",
         page_size=4,

@@ -23,7 +23,7 @@ from uniradix.sim.cluster import Cluster
 from uniradix.sim.replay import ReplayOptions
 from uniradix.types import ComponentType
 
-OPTIONS = ReplayOptions(
+OPTIONS = ReplayOptions.of(
     workload="multi_turn",
     page_size=4,
     full_tokens=8192,
@@ -122,7 +122,7 @@ def test_groups_rule_per_components_and_wire() -> None:
 
 
 def test_host_tier_publishes_groups_on_cpu_pinned() -> None:
-    options = replace(OPTIONS, config="hybrid", host_tokens=16384, max_requests=30)
+    options = OPTIONS.updated(config="hybrid", host_tokens=16384, max_requests=30)
     cluster = Cluster(options, 1, "round-robin")
     events = _capture(cluster)
     cluster.run()

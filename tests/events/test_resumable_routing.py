@@ -63,7 +63,7 @@ def test_index_resumable_lengths_per_instance_and_medium() -> None:
     assert scores["a"] == (4 * 1.0 + 2 * 0.8, 6) and scores["b"] == (8.0, 8)
 
 
-OPTIONS = ReplayOptions(
+OPTIONS = ReplayOptions.of(
     workload="multi_turn",
     page_size=4,
     full_tokens=8192,

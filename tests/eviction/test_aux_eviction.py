@@ -12,7 +12,9 @@ from uniradix.types import ComponentType, FreeSlots
 
 def mamba_cache(policy: str) -> UnifiedRadixCache:
     return build_cache(
-        CacheConfig(full_tokens=128, mamba_slots=8, max_context_len=64, aux_eviction_policy=policy)
+        CacheConfig.of(
+            full_tokens=128, mamba_slots=8, max_context_len=64, aux_eviction_policy=policy
+        )
     )
 
 
@@ -67,7 +69,7 @@ def test_unusable_swa_remnant_goes_first(policy: str, victim: int) -> None:
     shallower part (ending at 2);
     branch-aware evicts P (ending at 8)."""
     cache = build_cache(
-        CacheConfig(
+        CacheConfig.of(
             full_tokens=128,
             swa_tokens=64,
             sliding_window=4,
@@ -109,4 +111,4 @@ def test_deeper_prefixes_cost_more_to_recompute() -> None:
 
 def test_unknown_policy_is_rejected() -> None:
     with pytest.raises(ValueError, match="aux_eviction_policy 'nope'"):
-        build_cache(CacheConfig(full_tokens=64, mamba_slots=4, aux_eviction_policy="nope"))
+        build_cache(CacheConfig.of(full_tokens=64, mamba_slots=4, aux_eviction_policy="nope"))

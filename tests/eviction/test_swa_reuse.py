@@ -13,7 +13,7 @@ from uniradix.types import ComponentType, MatchPrefixParams
 
 def swa_cache(policy: str) -> UnifiedRadixCache:
     return build_cache(
-        CacheConfig(
+        CacheConfig.of(
             full_tokens=128,
             swa_tokens=64,
             sliding_window=4,
@@ -120,5 +120,7 @@ def test_serve_marks_go_with_the_window() -> None:
 def test_unknown_swa_policy_is_rejected() -> None:
     with pytest.raises(ValueError, match="swa_eviction_policy 'nope'"):
         build_cache(
-            CacheConfig(full_tokens=64, swa_tokens=32, sliding_window=4, swa_eviction_policy="nope")
+            CacheConfig.of(
+                full_tokens=64, swa_tokens=32, sliding_window=4, swa_eviction_policy="nope"
+            )
         )

@@ -25,7 +25,7 @@ def test_split_budget_per_pool() -> None:
     described = sizes.describe()
     assert described["mamba"]["unit"] == "slots" and described["full"]["unit"] == "tokens"
     options = sizes.replay_options(ReplayOptions())
-    assert (options.config, options.full_tokens, options.mamba_slots) == (
+    assert (options.config, options.pools.full_tokens, options.pools.mamba_slots) == (
         "mamba",
         sizes.units["full"],
         sizes.units["mamba"],
@@ -37,8 +37,8 @@ def test_swa_model_gets_its_window() -> None:
     model = preset("gpt-oss-120b")
     sizes = size_pools(model, 10**9, Split.even(model.pools()), page_size=1)
     options = sizes.replay_options(ReplayOptions())
-    assert options.sliding_window == 128 and options.config == "swa"
-    assert options.swa_tokens == options.full_tokens == 5 * 10**8 // 36864
+    assert options.pools.sliding_window == 128 and options.config == "swa"
+    assert options.pools.swa_tokens == options.pools.full_tokens == 5 * 10**8 // 36864
 
 
 @pytest.mark.parametrize(

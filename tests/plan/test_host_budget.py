@@ -20,7 +20,7 @@ def test_the_host_pools_a_replay_builds_fit_the_host_budget(model_name: str, spl
     model = preset(model_name)
     device = size_pools(model, 2 * GB, Split.parse(split, model.pools()), page_size=16)
     sizes = device.with_host(8 * GB)
-    options = sizes.replay_options(ReplayOptions(max_requests=5, max_running=4))
+    options = sizes.replay_options(ReplayOptions.of(max_requests=5, max_running=4))
     summary = run_replay(options).summary
     unit_bytes = model.unit_bytes()
     built = {p: summary["components"][f"host_{p}"]["capacity"] for p in model.pools()}

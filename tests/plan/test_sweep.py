@@ -1,7 +1,6 @@
 """The plan sweep: its search, its best split, and the `plan` / `replay` budget commands."""
 
 import json
-from dataclasses import replace
 
 import pytest
 
@@ -19,7 +18,7 @@ from uniradix.plan.sweep import (
 )
 from uniradix.sim.replay import ReplayOptions
 
-SMALL = ReplayOptions(workload="multi_turn", max_requests=60)
+SMALL = ReplayOptions.of(workload="multi_turn", max_requests=60)
 
 
 def test_coarse_grid_and_neighbours() -> None:
@@ -82,7 +81,7 @@ def test_a_stalled_split_is_an_infeasible_point() -> None:
     # request needs one slot to start, so a short Mamba split slows a run but does not stall it.)
     model = preset("gpt-oss-120b")
     stalled = Split.parse("full=0.9,swa=0.1", model.pools())
-    point = replay_point(replace(SMALL, max_requests=5), model, 10**8, stalled, 16)
+    point = replay_point(SMALL.updated(max_requests=5), model, 10**8, stalled, 16)
     assert point.hit_rate is None and "no progress" in (point.error or "")
 
 

@@ -84,7 +84,7 @@ def test_session_cache_keeps_followup_hits_under_interference(
     working_set = sum(len(s.prompt) + s.output_len for s in specs) - sum(ideal_hits(specs, 1))
     results = {}
     for sessions in (False, True):
-        options = ReplayOptions(
+        options = ReplayOptions.of(
             workload="small", config="full", full_tokens=working_set // 4, sessions=sessions
         )
         results[sessions] = run_replay(options).summary

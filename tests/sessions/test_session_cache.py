@@ -16,7 +16,7 @@ from uniradix.types import ComponentType
 
 
 def make(sessions: bool = True, full: int = 64, **kw: object) -> UnifiedRadixCache:
-    config = CacheConfig(
+    config = CacheConfig.of(
         full_tokens=full,
         max_context_len=128,
         max_running_requests=8,

@@ -13,7 +13,7 @@ from uniradix.sessions.streaming import StreamingSessions
 
 def make(page_size: int = 1, swa: bool = False) -> UnifiedRadixCache:
     return build_cache(
-        CacheConfig(
+        CacheConfig.of(
             full_tokens=64,
             page_size=page_size,
             max_context_len=64,

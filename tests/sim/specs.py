@@ -50,7 +50,7 @@ def small_cache(
     traffic: SWA pool half the full pool, extra-buffer Mamba above page size 1."""
     swa, mamba = config in ("swa", "hybrid"), config in ("mamba", "hybrid")
     return build_cache(
-        CacheConfig(
+        CacheConfig.of(
             full_tokens=full_tokens,
             page_size=page_size,
             max_context_len=256,

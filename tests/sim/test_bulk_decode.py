@@ -33,7 +33,7 @@ def _replay(options: ReplayOptions, monkeypatch: pytest.MonkeyPatch, bulk: bool)
     ],
 )
 def test_bulk_decode_changes_no_figure(monkeypatch, workload, config, page_size, full_tokens):
-    options = ReplayOptions(
+    options = ReplayOptions.of(
         workload=workload,
         config=config,
         page_size=page_size,

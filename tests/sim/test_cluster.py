@@ -16,7 +16,7 @@ from uniradix.events.listen import listen
 from uniradix.sim.cluster import Cluster
 from uniradix.sim.replay import ReplayOptions
 
-OPTIONS = ReplayOptions(
+OPTIONS = ReplayOptions.of(
     workload="multi_turn",
     config="hybrid",
     page_size=4,

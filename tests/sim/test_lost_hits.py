@@ -25,7 +25,7 @@ def swa_cache(window: int = 4) -> UnifiedRadixCache:
     # `greedy_dual` credits each node by its own end, so the test names the victim (the
     # older, shallower window); `greedy_dual_window` would credit it with the newer leaf.
     return build_cache(
-        CacheConfig(
+        CacheConfig.of(
             full_tokens=64,
             swa_tokens=32,
             sliding_window=window,
@@ -88,7 +88,7 @@ def test_swa_window_evicted_by_the_tree() -> None:
 def mamba_cache() -> UnifiedRadixCache:
     # LRU order, so the test names the victim (the least recent state).
     return build_cache(
-        CacheConfig(full_tokens=64, mamba_slots=8, max_context_len=64, aux_eviction_policy="lru")
+        CacheConfig.of(full_tokens=64, mamba_slots=8, max_context_len=64, aux_eviction_policy="lru")
     )
 
 
@@ -121,7 +121,7 @@ def test_mamba_state_missing_then_evicted() -> None:
 
 
 def test_full_only_cache_has_no_lost_hits() -> None:
-    assert not LostHits(build_cache(CacheConfig(full_tokens=64))).enabled
+    assert not LostHits(build_cache(CacheConfig.of(full_tokens=64))).enabled
 
 
 def test_replay_json_and_report_carry_lost_hits(

@@ -51,7 +51,7 @@ def test_mamba_state_at_the_grid_point_serves_the_next_branch(placement: bool) -
     its chunk at 24 and left a state there, so request 1 resumes at 24, not from nothing."""
     hits: list[int] = []
     base = list(range(100, 130))
-    config = CacheConfig(full_tokens=256, mamba_slots=16, max_context_len=64)
+    config = CacheConfig.of(full_tokens=256, mamba_slots=16, max_context_len=64)
     cache = build_cache(config)
     specs = [spec(0, base, [7, 7]), spec(1, [*base[:24], 1, 2, 3], [7], after=0)]
 
@@ -80,7 +80,7 @@ def test_swa_window_at_a_middle_chunks_grid_point_survives(placement: bool) -> N
     grid point; without it, whole chunks go in live. Either way request 1, which shares 16
     tokens, must hit 16: the window [12, 16) is live."""
     base = list(range(100, 120))
-    config = CacheConfig(full_tokens=128, swa_tokens=64, sliding_window=4, max_context_len=64)
+    config = CacheConfig.of(full_tokens=128, swa_tokens=64, sliding_window=4, max_context_len=64)
     cache = build_cache(config)
     hits: list[int] = []
     specs = [spec(0, base, [7]), spec(1, [*base[:16], 1, 2], [7], after=0)]

@@ -14,7 +14,7 @@ SMALL = dict(config="full", page_size=16, max_requests=100, check_invariants=Tru
 
 @functools.cache
 def replay(**kwargs):
-    return run_replay(ReplayOptions(**SMALL, **kwargs)).summary
+    return run_replay(ReplayOptions.of(**SMALL, **kwargs)).summary
 
 
 @pytest.mark.parametrize("policy", ["write_through", "write_through_selective", "write_back"])

@@ -62,7 +62,7 @@ class RecordingRunner(NullRunner):
 
 def _replay(specs: list[RequestSpec], page_size: int = 1, full_tokens: int = 4096, **kw: object):  # type: ignore[no-untyped-def]
     cache = build_cache(
-        CacheConfig(full_tokens=full_tokens, page_size=page_size, max_context_len=512)
+        CacheConfig.of(full_tokens=full_tokens, page_size=page_size, max_context_len=512)
     )
     runner = RecordingRunner(cache)
     hits: list[int] = []
@@ -115,7 +115,7 @@ def test_next_turn_waits_for_the_answer() -> None:
 @pytest.mark.parametrize("page_size", [1, 4])
 def test_hits_equal_ideal_without_eviction(name: str, page_size: int) -> None:
     result = run_replay(
-        ReplayOptions(
+        ReplayOptions.of(
             workload=name,
             config="full",
             page_size=page_size,
@@ -139,7 +139,7 @@ def test_small_pools_keep_invariants_and_leak_nothing(
 ) -> None:
     long_doc = name == "long_doc_qa"
     result = run_replay(
-        ReplayOptions(
+        ReplayOptions.of(
             workload=name,
             config=config,
             page_size=page_size,
@@ -174,7 +174,7 @@ def test_retraction_when_decode_cannot_allocate() -> None:
     assert len(admissions) > 6, "expected re-admissions after retraction"
     assert scheduler.done
     result = run_replay(
-        ReplayOptions(
+        ReplayOptions.of(
             workload="random",
             config="full",
             full_tokens=4096,
@@ -195,11 +195,11 @@ def test_too_long_requests_are_rejected() -> None:
     kept = admissible(specs, capacity=64, page_size=8)
     assert [(s.rid, len(s.prompt), s.after) for s in kept] == [(0, 10, None)]
     with pytest.raises(ValueError, match="no request fits"):
-        run_replay(ReplayOptions(workload="long_doc_qa", config="full", full_tokens=4096))
+        run_replay(ReplayOptions.of(workload="long_doc_qa", config="full", full_tokens=4096))
 
 
 def test_bad_scheduler_config() -> None:
-    cache = build_cache(CacheConfig(full_tokens=64, page_size=8))
+    cache = build_cache(CacheConfig.of(full_tokens=64, page_size=8))
     with pytest.raises(ValueError, match="chunk_size=4"):
         Scheduler(cache, NullRunner(), [], SchedulerConfig(chunk_size=4))
     with pytest.raises(ValueError, match="max_running=0"):
@@ -248,6 +248,6 @@ def test_random_traffic_keeps_invariants(  # type: ignore[no-untyped-def]
 
 
 def test_stall_is_reported() -> None:
-    cache = build_cache(CacheConfig(full_tokens=8, max_context_len=64))
+    cache = build_cache(CacheConfig.of(full_tokens=8, max_context_len=64))
     with pytest.raises(SchedulerStalled):
         Scheduler(cache, NullRunner(), [spec(0, list(range(20)), [1])]).run()

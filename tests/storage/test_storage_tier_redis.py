@@ -9,7 +9,7 @@ from uniradix.storage import open_backend
 
 
 def _options(**kw: object) -> ReplayOptions:
-    return ReplayOptions(
+    return ReplayOptions.of(
         workload="long_doc_qa",
         config="full",
         full_tokens=12_000,

@@ -8,6 +8,7 @@ from uniradix import CacheConfig, UnifiedRadixCache, build_cache
 from uniradix.components.full_host import HostFullComponent
 from uniradix.components.mamba_host import HostMambaComponent
 from uniradix.components.swa_host import HostSWAComponent
+from uniradix.factory import components
 from uniradix.memory.host_pools import HostPools
 from uniradix.tiers.controller import HostTier
 from uniradix.types import ComponentType
@@ -20,7 +21,7 @@ def host_cache(
     write_policy: str = "write_through",
     **kwargs: object,
 ) -> tuple[UnifiedRadixCache, HostTier, HeldEngine]:
-    config = CacheConfig(full_tokens=full_tokens, page_size=page_size, max_context_len=256)
+    config = CacheConfig.of(full_tokens=full_tokens, page_size=page_size, max_context_len=256)
     base = build_cache(config)
     cache = UnifiedRadixCache(
         base.pools, base.settings, (ComponentType.FULL,), {ComponentType.FULL: HostFullComponent}
@@ -43,7 +44,7 @@ def hybrid_host_cache(
 ) -> tuple[UnifiedRadixCache, HostTier, HeldEngine]:
     """A full+SWA, full+Mamba or full+SWA+Mamba cache with host halves and a host tier whose
     transfers are held until the test releases them."""
-    config = CacheConfig(
+    config = CacheConfig.of(
         full_tokens=full_tokens,
         page_size=page_size,
         max_context_len=256,
@@ -58,7 +59,7 @@ def hybrid_host_cache(
     cache = UnifiedRadixCache(
         base.pools,
         base.settings,
-        config.components(),
+        components(config),
         {
             ComponentType.FULL: HostFullComponent,
             ComponentType.SWA: HostSWAComponent,

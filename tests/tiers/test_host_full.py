@@ -356,6 +356,6 @@ def test_bad_host_tier_configs_are_refused():
     from uniradix import CacheConfig, build_cache
 
     with pytest.raises(ValueError, match="host_tokens"):
-        build_cache(CacheConfig(full_tokens=64, host_tokens=8, hicache_ratio=2.0))
+        build_cache(CacheConfig.of(full_tokens=64, host_tokens=8, hicache_ratio=2.0))
     with pytest.raises(ValueError, match="write policy"):
-        build_cache(CacheConfig(full_tokens=64, host_tokens=64, write_policy="sometimes"))
+        build_cache(CacheConfig.of(full_tokens=64, host_tokens=64, write_policy="sometimes"))

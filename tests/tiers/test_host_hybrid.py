@@ -317,7 +317,7 @@ def test_the_factory_builds_a_host_tier_on_every_hybrid_config():
         {"mamba_slots": 8},
         {"sliding_window": 4, "swa_tokens": 32, "mamba_slots": 8},
     ):
-        cache = build_cache(CacheConfig(full_tokens=64, hicache_ratio=2.0, **kw))
+        cache = build_cache(CacheConfig.of(full_tokens=64, hicache_ratio=2.0, **kw))
         tier = cache.host_tier
         assert isinstance(tier, HostTier) and tier.host_pools.full.capacity == 128
         caps = tier.host_pools.capacities()

@@ -112,7 +112,7 @@ def test_scheduler_traffic_with_a_host_tier_keeps_every_pool_exact(
     swa, mamba = config in ("swa", "hybrid"), config in ("mamba", "hybrid")
     full_tokens = 96 * page_size
     cache = build_cache(
-        CacheConfig(
+        CacheConfig.of(
             full_tokens=full_tokens,
             page_size=page_size,
             max_context_len=256,

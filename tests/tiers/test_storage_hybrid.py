@@ -30,7 +30,7 @@ FULL, SWA, MAMBA = 0, 1, 2
 
 def _cache(directory: Path, **kw: object) -> tuple[HostTier, StorageTier]:
     cache = build_cache(
-        CacheConfig(
+        CacheConfig.of(
             page_size=PAGE,
             full_tokens=64,
             sliding_window=WINDOW,

@@ -44,7 +44,7 @@ def _cache(backend: FileBackend, policy: str, **kw: object) -> tuple[HostTier, S
     sizes: dict[str, object] = dict(full_tokens=4096, host_tokens=HOST, max_context_len=4096)
     sizes.update(kw)
     cache = build_cache(
-        CacheConfig(
+        CacheConfig.of(
             page_size=PAGE,
             storage_backend=backend,
             prefetch_policy=policy,
@@ -185,7 +185,7 @@ def test_aborting_a_waiting_request_releases_its_prefetch(tmp_path: Path) -> Non
     backend = GatedFileBackend(tmp_path)
     specs = admissible(generate_workload("long_doc_qa", 0, 8), 12_000, PAGE)
     fill = build_cache(
-        CacheConfig(
+        CacheConfig.of(
             full_tokens=12_000,
             host_tokens=24_000,
             page_size=PAGE,
@@ -227,7 +227,7 @@ def test_aborting_a_waiting_request_releases_its_prefetch(tmp_path: Path) -> Non
 
 def test_the_replay_default_policy_repeats_its_figures(tmp_path: Path) -> None:
     def run(directory: str) -> dict[str, object]:
-        options = ReplayOptions(
+        options = ReplayOptions.of(
             workload="long_doc_qa",
             config="full",
             full_tokens=12_000,
@@ -236,7 +236,7 @@ def test_the_replay_default_policy_repeats_its_figures(tmp_path: Path) -> None:
             max_requests=16,
             storage_url=f"file://{tmp_path / directory}",
         )
-        assert options.prefetch_policy == "wait_complete"
+        assert options.storage.prefetch_policy == "wait_complete"
         summary = run_replay(options).summary
         return {"by_tier": summary["hit_tokens_by_tier"], "tier": summary["storage"]["tier"]}
 

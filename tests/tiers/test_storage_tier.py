@@ -7,7 +7,6 @@ fingerprints isolate. The Redis case is in `tests/storage/test_storage_tier_redi
 from __future__ import annotations
 
 import random
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -36,7 +35,7 @@ def _options(**kw: object) -> ReplayOptions:
         check_invariants=True,
     )
     base.update(kw)
-    return ReplayOptions(**base)  # type: ignore[arg-type]
+    return ReplayOptions.of(**base)  # type: ignore[arg-type]
 
 
 def test_second_cache_on_the_same_directory_hits_what_the_first_wrote(tmp_path: Path) -> None:
@@ -62,7 +61,7 @@ def test_second_cache_on_the_same_directory_hits_what_the_first_wrote(tmp_path: 
     stored = []
     for fingerprint in ("uniradix-sim", "other@1"):
         cache = build_cache(
-            CacheConfig(
+            CacheConfig.of(
                 full_tokens=DEVICE,
                 host_tokens=HOST,
                 page_size=PAGE,
@@ -101,7 +100,7 @@ def test_replay_without_storage_reports_no_storage_block() -> None:
 
 def test_storage_needs_a_host_tier(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="host tier"):
-        build_cache(CacheConfig(full_tokens=64, storage_url=f"file://{tmp_path}"))
+        build_cache(CacheConfig.of(full_tokens=64, storage_url=f"file://{tmp_path}"))
 
 
 class FlakyFileBackend(FileBackend):
@@ -141,7 +140,7 @@ def _run_scheduler(
     backend: FileBackend, seed: int, policy: str = "wait_complete", hybrid: bool = False
 ) -> tuple[int, HostTier]:
     cache = build_cache(
-        CacheConfig(
+        CacheConfig.of(
             full_tokens=DEVICE,
             host_tokens=HOST,
             page_size=PAGE,
@@ -208,10 +207,10 @@ def test_instances_share_one_store(tmp_path: Path) -> None:
 
     options = _options(workload="agentic", max_requests=40)
     alone = run_cluster(options, 2, "round-robin")
-    shared = run_cluster(replace(options, storage_url=f"file://{tmp_path}"), 2, "round-robin")
+    shared = run_cluster(options.updated(storage_url=f"file://{tmp_path}"), 2, "round-robin")
     assert alone["storage"] is None and "storage" not in alone["hit_tokens_by_tier"]
     assert shared["storage"]["pages_written"] > 0 and shared["storage"]["pages_read"] > 0
     assert sum(shared["hit_tokens_by_tier"].values()) == shared["hit_tokens"]
     assert shared["hit_rate"] > alone["hit_rate"]  # one instance reads what the other wrote
     with pytest.raises(ValueError, match="sessions"):
-        run_cluster(replace(options, sessions=True), 2, "round-robin")
+        run_cluster(options.updated(sessions=True), 2, "round-robin")

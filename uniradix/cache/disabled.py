@@ -10,7 +10,7 @@ A scheduler written for `UnifiedRadixCache` runs unchanged on it (no `if cache_d
 - `cache_finished_req` frees the request's slots, row and Mamba slots;
 - `evict` finds nothing to evict; sizes are 0; locks are anchored at the root.
 
-Build it with `CacheConfig(disable_radix_cache=True)`.
+Build it with `CacheConfig.of(disable_radix_cache=True)`.
 """
 
 from __future__ import annotations

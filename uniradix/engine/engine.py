@@ -15,62 +15,58 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
 
 from uniradix.cache.controller import UnifiedRadixCache
+from uniradix.config import (
+    CacheConfig,
+    Eviction,
+    Host,
+    Nested,
+    Pools,
+    Requests,
+    Sessions,
+    Storage,
+    Tensors,
+)
 from uniradix.engine.dense_state import reference_generate
 from uniradix.engine.model import TinyHybridModel
 from uniradix.engine.runner import PoolRunner
-from uniradix.factory import CacheConfig, build_cache
+from uniradix.factory import build_cache
 from uniradix.sim.batch import RunningRequest, SchedulerView
 from uniradix.sim.metrics import ReplayMetrics
 from uniradix.sim.request_spec import RequestSpec, TokenPrompt
 from uniradix.sim.scheduler import Scheduler
 from uniradix.sim.scheduler_config import SchedulerConfig
-from uniradix.storage.backend import StorageBackend
-from uniradix.types import (
-    DEFAULT_AUX_EVICTION_POLICY,
-    DEFAULT_SWA_EVICTION_POLICY,
-    ComponentType,
-)
+from uniradix.types import ComponentType
 
 
 @dataclass(frozen=True)
-class EngineConfig:
-    """Pool sizes and scheduling. The model's layer pattern decides the cache's components:
-    SWA layers add the SWA component and pool (`swa_tokens`, default `full_tokens`), Mamba
-    layers the Mamba component and `mamba_slots` state slots (default 4 per running request;
-    page_size > 1 turns on the extra buffer, 3 slots per request). `aux_eviction_policy`,
-    `swa_eviction_policy`, `checkpoint_placement` and `checkpoint_grid`: see `CacheSettings`,
-    `CacheConfig` and `SchedulerConfig`."""
+class EngineConfig(Nested):
+    """The cache's groups (`uniradix.config`) and the scheduler's, at an engine's defaults.
 
-    page_size: int = 1
-    chunk_size: int = 64
-    full_tokens: int = 4096
-    swa_tokens: int | None = None
-    mamba_slots: int | None = None
-    max_running: int = 16
+    The model decides the rest: its layer pattern the components (SWA layers add the SWA
+    pool, `swa_tokens` default `full_tokens`; Mamba layers `mamba_slots` state slots, default
+    4 per running request, and page_size > 1 the extra buffer, 3 slots per request), its
+    window `sliding_window`, its device and dtype the pools' (the pools group's
+    `sliding_window` and `device` are not read). `max_context_len` is the longest request."""
+
     max_context_len: int = 2048
-    decode_reserve_ratio: float = 0.5
-    check_invariants: bool = False
-    host_tokens: int | None = None  # an L2 host tier (full attention) of this many tokens
-    host_layout: str = "layer_first"
-    host_engine: str = "sync"
-    write_policy: str = "write_through"
-    enable_session_cache: bool = False
-    aux_eviction_policy: str = DEFAULT_AUX_EVICTION_POLICY
-    swa_eviction_policy: str = DEFAULT_SWA_EVICTION_POLICY
-    checkpoint_placement: bool = True
-    checkpoint_grid: int | None = 512
-    # An L3 store under the host tier (full attention): real KV bytes are written and read.
-    storage_url: str | None = None
-    storage_backend: StorageBackend | None = None
-    model_fingerprint: str = "uniradix-tiny"
-    prefetch_threshold: int = 256
-    prefetch_policy: str = "wait_complete"
+    pools: Pools = field(default_factory=lambda: Pools(full_tokens=4096))
+    scheduler: SchedulerConfig = field(
+        default_factory=lambda: SchedulerConfig(max_running=16, chunk_size=64)
+    )
+    eviction: Eviction = field(default_factory=Eviction)
+    host: Host = field(default_factory=Host)
+    storage: Storage = field(
+        default_factory=lambda: Storage(
+            model_fingerprint="uniradix-tiny", prefetch_policy="wait_complete"
+        )
+    )
+    sessions: Sessions = field(default_factory=Sessions)
 
 
 @dataclass
@@ -162,21 +158,7 @@ class Engine:
             specs = [replace(s, session_id=sid) for s, sid in zip(specs, session_ids, strict=True)]
         runner = PoolRunner(self.model, self.cache)
         metrics = EngineMetrics(self.cache, specs)
-        c = self.config
-        scheduler = Scheduler(
-            self.cache,
-            runner,
-            specs,
-            SchedulerConfig(
-                c.max_running,
-                c.chunk_size,
-                c.decode_reserve_ratio,
-                c.check_invariants,
-                checkpoint_placement=c.checkpoint_placement,
-                checkpoint_grid=c.checkpoint_grid,
-            ),
-            metrics,
-        )
+        scheduler = Scheduler(self.cache, runner, specs, self.config.scheduler, metrics)
         t0 = time.perf_counter()
         scheduler.run()
         self.cache.host_tier.drain()
@@ -209,7 +191,7 @@ class Engine:
             raise ValueError("generate needs at least one prompt")
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        ps, vocab = self.config.page_size, self.model.config.vocab_size
+        ps, vocab = self.config.pools.page_size, self.model.config.vocab_size
         limit = min(self.cache.pools.kv_allocator.capacity, self.config.max_context_len)
         specs = []
         for i, prompt in enumerate(prompts):
@@ -232,42 +214,37 @@ def build_engine_cache(model: TinyHybridModel, config: EngineConfig) -> UnifiedR
     """The cache for `model`'s layers, its pools on the model's device and dtype."""
     m = model.config
     swa, mamba = bool(m.swa_layer_ids), bool(m.mamba_layer_ids)
-    if config.swa_tokens is not None and not swa:
-        raise ValueError(f"swa_tokens={config.swa_tokens} but the model has no SWA layer")
-    if config.mamba_slots is not None and not mamba:
-        raise ValueError(f"mamba_slots={config.mamba_slots} but the model has no Mamba layer")
+    pools = config.pools
+    if pools.swa_tokens is not None and not swa:
+        raise ValueError(f"swa_tokens={pools.swa_tokens} but the model has no SWA layer")
+    if pools.mamba_slots is not None and not mamba:
+        raise ValueError(f"mamba_slots={pools.mamba_slots} but the model has no Mamba layer")
+    max_running = config.scheduler.max_running
     return build_cache(
         CacheConfig(
-            full_tokens=config.full_tokens,
-            page_size=config.page_size,
-            max_running_requests=config.max_running,
-            max_context_len=config.max_context_len,
-            device=str(model.device),
-            num_full_layers=len(m.full_layer_ids),
-            num_kv_heads=m.num_kv_heads,
-            head_dim=m.head_dim,
-            kv_dtype=m.dtype,
-            sliding_window=m.sliding_window if swa else None,
-            swa_tokens=config.swa_tokens,
-            num_swa_layers=len(m.swa_layer_ids),
-            mamba_slots=(config.mamba_slots or 4 * config.max_running) if mamba else None,
-            mamba_extra_buffer=mamba and config.page_size > 1,
-            num_mamba_layers=len(m.mamba_layer_ids),
-            mamba_conv_shape=m.conv_state_shape,
-            mamba_temporal_shape=m.ssm_state_shape,
-            mamba_dtype=m.dtype,
-            host_tokens=config.host_tokens,
-            host_layout=config.host_layout,
-            host_engine=config.host_engine,
-            write_policy=config.write_policy,
-            enable_session_cache=config.enable_session_cache,
-            aux_eviction_policy=config.aux_eviction_policy,
-            swa_eviction_policy=config.swa_eviction_policy,
-            storage_url=config.storage_url,
-            storage_backend=config.storage_backend,
-            model_fingerprint=config.model_fingerprint,
-            prefetch_threshold=config.prefetch_threshold,
-            prefetch_policy=config.prefetch_policy,
+            pools=replace(
+                pools,
+                device=str(model.device),
+                sliding_window=m.sliding_window if swa else None,
+                mamba_slots=(pools.mamba_slots or 4 * max_running) if mamba else None,
+                mamba_extra_buffer=mamba and pools.page_size > 1,
+            ),
+            requests=Requests(max_running, config.max_context_len),
+            tensors=Tensors(
+                num_full_layers=len(m.full_layer_ids),
+                num_swa_layers=len(m.swa_layer_ids),
+                num_kv_heads=m.num_kv_heads,
+                head_dim=m.head_dim,
+                kv_dtype=m.dtype,
+                num_mamba_layers=len(m.mamba_layer_ids),
+                mamba_conv_shape=m.conv_state_shape,
+                mamba_temporal_shape=m.ssm_state_shape,
+                mamba_dtype=m.dtype,
+            ),
+            eviction=config.eviction,
+            host=config.host,
+            storage=config.storage,
+            sessions=config.sessions,
         )
     )
 

@@ -14,21 +14,26 @@ from __future__ import annotations
 import json
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from uniradix.config import Host, Nested, Pools
 from uniradix.engine.engine import Engine, EngineConfig, verify
 from uniradix.engine.model import ModelConfig, TinyHybridModel
+from uniradix.sim.scheduler_config import SchedulerConfig
 
 CONFIG_PATTERNS = {"full": "FF", "swa": "FSFS", "mamba": "FMFM", "hybrid": "FSMFSM"}
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
 @dataclass(frozen=True)
-class GenerateOptions:
+class GenerateOptions(Nested):
+    """`uniradix generate`: the prompts, the tiny model (`config` names its layer pattern,
+    `pools.sliding_window` its window, `pools.device` its device) and the engine's groups."""
+
     config: str = "hybrid"
     prompts: str | None = None
     num_prompts: int = 8
@@ -36,21 +41,13 @@ class GenerateOptions:
     shared_prefix_len: int = 16
     seed: int = 0
     max_new_tokens: int = 8
-    full_tokens: int = 1024
-    swa_tokens: int | None = None
-    mamba_slots: int | None = None
-    page_size: int = 1
-    chunk_size: int = 16
-    max_running: int = 8
-    sliding_window: int = 8
     dtype: str = "float64"
-    device: str = "cpu"
     verify: bool = False
-    check_invariants: bool = False
-    host_tokens: int | None = None
-    write_policy: str = "write_through"
-    host_layout: str = "layer_first"
-    host_engine: str = "sync"
+    pools: Pools = field(default_factory=lambda: Pools(full_tokens=1024, sliding_window=8))
+    scheduler: SchedulerConfig = field(
+        default_factory=lambda: SchedulerConfig(max_running=8, chunk_size=16)
+    )
+    host: Host = field(default_factory=Host)
 
 
 def generated_prompts(
@@ -104,12 +101,15 @@ def run_generate(options: GenerateOptions) -> dict[str, Any]:
         )
     if options.dtype not in DTYPES:
         raise ValueError(f"unknown dtype {options.dtype!r}; choose from {sorted(DTYPES)}")
+    window = options.pools.sliding_window
+    if window is None:
+        raise ValueError("sliding_window=None: the tiny model needs a window (tokens)")
     model_config = ModelConfig(
         layer_pattern=CONFIG_PATTERNS[options.config],
-        sliding_window=options.sliding_window,
+        sliding_window=window,
         dtype=DTYPES[options.dtype],
     )
-    model = TinyHybridModel(model_config, options.device)
+    model = TinyHybridModel(model_config, options.pools.device)
     prompts = (
         load_prompts(options.prompts)
         if options.prompts is not None
@@ -122,31 +122,24 @@ def run_generate(options: GenerateOptions) -> dict[str, Any]:
         )
     )
     longest = max(len(p) for p in prompts) + options.max_new_tokens
+    ps = options.pools.page_size
     engine = Engine(
         model,
         EngineConfig(
-            page_size=options.page_size,
-            chunk_size=options.chunk_size,
-            full_tokens=options.full_tokens,
-            swa_tokens=options.swa_tokens,
-            mamba_slots=options.mamba_slots,
-            max_running=options.max_running,
-            max_context_len=-(-longest // options.page_size) * options.page_size,
-            check_invariants=options.check_invariants,
-            host_tokens=options.host_tokens,
-            host_layout=options.host_layout,
-            host_engine=options.host_engine,
-            write_policy=options.write_policy,
+            max_context_len=-(-longest // ps) * ps,
+            pools=options.pools,
+            scheduler=options.scheduler,
+            host=options.host,
         ),
     )
     result = engine.generate(prompts, options.max_new_tokens)
     summary: dict[str, Any] = {
         "config": options.config,
         "layer_pattern": model_config.layer_pattern,
-        "device": options.device,
+        "device": options.pools.device,
         "dtype": options.dtype,
-        "page_size": options.page_size,
-        "chunk_size": options.chunk_size,
+        "page_size": ps,
+        "chunk_size": options.scheduler.chunk_size,
         "num_prompts": len(prompts),
         "prompts": prompts,
         "generated_tokens": result.tokens,

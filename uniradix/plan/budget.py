@@ -149,15 +149,14 @@ class PoolSizes:
 
     def replay_options(self, base: ReplayOptions) -> ReplayOptions:
         """`base` with this model's config, window, FLOPs shape and these pool sizes."""
-        return replace(
-            base,
+        return base.updated(
             config=self.model.replay_config(),
             page_size=self.page_size,
             full_tokens=self.units["full"],
             swa_tokens=self.units.get("swa"),
             mamba_slots=self.units.get("mamba"),
-            host_tokens=base.host_tokens if self.host is None else self.host.units["full"],
-            sliding_window=self.model.sliding_window or base.sliding_window,
+            host_tokens=base.host.host_tokens if self.host is None else self.host.units["full"],
+            sliding_window=self.model.sliding_window or base.pools.sliding_window,
             model=self.model.compute_shape(),
         )
 

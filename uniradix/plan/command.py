@@ -11,10 +11,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import replace
 from typing import Any
 
 from uniradix.cli_flags import byte_size, byte_sizes, fail, int_at_least
+from uniradix.cli_groups import Flag, add_flags, options_from_args
 from uniradix.plan.budget import (
     PoolSizes,
     Split,
@@ -38,7 +38,7 @@ def _share(text: str) -> float:
     return value
 
 
-def _model_flags(p: argparse.ArgumentParser, required: bool) -> None:
+def _model_flags(p: argparse._ActionsContainer, required: bool) -> None:
     group = p.add_mutually_exclusive_group(required=required)
     group.add_argument("--model", choices=sorted(PRESET_CONFIGS), help="a preset model shape")
     group.add_argument("--model-config", metavar="FILE", help="a Hugging Face config.json")
@@ -50,7 +50,7 @@ def _model_flags(p: argparse.ArgumentParser, required: bool) -> None:
     )
 
 
-def add_budget_flags(p: argparse.ArgumentParser) -> None:
+def add_budget_flags(p: argparse._ActionsContainer) -> None:
     """The flags `uniradix replay` takes to size its pools from a model and a budget."""
     _model_flags(p, required=False)
     p.add_argument(
@@ -88,22 +88,19 @@ def budget_options(
             if value is not None:
                 raise ValueError(f"{flag} needs --model or --model-config")
         return options, None
-    if args.host_cache is not None and (
-        options.host_tokens is not None or options.hicache_ratio is not None
-    ):
+    if args.host_cache is not None and options.host.enabled:
         raise ValueError("--host-cache replaces --host-tokens and --hicache-ratio: give one")
     if args.gpu_cache is None:
-        options = replace(
-            options,
+        options = options.updated(
             config=model.replay_config(),
-            sliding_window=model.sliding_window or options.sliding_window,
+            sliding_window=model.sliding_window or options.pools.sliding_window,
             model=model.compute_shape(),
         )
         if args.host_cache is not None:
-            options = replace(options, host_tokens=host_tokens(model, args.host_cache, options))
+            options = options.updated(host_tokens=host_tokens(model, args.host_cache, options))
         return options, None
     split = _split_or_search(args.split, model, options, args.gpu_cache)
-    sizes = size_pools(model, args.gpu_cache, split, options.page_size)
+    sizes = size_pools(model, args.gpu_cache, split, options.pools.page_size)
     if args.host_cache is not None:
         sizes = sizes.with_host(args.host_cache)
     return sizes.replay_options(options), sizes
@@ -113,9 +110,9 @@ def host_tokens(model: ModelSpec, host_bytes: int, options: ReplayOptions) -> in
     """Full-KV host tokens a host budget buys beside the device pools `options` give (the
     SWA and Mamba host pools follow them and count in the budget: `size_host_pools`)."""
     swa, mamba = aux_device_sizes(options)
-    device = {"full": options.full_tokens, "swa": swa, "mamba": mamba}
+    device = {"full": options.pools.full_tokens, "swa": swa, "mamba": mamba}
     units = {p: device[p] for p in model.pools()}
-    return size_host_pools(model, host_bytes, units, options.page_size).units["full"]
+    return size_host_pools(model, host_bytes, units, options.pools.page_size).units["full"]
 
 
 def _split_or_search(text: str, model: ModelSpec, base: ReplayOptions, gpu_bytes: int) -> Split:
@@ -124,7 +121,7 @@ def _split_or_search(text: str, model: ModelSpec, base: ReplayOptions, gpu_bytes
             return Split.parse(text, model.pools())
         except ValueError as exc:
             raise ValueError(f"--split: {exc}") from None
-    result = run_plan(base, model, [gpu_bytes], base.page_size, progress=base.progress)
+    result = run_plan(base, model, [gpu_bytes], base.pools.page_size, progress=base.progress)
     best = result.best[-1]
     if best.hit_rate is None:
         raise ValueError(f"--gpu-cache: no split of {gpu_bytes} bytes can replay: {best.error}")
@@ -142,11 +139,25 @@ def add_pool_bytes(summary: dict[str, Any], sizes: PoolSizes | None) -> None:
         annotate_components(summary, sizes)
 
 
-def add_plan_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def plan_flags() -> list[Flag]:
+    """`uniradix plan`'s flags on the knobs of the replays it runs (one line adds one)."""
     from uniradix.sim.traces import TRACE_FORMATS
     from uniradix.sim.workloads import WORKLOADS
 
-    d = ReplayOptions()
+    at_least_1, at_least_0 = {"type": int_at_least(1)}, {"type": int_at_least(0)}
+    return [
+        Flag("--workload", "workload", "built-in workload", {"choices": sorted(WORKLOADS)}),
+        Flag("--trace", "trace", "trace file (JSONL); overrides --workload"),
+        Flag("--trace-format", "trace_format", "", {"choices": TRACE_FORMATS}),
+        Flag("--max-requests", "max_requests", "replay only the first N requests", at_least_1),
+        Flag("--seed", "seed", "seed of workloads and generated tokens", at_least_0),
+        Flag("--page-size", "page_size", "tokens per page", at_least_1),
+        Flag("--max-running", "max_running", "cap on running requests", at_least_1),
+        Flag("--chunk-size", "chunk_size", "prefill tokens per step", at_least_1),
+    ]
+
+
+def add_plan_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = commands.add_parser(
         "plan",
         help="the hit rate a memory budget buys, and the best split between pools",
@@ -154,62 +165,48 @@ def add_plan_parser(commands: argparse._SubParsersAction) -> None:  # type: igno
         "process per core) and report hit rate against memory, the best split per budget "
         "and the knee of the curve.",
     )
-    p.add_argument("--workload", choices=sorted(WORKLOADS), default=d.workload)
-    p.add_argument("--trace", help="trace file (JSONL); overrides --workload")
-    p.add_argument("--trace-format", choices=TRACE_FORMATS, default=d.trace_format)
-    _model_flags(p, required=True)
-    p.add_argument(
+    add_flags(p, ReplayOptions(), plan_flags())
+    budget = p.add_argument_group("memory budget")
+    _model_flags(budget, required=True)
+    budget.add_argument(
         "--gpu-cache",
         type=byte_sizes,
         required=True,
         metavar="SIZE[,SIZE...]",
         help="device memory budgets for the cache, e.g. 10GB,20GB,40GB",
     )
-    p.add_argument(
+    budget.add_argument(
         "--host-cache",
         type=byte_size,
         metavar="SIZE",
         help="host memory of the L2 tier (its full-KV, SWA and Mamba host pools together), "
         "the same at every point",
     )
-    for flag, default, what in [
-        ("--page-size", d.page_size, "tokens per page"),
-        ("--max-running", d.max_running, "cap on running requests"),
-        ("--chunk-size", d.chunk_size, "prefill tokens per step"),
-        ("--max-requests", d.max_requests, "replay only the first N requests"),
-        ("--seed", d.seed, "seed of workloads and generated tokens"),
-        ("--refine-rounds", REFINE_ROUNDS, "rounds of the split search after the grid"),
-    ]:
-        minimum = 0 if flag in ("--seed", "--refine-rounds") else 1
-        p.add_argument(
-            flag, type=int_at_least(minimum), default=default, help=f"{what} (default {default})"
-        )
-    p.add_argument("--workers", type=int_at_least(1), help="processes (default: one per core)")
-    p.add_argument(
+    search = p.add_argument_group("split search")
+    search.add_argument(
+        "--refine-rounds",
+        type=int_at_least(0),
+        default=REFINE_ROUNDS,
+        help=f"rounds of the split search after the grid (default {REFINE_ROUNDS})",
+    )
+    search.add_argument("--workers", type=int_at_least(1), help="processes (default: one per core)")
+    search.add_argument(
         "--grid-step",
         type=_share,
         default=GRID_STEP,
         help=f"share step of the coarse grid (default {GRID_STEP})",
     )
-    p.add_argument("--json", action="store_true", help="print only the JSON result")
-    p.add_argument("--report", metavar="DIR", help="write plan.json, plan.md, plan.png")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    out = p.add_argument_group("output")
+    out.add_argument("--json", action="store_true", help="print only the JSON result")
+    out.add_argument("--report", metavar="DIR", help="write plan.json, plan.md, plan.png")
+    out.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
 def run_plan_command(args: argparse.Namespace) -> int:
     from uniradix.plan.report import markdown_plan, write_plan_report
 
     prog = "uniradix plan"
-    base = ReplayOptions(
-        workload=args.workload,
-        trace=args.trace,
-        trace_format=args.trace_format,
-        page_size=args.page_size,
-        max_running=args.max_running,
-        chunk_size=args.chunk_size,
-        max_requests=args.max_requests,
-        seed=args.seed,
-    )
+    base = options_from_args(ReplayOptions(), args, plan_flags())
     try:
         model = model_of(args)
         assert model is not None  # the group is required

@@ -40,7 +40,6 @@ from uniradix.sim.replay import (
     admissible,
     build_replay_cache,
     load_specs,
-    scheduler_config,
 )
 from uniradix.sim.router import CacheAware, make_router
 from uniradix.sim.scheduler import Scheduler
@@ -158,16 +157,17 @@ class Cluster:
         if options.sessions:
             raise ValueError("--sessions is not reported per instance yet: replay one instance")
         self.shared_storage: StorageBackend | None = None
-        if options.storage_url is not None and options.storage_backend is None:
+        storage = options.storage
+        if storage.storage_url is not None and storage.storage_backend is None:
             # One store behind every instance: what one writes, the others read.
-            self.shared_storage = open_backend(options.storage_url)
-            options = replace(options, storage_backend=self.shared_storage)
+            self.shared_storage = open_backend(storage.storage_url)
+            options = options.updated(storage_backend=self.shared_storage)
         self.options = options
-        ps = options.page_size
+        ps, full_tokens = options.pools.page_size, options.pools.full_tokens
         self.num_loaded = len(loaded := load_specs(options))
-        self.specs = admissible(loaded, options.full_tokens // ps * ps, ps)
+        self.specs = admissible(loaded, full_tokens // ps * ps, ps)
         if not self.specs:
-            raise ValueError(f"no request fits full_tokens={options.full_tokens}")
+            raise ValueError(f"no request fits full_tokens={full_tokens}")
         max_len = max(len(s.prompt) + s.output_len for s in self.specs)
         hash_algo = kv_events.hash_algo if kv_events is not None else "sglang_sha256"
         hash_seed = kv_events.hash_seed if kv_events is not None else None
@@ -177,10 +177,10 @@ class Cluster:
         names = [f"instance-{i}" for i in range(num_instances)]
         self.router_name = router
         self.router = make_router(
-            router, self.index, names, recent=num_instances * options.max_running
+            router, self.index, names, recent=num_instances * options.scheduler.max_running
         )
         self.predictions = HitPredictions(self.index, names)
-        config = scheduler_config(options)
+        config = options.scheduler
         self.instances: list[Instance] = []
         for i, name in enumerate(names):
             cache = build_replay_cache(options, options.config, -(-max_len // ps) * ps)
@@ -231,7 +231,7 @@ class Cluster:
             heapq.heappush(self._ready, waiting)
 
     def _dispatch(self) -> None:
-        window = len(self.instances) * self.options.max_running
+        window = len(self.instances) * self.options.scheduler.max_running
         while self._ready and self._outstanding < window:
             spec = self.specs[heapq.heappop(self._ready)]
             loads = [inst.outstanding for inst in self.instances]
@@ -287,8 +287,8 @@ class Cluster:
         return {
             "source": self.options.trace or self.options.workload,
             "config": self.options.config,
-            "page_size": self.options.page_size,
-            "full_tokens_per_instance": self.options.full_tokens,
+            "page_size": self.options.pools.page_size,
+            "full_tokens_per_instance": self.options.pools.full_tokens,
             "router": self.router_name,
             "instances": per,
             "requests": sum(counts),

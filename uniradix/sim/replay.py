@@ -14,7 +14,17 @@ from typing import Any
 import numpy as np
 
 from uniradix.cache.controller import UnifiedRadixCache
-from uniradix.factory import CacheConfig, build_cache
+from uniradix.config import (
+    CacheConfig,
+    Eviction,
+    Host,
+    Nested,
+    Pools,
+    Requests,
+    Sessions,
+    Storage,
+)
+from uniradix.factory import build_cache
 from uniradix.sim.batch import ForwardBatch, RunningRequest
 from uniradix.sim.compute import ModelShape
 from uniradix.sim.host_summary import host_summary
@@ -26,12 +36,7 @@ from uniradix.sim.scheduler_config import SchedulerConfig
 from uniradix.sim.sessions import SessionListener
 from uniradix.sim.traces import load_trace
 from uniradix.sim.workloads import generate_workload
-from uniradix.storage.backend import StorageBackend
-from uniradix.types import (
-    DEFAULT_AUX_EVICTION_POLICY,
-    DEFAULT_SWA_EVICTION_POLICY,
-    ComponentType,
-)
+from uniradix.types import ComponentType
 
 CONFIG_COMPONENTS: dict[str, tuple[ComponentType, ...]] = {
     "full": (ComponentType.FULL,),
@@ -56,37 +61,31 @@ class NullRunner:
 
 
 @dataclass(frozen=True)
-class ReplayOptions:
+class ReplayOptions(Nested):
+    """A replay: its requests, the cache's groups (`uniradix.config`) and the scheduler's.
+
+    Where a replay's defaults differ from the library's they are set here, once: smaller
+    pools with an SWA window ready for the SWA configs, the scheduler's batch sizes, and
+    prefetches that run to their end (`wait_complete`: figures repeat run to run). The
+    config name (`CONFIG_COMPONENTS`) decides which pools exist; SWA tokens default to half
+    the full pool and Mamba slots to 4 per running request (`aux_device_sizes`)."""
+
     workload: str = "multi_turn"
     trace: str | None = None
     trace_format: str = "mooncake"
     config: str = "hybrid"
-    page_size: int = 1
-    full_tokens: int = 8192
-    swa_tokens: int | None = None
-    sliding_window: int = 1024
-    mamba_slots: int | None = None
-    max_running: int = 32
-    chunk_size: int = 2048
-    decode_reserve_ratio: float = 0.5
     max_requests: int | None = None
     seed: int = 0
-    check_invariants: bool = False
     sessions: bool = False  # the session cache: sessions' contexts are evicted last
-    checkpoint_placement: bool = True
-    checkpoint_grid: int | None = 512
-    aux_eviction_policy: str = DEFAULT_AUX_EVICTION_POLICY
-    swa_eviction_policy: str = DEFAULT_SWA_EVICTION_POLICY
-    model: ModelShape = field(default_factory=ModelShape)
-    host_tokens: int | None = None
-    hicache_ratio: float | None = None
-    write_policy: str = "write_through"
     progress: bool = False
-    storage_url: str | None = None  # an L3 store under the host tier
-    storage_backend: StorageBackend | None = None  # an open one to share (instances)
-    model_fingerprint: str = "uniradix-sim"
-    # wait_complete: every fetch runs to its end, so the figures repeat run to run
-    prefetch_policy: str = "wait_complete"
+    model: ModelShape = field(default_factory=ModelShape)
+    pools: Pools = field(default_factory=lambda: Pools(full_tokens=8192, sliding_window=1024))
+    scheduler: SchedulerConfig = field(
+        default_factory=lambda: SchedulerConfig(max_running=32, chunk_size=2048)
+    )
+    eviction: Eviction = field(default_factory=Eviction)
+    host: Host = field(default_factory=Host)
+    storage: Storage = field(default_factory=lambda: Storage(prefetch_policy="wait_complete"))
 
 
 @dataclass
@@ -130,8 +129,9 @@ def admissible(specs: list[RequestSpec], capacity: int, page_size: int) -> list[
 
 def aux_device_sizes(options: ReplayOptions) -> tuple[int, int]:
     """The device SWA tokens and Mamba slots a replay gets (for a model that has them)."""
-    return options.swa_tokens or options.full_tokens // 2, options.mamba_slots or (
-        4 * options.max_running
+    pools = options.pools
+    return pools.swa_tokens or pools.full_tokens // 2, pools.mamba_slots or (
+        4 * options.scheduler.max_running
     )
 
 
@@ -143,24 +143,18 @@ def build_replay_cache(
     mamba = ComponentType.MAMBA in components
     return build_cache(
         CacheConfig(
-            full_tokens=options.full_tokens,
-            page_size=options.page_size,
-            max_running_requests=options.max_running,
-            max_context_len=max_context_len,
-            sliding_window=options.sliding_window if swa else None,
-            swa_tokens=aux_device_sizes(options)[0] if swa else None,
-            mamba_slots=aux_device_sizes(options)[1] if mamba else None,
-            mamba_extra_buffer=mamba and options.page_size > 1,
-            host_tokens=options.host_tokens,
-            hicache_ratio=options.hicache_ratio,
-            write_policy=options.write_policy,
-            enable_session_cache=options.sessions,
-            aux_eviction_policy=options.aux_eviction_policy,
-            swa_eviction_policy=options.swa_eviction_policy,
-            storage_url=options.storage_url,
-            storage_backend=options.storage_backend,
-            model_fingerprint=options.model_fingerprint,
-            prefetch_policy=options.prefetch_policy,
+            pools=replace(
+                options.pools,
+                sliding_window=options.pools.sliding_window if swa else None,
+                swa_tokens=aux_device_sizes(options)[0] if swa else None,
+                mamba_slots=aux_device_sizes(options)[1] if mamba else None,
+                mamba_extra_buffer=mamba and options.pools.page_size > 1,
+            ),
+            requests=Requests(options.scheduler.max_running, max_context_len),
+            eviction=options.eviction,
+            host=options.host,
+            storage=options.storage,
+            sessions=Sessions(options.sessions),
         )
     )
 
@@ -172,11 +166,11 @@ def run_replay(options: ReplayOptions) -> ReplayResult:
             f"unknown config {options.config!r}; choose from {sorted(CONFIG_COMPONENTS)}"
         )
     config_name = options.config
-    ps = options.page_size
-    loaded = load_specs(options, options.full_tokens // ps * ps)
-    specs = admissible(loaded, options.full_tokens // ps * ps, ps)
+    ps, full_tokens = options.pools.page_size, options.pools.full_tokens
+    loaded = load_specs(options, full_tokens // ps * ps)
+    specs = admissible(loaded, full_tokens // ps * ps, ps)
     if not specs:
-        raise ValueError(f"no request fits full_tokens={options.full_tokens}")
+        raise ValueError(f"no request fits full_tokens={full_tokens}")
     max_len = max(len(s.prompt) + s.output_len for s in specs)
     cache = build_replay_cache(options, config_name, -(-max_len // ps) * ps)
     if cache.host_tier.storage is not None:
@@ -185,10 +179,9 @@ def run_replay(options: ReplayOptions) -> ReplayResult:
     ideal = ideal_hits(specs, ps)
     ideal_s = time.perf_counter() - t0
     metrics = ReplayMetrics(cache, len(specs), options.progress)
-    config = scheduler_config(options)
     listener = SessionListener(cache, specs, metrics)
     listener.set_ideal(specs, ideal)
-    scheduler = Scheduler(cache, NullRunner(), specs, config, listener)
+    scheduler = Scheduler(cache, NullRunner(), specs, options.scheduler, listener)
     t0 = time.perf_counter()
     try:
         scheduler.run()
@@ -223,18 +216,6 @@ def run_replay(options: ReplayOptions) -> ReplayResult:
     )
 
 
-def scheduler_config(options: ReplayOptions) -> SchedulerConfig:
-    """The scheduler settings a replay (one instance or a cluster's) runs with."""
-    return SchedulerConfig(
-        options.max_running,
-        options.chunk_size,
-        options.decode_reserve_ratio,
-        options.check_invariants,
-        checkpoint_placement=options.checkpoint_placement,
-        checkpoint_grid=options.checkpoint_grid,
-    )
-
-
 def _summary(
     options: ReplayOptions,
     config_name: str,
@@ -258,7 +239,7 @@ def _summary(
     return {
         "source": options.trace or options.workload,
         "config": config_name,
-        "page_size": options.page_size,
+        "page_size": options.pools.page_size,
         "requests": metrics.finished,
         "rejected": num_loaded - len(specs),
         "prompt_tokens": prompt_tokens,

@@ -7,6 +7,9 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class SchedulerConfig:
+    """The scheduler's knobs: a group of the front ends' options (`uniradix.config`)."""
+
+    group_title = "scheduler"
     max_running: int = 64
     chunk_size: int = 4096
     decode_reserve_ratio: float = 0.5

@@ -3,8 +3,7 @@ copiers when the model has layers, the transfer engine, and the controller."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
-
+from uniradix.config import CacheConfig
 from uniradix.memory.host_kv import LAYOUTS, HostKVPool, HostMambaStates
 from uniradix.memory.host_pools import HostPools, aux_host_sizes, host_capacity
 from uniradix.memory.swa_allocator import SWASlotAllocator
@@ -15,67 +14,24 @@ from uniradix.tiers.copiers import KVCopier, MambaCopier
 from uniradix.tiers.storage_tier import StorageTier
 from uniradix.tiers.transfer import Copier, SyncTransferEngine, TransferEngine
 
-if TYPE_CHECKING:
-    import torch
-
-    from uniradix.storage.backend import StorageBackend
-
-
-class HostTierConfig(Protocol):
-    """The fields of `uniradix.factory.CacheConfig` a host tier and its L3 store are built
-    from (a protocol: the factory imports this module, not the other way round)."""
-
-    @property
-    def page_size(self) -> int: ...
-    @property
-    def device(self) -> str: ...
-    @property
-    def num_kv_heads(self) -> int: ...
-    @property
-    def head_dim(self) -> int: ...
-    @property
-    def kv_dtype(self) -> torch.dtype: ...
-    @property
-    def host_tokens(self) -> int | None: ...
-    @property
-    def hicache_ratio(self) -> float | None: ...
-    @property
-    def write_policy(self) -> str: ...
-    @property
-    def load_back_threshold(self) -> int: ...
-    @property
-    def host_layout(self) -> str: ...
-    @property
-    def host_engine(self) -> str: ...
-    @property
-    def storage_url(self) -> str | None: ...
-    @property
-    def storage_backend(self) -> StorageBackend | None: ...
-    @property
-    def model_fingerprint(self) -> str: ...
-    @property
-    def prefetch_threshold(self) -> int: ...
-    @property
-    def prefetch_policy(self) -> str: ...
-
-
 ENGINES = ("sync", "thread", "cuda")
 
 
-def attach_host_tier(cache: CacheWithHostTier, config: HostTierConfig) -> HostTier:
+def attach_host_tier(cache: CacheWithHostTier, config: CacheConfig) -> HostTier:
     """Gives `cache` (built with the host halves of its components) the host tier `config`
     describes. The SWA and Mamba host pools, when the model has them, are sized in the same
     proportion to their device pools as the full KV host pool.
 
     `host_engine`: "sync" copies at submit (tests, replay), "thread" on a worker thread,
     "cuda" on a CUDA stream; host tensors exist only when the device pool has layers."""
-    if config.host_layout not in LAYOUTS:
-        raise ValueError(f"host_layout must be one of {LAYOUTS}, got {config.host_layout!r}")
-    if config.host_engine not in ENGINES:
-        raise ValueError(f"host_engine must be one of {ENGINES}, got {config.host_engine!r}")
-    ps = config.page_size
+    host, tensors = config.host, config.tensors
+    if host.host_layout not in LAYOUTS:
+        raise ValueError(f"host_layout must be one of {LAYOUTS}, got {host.host_layout!r}")
+    if host.host_engine not in ENGINES:
+        raise ValueError(f"host_engine must be one of {ENGINES}, got {host.host_engine!r}")
+    ps = config.pools.page_size
     capacity = host_capacity(
-        cache.pools.kv_allocator.capacity, config.host_tokens, config.hicache_ratio
+        cache.pools.kv_allocator.capacity, host.host_tokens, host.hicache_ratio
     )
     capacity -= capacity % ps
     if capacity < ps:
@@ -88,11 +44,11 @@ def attach_host_tier(cache: CacheWithHostTier, config: HostTierConfig) -> HostTi
         host_kv = HostKVPool(
             capacity + ps,  # page 0 is padding, as on the device
             kv_pool.num_layers,
-            config.num_kv_heads,
-            config.head_dim,
-            config.kv_dtype,
+            tensors.num_kv_heads,
+            tensors.head_dim,
+            tensors.kv_dtype,
             ps,
-            config.host_layout,
+            host.host_layout,
             pin_memory=pin,
         )
         copiers["full"] = KVCopier(kv_pool, host_kv)
@@ -109,51 +65,52 @@ def attach_host_tier(cache: CacheWithHostTier, config: HostTierConfig) -> HostTi
     if swa_tokens is not None:
         swa_pool = cache.pools.swa_kv_pool
         if swa_pool is not None and swa_pool.num_layers:
-            host_swa = HostKVPool.like(swa_pool, swa_tokens + ps, ps, config.host_layout)
+            host_swa = HostKVPool.like(swa_pool, swa_tokens + ps, ps, host.host_layout)
             copiers["swa"] = KVCopier(swa_pool, host_swa)
     if mamba is not None and mamba_slots is not None and mamba.states.num_layers:
         copiers["mamba"] = MambaCopier(
             mamba.states, HostMambaStates.like(mamba.states, mamba_slots)
         )
     engine: TransferEngine
-    if config.host_engine == "sync":
+    if host.host_engine == "sync":
         engine = SyncTransferEngine(copiers)
-    elif config.host_engine == "thread":
+    elif host.host_engine == "thread":
         engine = ThreadTransferEngine(copiers)
     else:
-        engine = CudaTransferEngine(copiers, config.device)
+        engine = CudaTransferEngine(copiers, config.pools.device)
     tier = HostTier(
         cache,
         HostPools(capacity, ps, swa_tokens, mamba_slots),
         engine,
-        config.write_policy,
-        load_back_threshold=config.load_back_threshold,
+        host.write_policy,
+        load_back_threshold=host.load_back_threshold,
     )
     tier.host_kv = host_kv
     return tier
 
 
-def attach_storage_tier(cache: CacheWithHostTier, config: HostTierConfig) -> StorageTier | None:
+def attach_storage_tier(cache: CacheWithHostTier, config: CacheConfig) -> StorageTier | None:
     """Gives `cache`'s host tier the L3 store `config` names (`storage_backend`, shared by
     the caller, or one opened from `storage_url`); None when neither is set."""
-    if config.storage_backend is None and config.storage_url is None:
+    storage = config.storage
+    if not storage.enabled:
         return None
     tier = cache.host_tier
     if not isinstance(tier, HostTier):
         raise ValueError("storage_url / storage_backend need a host tier (host_tokens)")
-    backend = config.storage_backend
+    backend = storage.storage_backend
     if backend is None:
-        assert config.storage_url is not None
-        backend = open_backend(config.storage_url)
+        assert storage.storage_url is not None
+        backend = open_backend(storage.storage_url)
     # The auxiliary pools' host bytes live with their copiers (none on a simulation cache).
     copiers = getattr(tier.engine, "copiers", {})
     swa_copier, mamba_copier = copiers.get("swa"), copiers.get("mamba")
     return StorageTier(
         tier,
         backend,
-        config.model_fingerprint,
-        config.prefetch_threshold,
-        prefetch_policy=config.prefetch_policy,
+        storage.model_fingerprint,
+        storage.prefetch_threshold,
+        prefetch_policy=storage.prefetch_policy,
         host_kv=tier.host_kv,
         host_swa=swa_copier.host_pool if isinstance(swa_copier, KVCopier) else None,
         host_states=mamba_copier.host_states if isinstance(mamba_copier, MambaCopier) else None,
