@@ -34,7 +34,7 @@ def test_the_mamba_oracle_bounds_every_order_where_it_is_a_bound(tmp_path: Path)
         checkpoint_grid=None,
     )
     for slots in (3, 4):
-        opts = ReplayOptions(**{**options.__dict__, "mamba_slots": slots})
+        opts = options.updated(mamba_slots=slots)
         rates = {order: measure(opts, "mamba", order)["hit_rate"] for order in orders("mamba")}
         assert rates[ORACLE] >= max(rates.values())
         assert rates[ORACLE] > rates["lru"]
@@ -43,8 +43,8 @@ def test_the_mamba_oracle_bounds_every_order_where_it_is_a_bound(tmp_path: Path)
 def test_budgets_grow_and_the_table_marks_the_judging_half(tmp_path: Path) -> None:
     trace = SuiteTrace("repeats", JUDGE, base(trace=str(repeats(tmp_path)), trace_format="tokens"))
     pools = [sized(trace.options, *BUDGETS[b]) for b in ("tight", "mid", "ample")]
-    assert [p.full_tokens for p in pools] == sorted(p.full_tokens for p in pools)
-    assert all(p.mamba_slots is not None and p.mamba_slots >= 16 for p in pools)
+    assert [p.pools.full_tokens for p in pools] == sorted(p.pools.full_tokens for p in pools)
+    assert all(p.pools.mamba_slots is not None and p.pools.mamba_slots >= 16 for p in pools)
     opts = pools[0]
     full = measure(opts, "full", "full")
     rows = [row(trace, "tight", opts, "full", "full", full, full["hit_rate"])]

@@ -55,7 +55,7 @@ def test_the_swa_order_is_an_option(monkeypatch: pytest.MonkeyPatch) -> None:
         ["--max-requests", "20", "--config", "swa", "--window", "4096"]
         + ["--swa-policy", "greedy_dual_output"]
     )
-    assert (options.config, options.sliding_window) == ("swa", 4096)
-    assert options.swa_eviction_policy == "greedy_dual_output"
+    assert (options.config, options.pools.sliding_window) == ("swa", 4096)
+    assert options.eviction.swa_eviction_policy == "greedy_dual_output"
     assert options.max_requests == 20
-    assert replay_options([]).swa_eviction_policy == DEFAULT_SWA_EVICTION_POLICY
+    assert replay_options([]).eviction.swa_eviction_policy == DEFAULT_SWA_EVICTION_POLICY

@@ -218,7 +218,7 @@ def test_cli_replay_serves_snapshots_to_a_subscription() -> None:
     endpoints = [f"tcp://127.0.0.1:{_free_port()}" for _ in range(3)]
     index = KVEventIndex(block_size=4)
     sub = Subscription(index, "instance-0", endpoints[0], endpoints[2], endpoints[1])
-    argv = ["replay", "--max-requests", "30", "--config", "hybrid", "--page-size", "4"]
+    argv = ["replay", "--max-requests", "120", "--config", "hybrid", "--page-size", "4"]
     argv += ["--no-progress", "--kv-events", endpoints[0], "--kv-events-bind", "bind"]
     argv += ["--kv-events-replay", endpoints[1], "--kv-events-snapshot", endpoints[2]]
     done: list[int] = []

@@ -16,7 +16,7 @@ SMALL = dict(config="full", page_size=16, max_requests=60, full_tokens=3000, hos
 
 
 def replay(url: str) -> dict:  # type: ignore[type-arg]
-    options = ReplayOptions(**SMALL, storage_url=url, check_invariants=True, progress=False)
+    options = ReplayOptions.of(**SMALL, storage_url=url, check_invariants=True, progress=False)
     return run_replay(options).summary  # type: ignore[arg-type]
 
 
