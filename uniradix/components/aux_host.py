@@ -17,13 +17,23 @@ Like every component part it frees nothing: it returns host slots for the tier t
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import Any
+from abc import abstractmethod
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, NamedTuple
 
 from uniradix.components.base import TreeComponent
 from uniradix.tree.core import TreeCore
 from uniradix.tree.node import TreeNode
-from uniradix.types import CacheSettings, Slots
+from uniradix.types import CacheSettings, FreeSlots, Req, Slots
+
+
+class LoadRoom(NamedTuple):
+    """The device room a load-back plan needs of one auxiliary component: SWA peers for
+    the full slots `swa_of` (the window's), and/or `states` Mamba state slots. The tier
+    allocates it (components never allocate) and hands back the device slots to commit."""
+
+    swa_of: Slots | None = None
+    states: int = 0
 
 
 class AuxHostHalf:
@@ -146,3 +156,36 @@ class AuxHostComponent(TreeComponent):
     def reset(self) -> None:
         super().reset()
         self.host.reset()
+
+    # ------------------------------------------------------------------ load-back hooks
+    @abstractmethod
+    def load_plan(self, anchor: TreeNode) -> list[TreeNode] | None:
+        """The nodes, root-first, whose host-only data a load-back anchored at `anchor` must
+        bring back; None when no tier holds what `anchor` needs any more."""
+
+    @abstractmethod
+    def load_room(self, plan: list[TreeNode], new_full: Mapping[TreeNode, Slots]) -> LoadRoom:
+        """What loading `plan` needs on the device; `new_full` maps the nodes whose full KV
+        the same load-back brings to their new full slots."""
+
+    @abstractmethod
+    def commit_load_plan(self, plan: list[TreeNode], device: Slots) -> None:
+        """Gives the nodes of `plan` their slices of the reserved `device` slots."""
+
+    @abstractmethod
+    def unload(self, node: TreeNode, actions: list[FreeSlots]) -> None:
+        """Undoes `commit_load_plan` on `node` (a copy that failed); the host copy stays."""
+
+    @abstractmethod
+    def arrival_problem(self, num: int, range_tokens: int) -> str | None:
+        """What is wrong with `num` host units arriving (an L3 prefetch) for the end of a
+        range of `range_tokens` tokens; None when they fit."""
+
+    def request_slot(self, req: Req | None) -> int | None:
+        """`req`'s own device slot that a load-back of this component fills too (the state
+        the request resumes from); None when the component has none."""
+        return None
+
+    def request_source(self, node: TreeNode) -> int | None:
+        """The device slot whose data a request resuming at `node` starts from (None: none)."""
+        return None

@@ -190,6 +190,18 @@ class HostFullComponent(FullComponent):
             self._after_revive(node)
         assert start == device_slots.shape[0]
 
+    def clear_marks(self, anchor: TreeNode, kind: str, ticket: int) -> list[TreeNode]:
+        """Clears the `kind` ("write" / "load") marks of `ticket` on the chain ending at
+        `anchor`; returns the chain, deepest first."""
+        chain = []
+        for n in self.tree.path_to_root(anchor):
+            meta = n.data[0].metadata
+            if meta is None or meta.get(kind) != ticket:
+                break
+            n.data[0].metadata = None
+            chain.append(n)
+        return chain
+
     def evict_host_node(self, node: TreeNode) -> Slots:
         """Takes the host copy of a host leaf; returns the host slots for the caller to free
         (the caller then removes the node from the tree)."""

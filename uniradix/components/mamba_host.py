@@ -9,9 +9,10 @@ that state into a fresh device slot for the node and into the request's own slot
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from uniradix.components.aux_host import AuxHostComponent
+from uniradix.components.aux_host import AuxHostComponent, LoadRoom
 from uniradix.components.mamba import MambaComponent
 from uniradix.tree.core import MatchWalk, Validator
 from uniradix.tree.node import TreeNode
@@ -20,6 +21,7 @@ from uniradix.types import (
     FreeSlots,
     InsertParams,
     MatchPrefixParams,
+    Req,
     Slots,
 )
 
@@ -52,6 +54,22 @@ class HostMambaComponent(AuxHostComponent, MambaComponent):
         if d.value is None and d.host_value is None:
             return None
         return [anchor] if d.value is None else []
+
+    def load_room(self, plan: list[TreeNode], new_full: Mapping[TreeNode, Slots]) -> LoadRoom:
+        return LoadRoom(states=len(plan))
+
+    def commit_load_plan(self, plan: list[TreeNode], device: Slots) -> None:
+        for i, n in enumerate(plan):
+            self.commit_load_back(n, device[i : i + 1])
+
+    def arrival_problem(self, num: int, range_tokens: int) -> str | None:
+        return None if num == 1 else f"must be one state slot, got {num}"
+
+    def request_slot(self, req: Req | None) -> int | None:
+        return None if req is None else req.mamba_pool_idx
+
+    def request_source(self, node: TreeNode) -> int | None:
+        return self.slot(node)
 
     def commit_load_back(self, node: TreeNode, slot: Slots) -> None:
         d = node.data[self.index]

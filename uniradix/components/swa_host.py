@@ -10,11 +10,12 @@ full slots (old ones, or the ones the same load-back gives the full KV).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from uniradix.components.aux_host import AuxHostComponent
+from uniradix.components.aux_host import AuxHostComponent, LoadRoom
 from uniradix.components.swa import SWAComponent
 from uniradix.tree.core import MatchWalk, Validator
 from uniradix.tree.node import TreeNode
@@ -71,6 +72,30 @@ class HostSWAComponent(AuxHostComponent, SWAComponent):
             covered += n.num_tokens
         plan.reverse()
         return plan
+
+    def load_room(self, plan: list[TreeNode], new_full: Mapping[TreeNode, Slots]) -> LoadRoom:
+        """SWA peers for the plan's full slots (old ones, or those the load-back brings)."""
+        under: list[Slots] = []
+        for n in plan:
+            full = new_full.get(n, n.data[0].value)
+            assert full is not None, f"SWA load-back of {n} without full KV"
+            under.append(full)
+        return LoadRoom(swa_of=np.concatenate(under) if len(under) > 1 else under[0])
+
+    def commit_load_plan(self, plan: list[TreeNode], device: Slots) -> None:
+        start = 0
+        for n in plan:
+            self.commit_load_back(n, device[start : start + n.num_tokens])
+            start += n.num_tokens
+
+    def arrival_problem(self, num: int, range_tokens: int) -> str | None:
+        ps = self.settings.page_size
+        if num % ps or num > range_tokens or num == 0:
+            return (
+                f"holds {num} slots: not whole pages of {ps} within the range's "
+                f"{range_tokens} tokens"
+            )
+        return None
 
     def commit_load_back(self, node: TreeNode, swa_slots: Slots) -> None:
         assert node.data[self.index].value is None and swa_slots.shape[0] == node.num_tokens

@@ -70,7 +70,7 @@ def backup_ops(
         nodes = [n for n in chain if n.data[i].value is not None and n.data[i].host_value is None]
         if not nodes:
             continue
-        values: list[Slots] = [n.data[i].value for n in nodes]
+        values: list[Slots] = [v for n in nodes if (v := n.data[i].value) is not None]
         src = np.concatenate(values) if len(values) > 1 else values[0]
         host = alloc_aux_host(tier, c, int(src.shape[0]))
         if host is None:
@@ -78,9 +78,10 @@ def backup_ops(
             continue
         start = 0
         for n, v in zip(nodes, values, strict=True):
-            c.host.commit_backup(n, host[start : start + v.shape[0]])
+            copy = host[start : start + v.shape[0]]
+            c.host.commit_backup(n, copy)
             if committed is not None:
-                committed.append((n, c, n.data[i].host_value))
+                committed.append((n, c, copy))
             start += int(v.shape[0])
         ops.append(CopyOp(aux_name(c), Direction.D2H, src, host))
         tier.stats.aux_written[aux_name(c)] += int(src.shape[0])
@@ -138,11 +139,8 @@ def backup_internal(tier: HostTierView, node: TreeNode) -> None:
     if not ops:
         return
     ticket = tier.engine.submit(ops)
-    tier.engine.wait(ticket)
-    tier._poll()
-    tier._acked.discard(ticket)
-    if ticket in tier._failed:
-        tier._failed.discard(ticket)
+    tier.tickets.wait(tier.engine, ticket)
+    if tier.tickets.settle(ticket):
         for c in tier.aux:  # garbage on the host: the copies go, the tombstone is a loss
             if c.has_value(node) and node.data[c.index].host_value is not None:
                 tier.host_pools.aux[aux_name(c)].free(c.host.drop(node), node_value=True)

@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
+from uniradix.components.aux_host import AuxHostComponent
 from uniradix.components.full_host import HostFullComponent
 from uniradix.event_sink import MEDIUM_CPU_PINNED
 from uniradix.key import RadixKey
@@ -37,6 +38,7 @@ from uniradix.tiers.host_aux import HostAux
 from uniradix.tiers.host_checks import check_host_tier, host_usage
 from uniradix.tiers.host_insert import insert_host
 from uniradix.tiers.null import NoHostTier
+from uniradix.tiers.tickets import Tickets
 from uniradix.tiers.transfer import TransferEngine
 from uniradix.tiers.views import CacheView
 from uniradix.tiers.write_policy import WritePolicy
@@ -90,13 +92,14 @@ class HostTier(NoHostTier):
         full = cache.component(ComponentType.FULL)
         if not isinstance(full, HostFullComponent):
             raise TypeError(f"a host tier needs a HostFullComponent, got {type(full).__name__}")
-        aux: list[Any] = cache.components[1:]
-        for c in aux:
-            if not hasattr(c, "host") or c.name not in host_pools.aux:
+        aux: list[AuxHostComponent] = []
+        for c in cache.components[1:]:
+            if not isinstance(c, AuxHostComponent) or c.name not in host_pools.aux:
                 raise ValueError(
                     f"the host tier needs a host half and a host pool for component {c.name!r} "
                     f"(host pools: {host_pools.names()})"
                 )
+            aux.append(c)
         if selective_hits < 1 or load_back_threshold < 1:
             raise ValueError(
                 f"selective_hits={selective_hits} and load_back_threshold={load_back_threshold} "
@@ -114,6 +117,7 @@ class HostTier(NoHostTier):
         self.threshold = self.policy.backup_threshold(selective_hits)
         self.load_back_threshold = load_back_threshold
         self.aux = aux  # HostSWAComponent / HostMambaComponent, in cache order
+        self.aux_by_name = {c.name: c for c in aux}  # as `evict_host_aux` callers name them
         self.aux_indices = tuple(c.index for c in aux)
         self.stats = HostTierStats()
         for c in aux:
@@ -125,8 +129,7 @@ class HostTier(NoHostTier):
         # write tickets -> the revived windows and states they back up (`backup_plan`)
         self.revived_copies: dict[int, list[aux_tier.AuxCopy]] = {}
         self.aux_locks: dict[int, list[tuple[TreeNode, IncLockRefResult]]] = {}  # by write
-        self._acked: set[int] = set()
-        self._failed: set[int] = set()  # acked tickets whose copies raised
+        self.tickets = Tickets()
         self.host_kv: HostKVPool | None = None  # the host KV bytes, when the model has layers
         cache.host_tier = self
         cache.tree.host_only_nodes = True
@@ -158,14 +161,13 @@ class HostTier(NoHostTier):
 
     def writing_check(self) -> None:
         """Commits every acked write: clears the chain's marks and releases its lock."""
-        self._poll()
-        for ticket in [t for t in self.writes if t in self._acked]:
+        self.tickets.poll(self.engine)
+        for ticket in [t for t in self.writes if self.tickets.acked(t)]:
             anchor, receipt = self.writes.pop(ticket)
-            self._acked.discard(ticket)
-            chain = self._clear_marks(anchor, "write", ticket)
+            failed = self.tickets.settle(ticket)
+            chain = self.full.clear_marks(anchor, "write", ticket)
             revived = self.revived_copies.pop(ticket, [])
-            if ticket in self._failed:
-                self._failed.discard(ticket)
+            if failed:
                 aux_tier.drop_failed_copies(self, revived)
                 backups.drop_failed_backup(self, chain)  # never reported stored: nothing to remove
             elif chain:
@@ -186,21 +188,6 @@ class HostTier(NoHostTier):
                 sink.on_stored(n, medium)
             else:
                 sink.on_removed(n, medium)
-
-    def _poll(self) -> None:
-        self._acked.update(self.engine.poll())
-        self._failed.update(self.engine.failed())
-
-    def _clear_marks(self, anchor: TreeNode, kind: str, ticket: int) -> list[TreeNode]:
-        """Clears `ticket`'s marks on the chain ending at `anchor`; returns the chain."""
-        chain = []
-        for n in self.cache.tree.path_to_root(anchor):
-            meta = n.data[0].metadata
-            if meta is None or meta.get(kind) != ticket:
-                break
-            n.data[0].metadata = None
-            chain.append(n)
-        return chain
 
     # ------------------------------------------------------------------ device eviction
     def evict_leaf(self, node: TreeNode, actions: list[FreeSlots], tracker: list[int]) -> int:
@@ -228,12 +215,10 @@ class HostTier(NoHostTier):
         ticket = backups.submit_backup(self, [node], node, lock=False)
         if ticket is None:
             return
-        self.engine.wait(ticket)
-        self._poll()
-        self._acked.discard(ticket)
-        self._clear_marks(node, "write", ticket)
-        if ticket in self._failed:
-            self._failed.discard(ticket)
+        self.tickets.wait(self.engine, ticket)
+        failed = self.tickets.settle(ticket)
+        self.full.clear_marks(node, "write", ticket)
+        if failed:
             backups.drop_failed_backup(self, [node])
         else:
             self._report([node], MEDIUM_CPU_PINNED, stored=True)
@@ -289,10 +274,10 @@ class HostTier(NoHostTier):
         "mamba" states) where its host-only data allows; returns the units freed."""
         if not isinstance(num, int) or num < 0:
             raise ValueError(f"evict_host_aux: num must be a non-negative int, got {num!r}")
-        for c in self.aux:
-            if c.name == name:
-                return aux_tier.evict_aux_host(self, c, num)
-        raise ValueError(f"evict_host_aux: no auxiliary host pool {name!r}")
+        component = self.aux_by_name.get(name)
+        if component is None:
+            raise ValueError(f"evict_host_aux: no auxiliary host pool {name!r}")
+        return aux_tier.evict_aux_host(self, component, num)
 
     def _evict_host_leaf(self, node: TreeNode) -> int:
         self._report([node], MEDIUM_CPU_PINNED, stored=False)
@@ -327,15 +312,15 @@ class HostTier(NoHostTier):
 
     def loading_check(self) -> None:
         """Commits every acked load: clears the chain's marks and releases its lock."""
-        self._poll()
-        for ticket in [t for t in self.loads if t in self._acked]:
-            if ticket in self._failed:
+        self.tickets.poll(self.engine)
+        for ticket in [t for t in self.loads if self.tickets.acked(t)]:
+            if self.tickets.failed(ticket):
                 # The loaded slots hold garbage and a request may already hold them; turning
                 # that into a recompute needs the scheduler's help: not done yet, fail loudly.
                 raise RuntimeError(f"host tier: load-back batch {ticket} failed")
             anchor, receipt = self.loads.pop(ticket)
-            self._acked.discard(ticket)
-            loaded = self._clear_marks(anchor, "load", ticket)
+            self.tickets.settle(ticket)
+            loaded = self.full.clear_marks(anchor, "load", ticket)
             self.cache.dec_lock_ref(anchor, receipt)
             if self.policy is WritePolicy.WRITE_BACK:
                 self._report(loaded, MEDIUM_CPU_PINNED, stored=False)
@@ -373,8 +358,7 @@ class HostTier(NoHostTier):
         self.loads.clear()
         self.revived_copies.clear()
         self.aux_locks.clear()
-        self._acked.clear()
-        self._failed.clear()
+        self.tickets.clear()
         self.host_pools.reset()
 
     def drain_engine(self) -> None:

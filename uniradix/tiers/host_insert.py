@@ -31,10 +31,11 @@ nothing (the caller keeps its slots).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from uniradix.components.aux_host import AuxHostComponent
 from uniradix.event_sink import MEDIUM_CPU_PINNED
 from uniradix.key import RadixKey
 from uniradix.memory.allocator import to_numpy
@@ -47,31 +48,26 @@ if TYPE_CHECKING:
     from uniradix.tiers.views import HostTierView
 
 
-def _aux_component(tier: HostTierView, name: str) -> Any:
-    for c in tier.aux:
-        if c.name == name:
-            return c
-    raise ValueError(f"insert_host: aux {name!r} given but the cache has no {name} host half")
+def _aux_component(tier: HostTierView, name: str) -> AuxHostComponent:
+    component = tier.aux_by_name.get(name)
+    if component is None:
+        raise ValueError(f"insert_host: aux {name!r} given but the cache has no {name} host half")
+    return component
 
 
 def _check_aux(tier: HostTierView, aux: HostAux, num_slots: int) -> None:
-    ps = tier.cache.page_size
     for name, value in (("swa", aux.swa), ("mamba", aux.mamba)):
         if value is None:
             continue
-        _aux_component(tier, name)
+        component = _aux_component(tier, name)
         try:
             slots = to_numpy(value)
         except TypeError as exc:
             raise ValueError(f"insert_host: aux {name} must be 1-D integers ({exc})") from None
         n = int(slots.shape[0])
-        if name == "mamba" and n != 1:
-            raise ValueError(f"insert_host: aux mamba must be one state slot, got {n}")
-        if name == "swa" and (n % ps or n > num_slots or n == 0):
-            raise ValueError(
-                f"insert_host: aux swa holds {n} slots: not whole pages of {ps} within the "
-                f"range's {num_slots} tokens"
-            )
+        problem = component.arrival_problem(n, num_slots)
+        if problem is not None:
+            raise ValueError(f"insert_host: aux {name} {problem}")
         pool = tier.host_pools.aux[name]
         if np.unique(slots).size != n or not pool.is_allocated(slots).all():
             raise ValueError(

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 import torch
 
+from uniradix.components.aux_host import AuxHostComponent, LoadRoom
 from uniradix.event_sink import MEDIUM_GPU
 from uniradix.memory.allocator import to_numpy
 from uniradix.memory.swa_allocator import SWASlotAllocator
@@ -51,7 +52,8 @@ class LoadBackResult(NamedTuple):
     new_indices: torch.Tensor
     last_device_node: TreeNode
     ticket: int | None
-    aux_plans: tuple[tuple[Any, tuple[TreeNode, ...]], ...] = ()  # what auxiliary data loaded
+    # what auxiliary data loaded
+    aux_plans: tuple[tuple[AuxHostComponent, tuple[TreeNode, ...]], ...] = ()
 
 
 class _Reserved:
@@ -59,8 +61,9 @@ class _Reserved:
 
     def __init__(self) -> None:
         self.full: Slots | None = None
-        self.swa_of: Slots | None = None  # full slots given SWA peers
-        self.mamba: int | None = None
+        self.swa_of: list[Slots] = []  # full slots given SWA peers
+        self.states: list[int] = []  # Mamba state slots
+        self.aux: list[Slots] = []  # each plan's device slots, in plan order
 
 
 def _concat(values: list[Any]) -> Slots:
@@ -127,12 +130,11 @@ def init_load_back(
     return LoadBackResult(cache.to_device(new), node, ticket, done)
 
 
+Plans = list[tuple[AuxHostComponent, list[TreeNode]]]
+
+
 def _reserve(
-    tier: HostTierView,
-    segment: list[TreeNode],
-    num: int,
-    plans: list[tuple[Any, list[TreeNode]]],
-    out: _Reserved,
+    tier: HostTierView, segment: list[TreeNode], num: int, plans: Plans, out: _Reserved
 ) -> bool:
     """Takes the device slots of the load (evicting each component first when short);
     False when one is still short (what was taken stays in `out` for `_release`)."""
@@ -154,45 +156,61 @@ def _reserve(
         new_full[n] = out.full[start : start + n.num_tokens]
         start += n.num_tokens
     for c, plan in plans:
-        if c.name == "swa":
-            assert swa is not None
-            under = [new_full.get(n, n.data[0].value) for n in plan]
-            full_slots = _concat(under)
-            short = full_slots.shape[0] - swa.swa_available_size()
-            if short > 0:
-                cache.evict(EvictParams(swa_num_tokens=short))
-            if swa.alloc_swa_for(full_slots) is None:
-                return False
-            out.swa_of = full_slots
-        else:
-            mamba = cache.pools.mamba
-            assert mamba is not None
-            if mamba.allocator.available_size() < 1:
-                cache.evict(EvictParams(mamba_num=1))
-            out.mamba = mamba.allocator.alloc_one()
-            if out.mamba is None:
-                return False
+        device = _reserve_room(tier, swa, c.load_room(plan, new_full), out)
+        if device is None:
+            return False
+        out.aux.append(device)
     return True
+
+
+def _reserve_room(
+    tier: HostTierView, swa: SWASlotAllocator | None, room: LoadRoom, out: _Reserved
+) -> Slots | None:
+    """The device slots of one component's `room`, or None when its pool stays short."""
+    cache = tier.cache
+    taken: list[Slots] = []
+    if room.swa_of is not None:
+        assert swa is not None
+        short = room.swa_of.shape[0] - swa.swa_available_size()
+        if short > 0:
+            cache.evict(EvictParams(swa_num_tokens=short))
+        if swa.alloc_swa_for(room.swa_of) is None:
+            return None
+        out.swa_of.append(room.swa_of)
+        taken.append(swa.peers_of(room.swa_of))
+    if room.states:
+        mamba = cache.pools.mamba
+        assert mamba is not None
+        short = room.states - mamba.allocator.available_size()
+        if short > 0:
+            cache.evict(EvictParams(mamba_num=short))
+        for _ in range(room.states):
+            slot = mamba.allocator.alloc_one()
+            if slot is None:
+                return None
+            out.states.append(slot)
+        taken.append(np.array(out.states[-room.states :], np.int64))
+    return _concat(taken) if taken else np.empty(0, np.int64)
 
 
 def _release(tier: HostTierView, reserved: _Reserved) -> None:
     pools = tier.cache.pools
     allocator = pools.kv_allocator
-    if reserved.swa_of is not None:
+    for swa_of in reserved.swa_of:
         assert isinstance(allocator, SWASlotAllocator)
-        allocator.free_swa(reserved.swa_of)
+        allocator.free_swa(swa_of)
     if reserved.full is not None:
         allocator.free(reserved.full)
-    if reserved.mamba is not None:
+    if reserved.states:
         assert pools.mamba is not None
-        pools.mamba.allocator.free(np.array([reserved.mamba], np.int64))
+        pools.mamba.allocator.free(np.array(reserved.states, np.int64))
 
 
 def _commit(
     tier: HostTierView,
     anchor: TreeNode,
     segment: list[TreeNode],
-    plans: list[tuple[Any, list[TreeNode]]],
+    plans: Plans,
     reserved: _Reserved,
     req: Req | None,
 ) -> list[CopyOp]:
@@ -203,47 +221,37 @@ def _commit(
         src = _concat([n.data[0].host_value for n in segment])
         tier.full.commit_load_back(segment, reserved.full)
         ops.append(CopyOp("full", Direction.H2D, src, reserved.full))
-    for c, plan in plans:
+    for (c, plan), device in zip(plans, reserved.aux, strict=True):
         host = _concat([n.data[c.index].host_value for n in plan])
-        if c.name == "swa":
-            assert reserved.swa_of is not None
-            peers = c.allocator.peers_of(reserved.swa_of)
-            start = 0
-            for n in plan:
-                c.commit_load_back(n, peers[start : start + n.num_tokens])
-                start += n.num_tokens
-            ops.append(CopyOp("swa", Direction.H2D, host, peers))
-        else:
-            assert reserved.mamba is not None
-            slot = np.array([reserved.mamba], np.int64)
-            c.commit_load_back(plan[0], slot)
-            if req is not None and req.mamba_pool_idx is not None:
-                # The request resumes from this state: its own slot gets a copy too.
-                host = np.concatenate([host, host])
-                slot = np.array([reserved.mamba, req.mamba_pool_idx], np.int64)
-            ops.append(CopyOp("mamba", Direction.H2D, host, slot))
+        c.commit_load_plan(plan, device)
+        own = c.request_slot(req)
+        if own is not None:
+            # The request resumes from this state: its own slot gets a copy too.
+            host = np.concatenate([host, host])
+            device = np.concatenate([device, np.array([own], np.int64)])
+        ops.append(CopyOp(c.name, Direction.H2D, host, device))
         tier.stats.aux_loaded[c.name] += int(host.shape[0])
-    anchor_state = _device_state_to_share(tier, anchor, plans, req)
-    if anchor_state is not None:
-        # The state at the host boundary is on the device already, but the request's slot
-        # holds the (shallower) device match's copy: it resumes from the boundary's.
-        assert req is not None and req.mamba_pool_idx is not None
-        mamba = tier.cache.pools.mamba
-        assert mamba is not None
-        mamba.states.copy(anchor_state, req.mamba_pool_idx)
+    loaded = {c for c, _ in plans}
+    for c in tier.aux:
+        own = c.request_slot(req)
+        if own is None or c in loaded:
+            continue
+        source = c.request_source(anchor)
+        if source is not None:
+            # The state at the host boundary is on the device already, but the request's
+            # slot holds the (shallower) device match's copy: it resumes from the boundary's.
+            _copy_state(tier, source, own)
     return ops
 
 
-def _device_state_to_share(
-    tier: HostTierView, anchor: TreeNode, plans: list[tuple[Any, list[TreeNode]]], req: Req | None
-) -> int | None:
-    if req is None or req.mamba_pool_idx is None or any(c.name == "mamba" for c, _ in plans):
-        return None
-    for c in tier.aux:
-        if c.name == "mamba":
-            slot: int | None = c.slot(anchor)
-            return slot
-    return None
+def _copy_state(tier: HostTierView, source: int | None, own: int) -> None:
+    """`own` (a request's state slot) gets `source`'s state, or is cleared when None."""
+    mamba = tier.cache.pools.mamba
+    assert mamba is not None
+    if source is None:
+        mamba.states.clear(own)
+    else:
+        mamba.states.copy(source, own)
 
 
 def load_back(
@@ -262,9 +270,8 @@ def load_back(
     result = init_load_back(tier, anchor, mem_quota, req)
     if result.ticket is None:
         return match
-    tier.engine.wait(result.ticket)
-    tier._poll()
-    if result.ticket in tier._failed:
+    tier.tickets.wait(tier.engine, result.ticket)
+    if tier.tickets.failed(result.ticket):
         _undo(tier, anchor, result, match, req)
         return match
     # The host hit may cross nodes whose full KV stayed on the device (only their SWA
@@ -292,10 +299,9 @@ def _undo(
     cache, ticket = tier.cache, result.ticket
     assert ticket is not None
     _, receipt = tier.loads.pop(ticket)
-    tier._acked.discard(ticket)
-    tier._failed.discard(ticket)
+    tier.tickets.settle(ticket)
     tier.stats.load_copy_failed += 1
-    loaded = tier._clear_marks(anchor, "load", ticket)  # deepest first
+    loaded = tier.full.clear_marks(anchor, "load", ticket)  # deepest first
     cache.dec_lock_ref(anchor, receipt)
     actions: list[FreeSlots] = []
     for c, plan in reversed(result.aux_plans):  # SWA frees read the full slots: first
@@ -305,10 +311,7 @@ def _undo(
         tier.full.demote(n, actions)
     cache.apply(actions)
     tier.stats.loaded_tokens -= sum(n.num_tokens for n in loaded)
-    mamba = cache.pools.mamba
-    if req is not None and req.mamba_pool_idx is not None and mamba is not None:
-        src = next((c.slot(match.last_device_node) for c in tier.aux if c.name == "mamba"), None)
-        if src is None:
-            mamba.states.clear(req.mamba_pool_idx)
-        else:
-            mamba.states.copy(src, req.mamba_pool_idx)
+    for c in tier.aux:
+        own = c.request_slot(req)
+        if own is not None:
+            _copy_state(tier, c.request_source(match.last_device_node), own)

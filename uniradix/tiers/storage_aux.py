@@ -67,7 +67,7 @@ class AuxStorage:
         self.tier = tier
         self.backend = backend
         self.page_size = ps = tier.cache.page_size
-        by_name = {c.name: c for c in tier.aux}
+        by_name: dict[str, Any] = {c.name: c for c in tier.aux}
         self.swa: Any = by_name.get("swa")
         self.mamba: Any = by_name.get("mamba")
         self.host_swa = host_swa if host_swa is not None and host_swa.num_layers else None

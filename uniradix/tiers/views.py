@@ -10,11 +10,12 @@ through them (the counters they return are the tier's own, updated in place).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     import torch
 
+    from uniradix.components.aux_host import AuxHostComponent
     from uniradix.components.base import TreeComponent
     from uniradix.components.full_host import HostFullComponent
     from uniradix.event_sink import CacheEventSink
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from uniradix.memory.host_pools import HostPools
     from uniradix.memory.pools import CachePools
     from uniradix.tiers.host_aux import HostAux
+    from uniradix.tiers.tickets import Tickets
     from uniradix.tiers.transfer import TransferEngine
     from uniradix.tiers.write_policy import WritePolicy
     from uniradix.tree.core import TreeCore
@@ -110,14 +112,11 @@ class HostTierView(Protocol):
     @property
     def aux_locks(self) -> dict[int, list[tuple[TreeNode, IncLockRefResult]]]: ...
     @property
-    def aux(self) -> list[Any]: ...  # the SWA / Mamba host halves, in cache order
-    # The ticket bookkeeping a failed load-back undoes (the tier's own sets, in place).
+    def aux(self) -> list[AuxHostComponent]: ...  # the SWA / Mamba host halves, in cache order
     @property
-    def _acked(self) -> set[int]: ...
+    def tickets(self) -> Tickets: ...
     @property
-    def _failed(self) -> set[int]: ...
-    def _poll(self) -> None: ...
-    def _clear_marks(self, anchor: TreeNode, kind: str, ticket: int) -> list[TreeNode]: ...
+    def aux_by_name(self) -> dict[str, AuxHostComponent]: ...
     def write_now(self, node: TreeNode) -> None: ...
     @property
     def storage(self) -> StorageReservations | None: ...
