@@ -173,17 +173,23 @@ class FileBackend(StorageBackend):
     def _dirs(self) -> list[Path]:
         return [self.directory, self._pages_dir, self._tmp_dir]
 
+    def _page_entries(self) -> list[os.DirEntry[str]]:
+        entries: list[os.DirEntry[str]] = []
+        for shard in self._pages_dir.iterdir():
+            # Another process removes a shard folder when it evicts the folder's last page.
+            with contextlib.suppress(FileNotFoundError), os.scandir(shard) as it:
+                entries += [e for e in it if e.name.endswith(_SUFFIX)]
+        return entries
+
     def _rebuild_index(self) -> None:
         found: list[tuple[float, str, int]] = []
-        for shard in self._pages_dir.iterdir():
-            for entry in os.scandir(shard):
-                if entry.name.endswith(_SUFFIX):
-                    try:
-                        st = entry.stat()
-                    except FileNotFoundError:  # another process evicted it meanwhile
-                        continue
-                    size = _disk_bytes(st, self.block_bytes)
-                    found.append((st.st_mtime, entry.name[: -len(_SUFFIX)], size))
+        for entry in self._page_entries():
+            try:
+                st = entry.stat()
+            except FileNotFoundError:  # another process evicted it meanwhile
+                continue
+            size = _disk_bytes(st, self.block_bytes)
+            found.append((st.st_mtime, entry.name[: -len(_SUFFIX)], size))
         for _, name, size in sorted(found):
             self._index[name] = size
             self._used_bytes += size
@@ -363,10 +369,8 @@ class FileBackend(StorageBackend):
         return removed
 
     def _store_clear(self) -> None:
-        for shard in self._pages_dir.iterdir():
-            for entry in os.scandir(shard):
-                if entry.name.endswith(_SUFFIX):
-                    Path(entry.path).unlink(missing_ok=True)
+        for entry in self._page_entries():
+            Path(entry.path).unlink(missing_ok=True)
         with self._index_lock:
             for name, size in list(self._stuck.items()):
                 if not self._path(name).exists():  # removable at last
