@@ -316,8 +316,9 @@ class FileBackend(StorageBackend):
                     self._index.move_to_end(name)
                     self._count_kept()
                     continue
-                if _shard(name) not in self._shard_bytes:  # the write makes its folder
-                    size += self.block_bytes
+                # Its shard folder may have to be made (or made again, if eviction empties
+                # and removes it meanwhile): a block for it too.
+                size += self.block_bytes
                 if not self._make_room(size):
                     return i
                 self._reserved_bytes += size
