@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -299,3 +300,47 @@ def test_writer_killed_at_random_times_leaves_only_whole_pages(tmp_path: Path) -
             assert not isinstance(page, Miss) or page.reason is MissReason.ABSENT
             assert isinstance(page, Miss) or bytes(page[:1]) == bytes([j % 256])
         assert fresh.stats().pages_corrupt == 0
+
+
+def test_two_stores_sharing_a_directory_evict_and_write_without_errors(tmp_path: Path) -> None:
+    # Each evicts its pages and removes emptied shard folders while the other writes into
+    # them (a publish retries when its folder vanishes): no failed write, no wrong page.
+    ks = keys(400)
+    stores = [FileBackend(tmp_path, max_bytes=120_000) for _ in range(2)]
+
+    def writer(store: FileBackend, offset: int) -> None:
+        for i in range(offset, 400, 20):
+            store.batch_set(ks[i : i + 10], [bytes([j % 256]) * 8 for j in range(i, i + 10)])
+
+    threads = [threading.Thread(target=writer, args=(s, 10 * n)) for n, s in enumerate(stores)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [s.stats().failed_ops for s in stores] == [0, 0]
+    pages = FileBackend(tmp_path).batch_get(ks, expected_bytes=8)
+    assert any(isinstance(p, memoryview) for p in pages)
+    for j, page in enumerate(pages):
+        assert isinstance(page, Miss) or bytes(page) == bytes([j % 256]) * 8
+
+
+def test_write_retries_when_its_shard_folder_is_removed_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another process evicting the folder's last page removes the folder between this
+    # writer's mkdir and its rename: the rename fails, the writer makes the folder again.
+    store = FileBackend(tmp_path)
+    k = keys(1)
+    real_replace, removed = os.replace, []
+
+    def replace(src: Any, dst: Any) -> None:
+        if not removed:
+            Path(dst).parent.rmdir()
+            removed.append(dst)
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    assert store.batch_set(k, [data(0)]) == 1 and removed
+    assert store.stats().failed_ops == 0 and store.used_bytes == du(tmp_path)
+    page = store.batch_get(k)[0]
+    assert isinstance(page, memoryview) and bytes(page) == data(0)

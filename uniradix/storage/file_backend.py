@@ -122,13 +122,14 @@ def _disk_bytes(st: os.stat_result, block: int) -> int:
 def _publish(tmp: Path, final: Path) -> None:
     """Renames a written temp file into its shard folder, making the folder if needed; the
     folder may be removed meanwhile by a process that evicted its last page: retry."""
-    for attempt in range(3):
-        final.parent.mkdir(exist_ok=True)
+    for attempt in range(5):
         try:
+            # mkdir(exist_ok) raises FileExistsError too if the folder goes after its EEXIST.
+            final.parent.mkdir(exist_ok=True)
             os.replace(tmp, final)
             return
-        except FileNotFoundError:
-            if attempt == 2 or not tmp.exists():
+        except (FileNotFoundError, FileExistsError):
+            if attempt == 4 or not tmp.exists():
                 raise
 
 
