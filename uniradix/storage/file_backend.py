@@ -22,6 +22,8 @@ Layout: `DIR/pages/<2 hex>/<key name>.page` (256 shard folders keep directories 
 - **Shared directory.** At start the index is rebuilt from the directory, oldest file
   first, so a new process hits what an earlier one wrote; a page written meanwhile by another
   process is found by its path and adopted. The cap is enforced on what this process sees.
+  A shard folder emptied by one process's eviction is removed; a writer of another process
+  that loses its folder between making it and renaming into it makes it again.
 """
 
 from __future__ import annotations
