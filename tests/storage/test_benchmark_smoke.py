@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks.storage import bench_file, bench_hashing, bench_redis, render
+from benchmarks.storage_capacity import fill
+from benchmarks.storage_capacity import render as render_capacity
 
 from .conftest import RedisServer
 
@@ -18,3 +20,9 @@ def test_benchmark_runs_and_renders(tmp_path: Path, redis_server: RedisServer) -
     assert all(v > 0 for part in results.values() for v in part.values())
     text = render(results, "tiny")
     assert "| file | get |" in text and "probes/s" in text
+
+
+def test_capacity_benchmark_stays_under_the_cap(tmp_path: Path) -> None:
+    row = fill(tmp_path, cap=64 << 10, num_pages=40, page_bytes=8)
+    assert 0 < row["pages"] < 40 and row["counted"] == row["du"] <= 64 << 10
+    assert "| 65,536 |" in render_capacity([row], 40, 8)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -33,14 +34,41 @@ def data(i: int) -> bytes:
     return bytes([i % 256]) * PAGE
 
 
-def disk_bytes(directory: Path) -> int:
-    return sum(p.stat().st_size for p in (directory / "pages").rglob("*.page"))
+def spread_keys(n: int) -> list[Any]:
+    """`n` keys in `n` different shard folders, so each page costs one page block plus one
+    folder block and the cap tests can count pages exactly."""
+    out, shards = [], set()
+    for k in keys(1000):
+        if k.name[-64:-62] not in shards:
+            shards.add(k.name[-64:-62])
+            out.append(k)
+    assert len(out) >= n
+    return out[:n]
+
+
+def du(directory: Path) -> int:
+    """What `du` shows: the allocated blocks of the directory and everything under it."""
+    total = directory.lstat().st_blocks * 512
+    for root, dirs, files in os.walk(directory):
+        total += sum((Path(root) / e).lstat().st_blocks * 512 for e in dirs + files)
+    return total
+
+
+def capped(directory: Path, pages: int, empty: int | None = None) -> FileBackend:
+    """A store whose cap holds exactly `pages` of `spread_keys` (a page and its folder)
+    besides `empty`, the store's own folders (measured here if not given)."""
+    empty = FileBackend(directory).used_bytes if empty is None else empty
+    return FileBackend(directory, max_bytes=empty + pages * page_cost(directory))
+
+
+def page_cost(directory: Path) -> int:
+    return 2 * FileBackend(directory).block_bytes
 
 
 def test_cap_is_never_exceeded_and_eviction_is_lru(tmp_path: Path) -> None:
-    cap = 10 * FILE_BYTES
-    store = FileBackend(tmp_path, max_bytes=cap)
-    ks = keys(60)
+    store = capped(tmp_path, 10)
+    assert store.max_bytes is not None
+    ks = spread_keys(60)
     rng = random.Random(0)
     hot = ks[0]
     store.batch_set([hot], [data(0)])
@@ -50,37 +78,49 @@ def test_cap_is_never_exceeded_and_eviction_is_lru(tmp_path: Path) -> None:
         store.batch_set(ks[i : i + n], [data(j) for j in range(i, i + n)])
         i += n
         store.batch_get([hot])  # keep one page hot: LRU must spare it
-        assert store.used_bytes <= cap
-        assert disk_bytes(tmp_path) <= cap
+        assert store.used_bytes == du(tmp_path) <= store.max_bytes
     assert isinstance(store.batch_get([hot])[0], memoryview)
     assert store.stats().pages_evicted == 60 - 10
     # The newest 9 pages stayed (the tenth slot is the hot page's).
     assert store.batch_exists(ks[51:]) == 9 and store.batch_exists(ks[50:51]) == 0
 
 
+def test_many_small_pages_stay_under_the_cap_by_du(tmp_path: Path) -> None:
+    # The issue's case: 72-byte simulation pages; a 100K cap once used 6.7 MB of disk.
+    store = FileBackend(tmp_path, max_bytes=100_000)
+    ks = keys(600)
+    for i in range(0, 600, 50):
+        assert store.batch_set(ks[i : i + 50], [bytes([j % 256]) * 8 for j in range(50)]) > 0
+        assert store.used_bytes == du(tmp_path) <= 100_000
+    assert store.stats().pages_evicted > 0 and store.batch_exists(ks[-1:]) == 1
+
+
 def test_page_larger_than_the_cap_is_refused(tmp_path: Path) -> None:
-    store = FileBackend(tmp_path, max_bytes=FILE_BYTES - 1)
-    assert store.batch_set(keys(1), [data(0)]) == 0
-    assert disk_bytes(tmp_path) == 0 and store.stats().failed_ops == 0
+    empty = FileBackend(tmp_path).used_bytes
+    store = FileBackend(tmp_path, max_bytes=empty + page_cost(tmp_path) - 1)
+    assert store.batch_set(spread_keys(1), [data(0)]) == 0
+    assert du(tmp_path) == empty and store.stats().failed_ops == 0
 
 
 def test_index_is_rebuilt_oldest_first(tmp_path: Path) -> None:
     first = FileBackend(tmp_path)
-    ks = keys(6)
+    empty = first.used_bytes
+    ks = spread_keys(6)
     first.batch_set(ks, [data(i) for i in range(6)])
     for i, k in enumerate(ks):  # make page 3 the oldest on disk
         os.utime(first._path(k.name), (1000 + (0 if i == 3 else i + 10),) * 2)
-    second = FileBackend(tmp_path, max_bytes=5 * FILE_BYTES)  # start-up evicts one page
+    second = capped(tmp_path, 5, empty)  # start-up evicts one page
     assert second.stats().pages_evicted == 1
     assert [isinstance(p, Miss) for p in second.batch_get(ks)] == [False] * 3 + [True] + [False] * 2
+    assert second.used_bytes == du(tmp_path)
 
 
 def test_page_written_by_another_process_is_adopted(tmp_path: Path) -> None:
     reader, writer = FileBackend(tmp_path), FileBackend(tmp_path)
-    ks = keys(3)
+    ks = spread_keys(3)
     writer.batch_set(ks, [data(i) for i in range(3)])
     assert reader.batch_exists(ks) == 3  # not in its index at start: found by path
-    assert reader.used_bytes == 3 * FILE_BYTES
+    assert reader.used_bytes == writer.used_bytes == du(tmp_path)
 
 
 def test_stale_temp_files_are_removed_at_start(tmp_path: Path) -> None:
@@ -96,8 +136,9 @@ def test_stale_temp_files_are_removed_at_start(tmp_path: Path) -> None:
 def test_unremovable_file_does_not_block_eviction(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = FileBackend(tmp_path, max_bytes=3 * FILE_BYTES)
-    ks = keys(8)
+    store = capped(tmp_path, 3)
+    assert store.max_bytes is not None
+    ks = spread_keys(8)
     store.batch_set(ks[:3], [data(i) for i in range(3)])
     stuck = store._path(ks[0].name)
     real_unlink = Path.unlink
@@ -109,8 +150,9 @@ def test_unremovable_file_does_not_block_eviction(
 
     monkeypatch.setattr(Path, "unlink", unlink)
     assert store.batch_set(ks[3:8], [data(i) for i in range(3, 8)]) == 5
-    assert stuck.exists() and disk_bytes(tmp_path) <= 3 * FILE_BYTES
-    assert store.used_bytes == 3 * FILE_BYTES  # the stuck page's bytes are still counted
+    # The stuck page and its folder are still counted, and the cap holds by `du`.
+    assert stuck.exists() and store.used_bytes == du(tmp_path) == store.max_bytes
+    assert store.batch_exists(ks[6:8]) == 2 and store.batch_exists(ks[5:6]) == 0
 
 
 def test_disk_errors_are_counted_failures(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -258,3 +300,47 @@ def test_writer_killed_at_random_times_leaves_only_whole_pages(tmp_path: Path) -
             assert not isinstance(page, Miss) or page.reason is MissReason.ABSENT
             assert isinstance(page, Miss) or bytes(page[:1]) == bytes([j % 256])
         assert fresh.stats().pages_corrupt == 0
+
+
+def test_two_stores_sharing_a_directory_evict_and_write_without_errors(tmp_path: Path) -> None:
+    # Each evicts its pages and removes emptied shard folders while the other writes into
+    # them (a publish retries when its folder vanishes): no failed write, no wrong page.
+    ks = keys(400)
+    stores = [FileBackend(tmp_path, max_bytes=120_000) for _ in range(2)]
+
+    def writer(store: FileBackend, offset: int) -> None:
+        for i in range(offset, 400, 20):
+            store.batch_set(ks[i : i + 10], [bytes([j % 256]) * 8 for j in range(i, i + 10)])
+
+    threads = [threading.Thread(target=writer, args=(s, 10 * n)) for n, s in enumerate(stores)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [s.stats().failed_ops for s in stores] == [0, 0]
+    pages = FileBackend(tmp_path).batch_get(ks, expected_bytes=8)
+    assert any(isinstance(p, memoryview) for p in pages)
+    for j, page in enumerate(pages):
+        assert isinstance(page, Miss) or bytes(page) == bytes([j % 256]) * 8
+
+
+def test_write_retries_when_its_shard_folder_is_removed_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another process evicting the folder's last page removes the folder between this
+    # writer's mkdir and its rename: the rename fails, the writer makes the folder again.
+    store = FileBackend(tmp_path)
+    k = keys(1)
+    real_replace, removed = os.replace, []
+
+    def replace(src: Any, dst: Any) -> None:
+        if not removed:
+            Path(dst).parent.rmdir()
+            removed.append(dst)
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    assert store.batch_set(k, [data(0)]) == 1 and removed
+    assert store.stats().failed_ops == 0 and store.used_bytes == du(tmp_path)
+    page = store.batch_get(k)[0]
+    assert isinstance(page, memoryview) and bytes(page) == data(0)

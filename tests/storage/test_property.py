@@ -1,10 +1,11 @@
 """Random operations on the file store with injected faults (raise before a call, or after
 part of a write), random corruption and a moving clock for the breaker: after every step the
 results match a model of what is stored, the counters match what happened, and the store's
-byte accounting matches the disk."""
+byte accounting matches the disk (allocated blocks, as `du` counts them)."""
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
@@ -14,12 +15,12 @@ from hypothesis import strategies as st
 from uniradix.key import RadixKey
 from uniradix.storage import CircuitBreaker, KeySpace, Miss, MissReason
 from uniradix.storage.file_backend import FileBackend
-from uniradix.storage.page_format import HEADER_BYTES, Payload
+from uniradix.storage.page_format import Payload
 
 KS = KeySpace("org/m@rev1", "bfloat16", "layer_first", 1, "full")
 N = 12
 KEYS = KS.keys_for(RadixKey(list(range(N))))
-DATA = [bytes([i]) * (100 + i) for i in range(N)]  # sizes differ: the cap sees real bytes
+DATA = [bytes([i]) * (100 + i) for i in range(N)]
 
 
 class Clock:
@@ -80,8 +81,12 @@ op = st.one_of(
 )
 
 
-def disk_bytes(directory: Path) -> int:
-    return sum(p.stat().st_size for p in (directory / "pages").rglob("*.page"))
+def du(directory: Path) -> int:
+    """Allocated blocks of the directory and everything under it, as `du` counts them."""
+    total = directory.lstat().st_blocks * 512
+    for root, dirs, files in os.walk(directory):
+        total += sum((Path(root) / e).lstat().st_blocks * 512 for e in dirs + files)
+    return total
 
 
 @settings(max_examples=60, deadline=None)
@@ -89,7 +94,9 @@ def disk_bytes(directory: Path) -> int:
 def test_random_ops_with_faults_match_the_model(ops: list[tuple], cap_pages: int) -> None:  # type: ignore[type-arg]
     with tempfile.TemporaryDirectory() as tmp:
         directory, clock = Path(tmp), Clock()
-        cap = cap_pages * (HEADER_BYTES + 100)
+        # The cap counts disk blocks: a page takes one, its shard folder at most one more.
+        empty = FileBackend(directory).used_bytes
+        cap = empty + cap_pages * 2 * FileBackend(directory).block_bytes
         store = FaultyStore(directory, clock, max_bytes=cap)
         stored: set[int] = set()  # pages the model says are stored and intact
         corrupt: set[int] = set()  # stored but damaged: present, never returned
@@ -173,7 +180,7 @@ def test_random_ops_with_faults_match_the_model(ops: list[tuple], cap_pages: int
             assert sum(s.misses_by_reason.values()) == s.pages_missed
             assert s.breaker_trips <= s.failed_ops
             # The byte accounting is the disk's, and the cap holds; eviction may drop pages.
-            assert store.used_bytes == disk_bytes(directory) <= cap
+            assert store.used_bytes == du(directory) <= cap
             on_disk = {i for i in range(N) if store._path(KEYS[i].name).exists()}
             stored &= on_disk
             corrupt &= on_disk

@@ -12,13 +12,18 @@ Layout: `DIR/pages/<2 hex>/<key name>.page` (256 shard folders keep directories 
 - **fsync policy.** Off by default: L3 is a cache, and a page torn by a power loss fails its
   header or checksum and reads as a miss, never as data. `fsync=1` syncs each page before the
   rename and the shard folder after it, for pages that must survive a power loss.
-- **Byte cap, LRU.** Before a write, room is made by unlinking the least recently used
-  pages (a hit refreshes a page; an un-removable file is set aside, never blocks eviction),
-  and the bytes are reserved until the write ends, so the pages plus the writes in flight
-  never exceed the cap.
+- **Byte cap, LRU.** The cap counts what the filesystem allocates, as `du` does: each page
+  file's blocks (`st_blocks`, at least its size rounded up to the filesystem's block), the
+  shard folders in use and the store's own folders. Before a write, room is made by
+  unlinking the least recently used pages (a hit refreshes a page; an un-removable file is
+  set aside, never blocks eviction; a shard folder left empty is removed), and the blocks
+  are reserved until the write ends, so the store plus the writes in flight never use more
+  than the cap. Small pages still take a whole block each: a 72-byte page costs 4 KiB.
 - **Shared directory.** At start the index is rebuilt from the directory, oldest file
   first, so a new process hits what an earlier one wrote; a page written meanwhile by another
   process is found by its path and adopted. The cap is enforced on what this process sees.
+  A shard folder emptied by one process's eviction is removed; a writer of another process
+  that loses its folder between making it and renaming into it makes it again.
 """
 
 from __future__ import annotations
@@ -93,6 +98,43 @@ def _writer_alive(tmp_name: str) -> bool:
     return True
 
 
+def _shard(name: str) -> str:
+    return name[-64:-62]
+
+
+def _round_up(num_bytes: int, block: int) -> int:
+    return -(-num_bytes // block) * block
+
+
+def _block_bytes(directory: Path) -> int:
+    """The allocation unit of the filesystem holding `directory` (4096 if it does not say)."""
+    try:
+        return os.statvfs(directory).f_frsize or 4096
+    except (OSError, AttributeError):  # statvfs is POSIX-only
+        return 4096
+
+
+def _disk_bytes(st: os.stat_result, block: int) -> int:
+    """What a file takes on disk: its allocated blocks, and at least its size rounded up to
+    the block (a write not yet allocated, or a filesystem that reports no blocks)."""
+    allocated = getattr(st, "st_blocks", 0) * 512
+    return max(allocated, _round_up(st.st_size, block))
+
+
+def _publish(tmp: Path, final: Path) -> None:
+    """Renames a written temp file into its shard folder, making the folder if needed; the
+    folder may be removed meanwhile by a process that evicted its last page: retry."""
+    for attempt in range(5):
+        try:
+            # mkdir(exist_ok) raises FileExistsError too if the folder goes after its EEXIST.
+            final.parent.mkdir(exist_ok=True)
+            os.replace(tmp, final)
+            return
+        except (FileNotFoundError, FileExistsError):
+            if attempt == 4 or not tmp.exists():
+                raise
+
+
 class FileBackend(StorageBackend):
     def __init__(
         self,
@@ -115,9 +157,13 @@ class FileBackend(StorageBackend):
         self._pages_dir.mkdir(parents=True, exist_ok=True)
         self._tmp_dir.mkdir(exist_ok=True)
         self._index_lock = threading.Lock()
-        self._index: OrderedDict[str, int] = OrderedDict()  # name -> file bytes, LRU first
+        self.block_bytes = _block_bytes(self.directory)
+        self._index: OrderedDict[str, int] = OrderedDict()  # name -> disk bytes, LRU first
         self._stuck: dict[str, int] = {}  # pages whose unlink failed: still on disk
-        self._used_bytes = 0  # indexed + stuck pages
+        self._shard_pages: dict[str, int] = {}  # shard -> indexed + stuck pages in it
+        self._shard_bytes: dict[str, int] = {}  # shard -> its folder's disk bytes
+        # The store's own folders, then indexed + stuck pages and shard folders.
+        self._used_bytes = sum(_disk_bytes(os.stat(d), self.block_bytes) for d in self._dirs())
         self._reserved_bytes = 0  # writes in flight
         self._evicted = 0
         self._rebuild_index()
@@ -125,21 +171,37 @@ class FileBackend(StorageBackend):
     # -- paths and index -------------------------------------------------------------------
 
     def _path(self, name: str) -> Path:
-        return self._pages_dir / name[-64:-62] / (name + _SUFFIX)
+        return self._pages_dir / _shard(name) / (name + _SUFFIX)
+
+    def _dirs(self) -> list[Path]:
+        return [self.directory, self._pages_dir, self._tmp_dir]
+
+    def _page_entries(self) -> list[os.DirEntry[str]]:
+        entries: list[os.DirEntry[str]] = []
+        for shard in self._pages_dir.iterdir():
+            # Another process removes a shard folder when it evicts the folder's last page.
+            with contextlib.suppress(FileNotFoundError), os.scandir(shard) as it:
+                entries += [e for e in it if e.name.endswith(_SUFFIX)]
+        return entries
 
     def _rebuild_index(self) -> None:
         found: list[tuple[float, str, int]] = []
-        for shard in self._pages_dir.iterdir():
-            for entry in os.scandir(shard):
-                if entry.name.endswith(_SUFFIX):
-                    try:
-                        st = entry.stat()
-                    except FileNotFoundError:  # another process evicted it meanwhile
-                        continue
-                    found.append((st.st_mtime, entry.name[: -len(_SUFFIX)], st.st_size))
+        for entry in self._page_entries():
+            try:
+                st = entry.stat()
+            except FileNotFoundError:  # another process evicted it meanwhile
+                continue
+            size = _disk_bytes(st, self.block_bytes)
+            found.append((st.st_mtime, entry.name[: -len(_SUFFIX)], size))
         for _, name, size in sorted(found):
             self._index[name] = size
             self._used_bytes += size
+            self._enter_shard(_shard(name))
+        for shard in self._pages_dir.iterdir():  # folders emptied before a crash
+            if shard.name not in self._shard_pages:
+                self._shard_pages[shard.name] = 1
+                self._refresh_shard(shard.name)
+                self._leave_shard(shard.name)
         now = time.time()
         for entry in os.scandir(self._tmp_dir):
             with contextlib.suppress(FileNotFoundError):  # its writer renamed it meanwhile
@@ -156,11 +218,12 @@ class FileBackend(StorageBackend):
         if name in self._index:
             return True
         try:
-            size = self._path(name).stat().st_size
+            size = _disk_bytes(self._path(name).stat(), self.block_bytes)
         except FileNotFoundError:
             return False
         self._index[name] = size
         self._used_bytes += size
+        self._enter_shard(_shard(name))
         self._make_room(0)
         return True
 
@@ -168,6 +231,35 @@ class FileBackend(StorageBackend):
         size = self._index.pop(name, None)
         if size is not None:
             self._used_bytes -= size
+            self._leave_shard(_shard(name))
+
+    def _enter_shard(self, shard: str) -> None:
+        """Counts one more page in `shard`, and the folder's blocks: it grows with entries."""
+        self._shard_pages[shard] = self._shard_pages.get(shard, 0) + 1
+        self._refresh_shard(shard)
+
+    def _refresh_shard(self, shard: str) -> None:
+        try:
+            size = _disk_bytes((self._pages_dir / shard).stat(), self.block_bytes)
+        except FileNotFoundError:  # removed by another process; its page was counted gone
+            size = 0
+        self._used_bytes += size - self._shard_bytes.get(shard, 0)
+        self._shard_bytes[shard] = size
+
+    def _leave_shard(self, shard: str) -> None:
+        """Counts one page fewer in `shard`; its last page gone, the folder is removed (a
+        folder holding another process's pages stays, and stays counted)."""
+        self._shard_pages[shard] -= 1
+        if self._shard_pages[shard] > 0:
+            return
+        with contextlib.suppress(FileNotFoundError):
+            try:
+                (self._pages_dir / shard).rmdir()
+            except OSError:
+                self._shard_pages[shard] = 0
+                return
+        del self._shard_pages[shard]
+        self._used_bytes -= self._shard_bytes.pop(shard, 0)
 
     def _make_room(self, num_bytes: int) -> bool:
         """Unlinks LRU pages until `num_bytes` more fit under the cap (index lock held)."""
@@ -183,6 +275,7 @@ class FileBackend(StorageBackend):
                 self._stuck[name] = size  # its bytes stay counted; evict the next one
                 continue
             self._used_bytes -= size
+            self._leave_shard(_shard(name))
             self._evicted += 1
         return self._used_bytes + self._reserved_bytes + num_bytes <= self.max_bytes
 
@@ -220,12 +313,15 @@ class FileBackend(StorageBackend):
     def _store_set(self, names: list[str], headers: list[bytes], payloads: list[Payload]) -> int:
         for i, (name, header, payload) in enumerate(zip(names, headers, payloads, strict=True)):
             body = memoryview(payload).cast("B")
-            size = len(header) + body.nbytes
+            size = _round_up(len(header) + body.nbytes, self.block_bytes)
             with self._index_lock:
                 if name in self._index:  # a page's bytes are fixed by its key: keep it
                     self._index.move_to_end(name)
                     self._count_kept()
                     continue
+                # Its shard folder may have to be made (or made again, if eviction empties
+                # and removes it meanwhile): a block for it too.
+                size += self.block_bytes
                 if not self._make_room(size):
                     return i
                 self._reserved_bytes += size
@@ -250,8 +346,7 @@ class FileBackend(StorageBackend):
                 os.fsync(fd)
             os.close(fd)
             fd = -1
-            final.parent.mkdir(exist_ok=True)
-            os.replace(tmp, final)
+            _publish(tmp, final)
         except Exception:
             # A failed write leaves nothing behind (a killed process leaves a temp file).
             if fd >= 0:
@@ -278,15 +373,16 @@ class FileBackend(StorageBackend):
         return removed
 
     def _store_clear(self) -> None:
-        for shard in self._pages_dir.iterdir():
-            for entry in os.scandir(shard):
-                if entry.name.endswith(_SUFFIX):
-                    Path(entry.path).unlink(missing_ok=True)
+        for entry in self._page_entries():
+            Path(entry.path).unlink(missing_ok=True)
         with self._index_lock:
+            for name, size in list(self._stuck.items()):
+                if not self._path(name).exists():  # removable at last
+                    del self._stuck[name]
+                    self._used_bytes -= size
+                    self._leave_shard(_shard(name))
             for name in list(self._index):
                 self._drop(name)
-            self._stuck.clear()
-            self._used_bytes = 0
 
     def _store_close(self) -> None:
         if self._owns_dir:
@@ -297,7 +393,8 @@ class FileBackend(StorageBackend):
 
     @property
     def used_bytes(self) -> int:
-        """Bytes of the indexed pages, the un-removable ones and the writes in flight."""
+        """Disk bytes of the store's folders, the indexed pages, the un-removable ones and
+        the writes in flight: what `du` shows for the directory once the writes end."""
         with self._index_lock:
             return self._used_bytes + self._reserved_bytes
 
