@@ -4,6 +4,7 @@ the tests need `redis-server` and `redis-cli` (scripts/setup.sh installs them)."
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import socket
@@ -164,3 +165,11 @@ def backend_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]
     assert store.clear()
     store.close()
     yield url
+
+
+def du(directory: Path) -> int:
+    """Allocated blocks of the directory and everything under it, as `du` counts them."""
+    total = directory.lstat().st_blocks * 512
+    for root, dirs, files in os.walk(directory):
+        total += sum((Path(root) / e).lstat().st_blocks * 512 for e in dirs + files)
+    return total

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.storage.conftest import du
 from uniradix.key import RadixKey
 from uniradix.storage import KeySpace, Miss, MissReason, open_backend, register_backend
 from uniradix.storage.backend import StorageBackend
@@ -44,14 +45,6 @@ def spread_keys(n: int) -> list[Any]:
             out.append(k)
     assert len(out) >= n
     return out[:n]
-
-
-def du(directory: Path) -> int:
-    """What `du` shows: the allocated blocks of the directory and everything under it."""
-    total = directory.lstat().st_blocks * 512
-    for root, dirs, files in os.walk(directory):
-        total += sum((Path(root) / e).lstat().st_blocks * 512 for e in dirs + files)
-    return total
 
 
 def capped(directory: Path, pages: int, empty: int | None = None) -> FileBackend:

@@ -21,7 +21,7 @@ from uniradix.storage.io import (
 )
 from uniradix.storage.page_format import Payload
 
-from .conftest import RedisServer
+from .conftest import RedisServer, du
 
 KS = KeySpace("org/m@rev1", "bfloat16", "layer_first", 2, "full")
 SIZE = 512
@@ -231,7 +231,8 @@ def test_timeout_deadline_is_capped() -> None:
 
 
 def test_concurrent_backup_prefetch_and_probes_keep_the_store_consistent(tmp_path: Path) -> None:
-    store = FileBackend(tmp_path, max_bytes=40 * (SIZE + 72))
+    # The cap counts disk blocks: 40 pages of one block, each maybe with a shard folder's.
+    store = FileBackend(tmp_path, max_bytes=FileBackend(tmp_path).used_bytes + 80 * 4096)
     writer, prefetcher = BackupWriter(store), Prefetcher(store, num_workers=2)
     chains = [chain(8, start=1000 * i) for i in range(12)]
     stop = threading.Event()
@@ -262,7 +263,6 @@ def test_concurrent_backup_prefetch_and_probes_keep_the_store_consistent(tmp_pat
     assert prefetcher.pages_in_flight == 0 and prefetcher.handles_in_flight == 0
     s = store.stats()
     assert s.pages_corrupt == 0 and s.failed_ops == 0
-    on_disk = sum(p.stat().st_size for p in (tmp_path / "pages").rglob("*.page"))
-    assert store.used_bytes == on_disk <= 40 * (SIZE + 72)
+    assert store.used_bytes == du(tmp_path) <= store.max_bytes
     writer.close()
     prefetcher.close()

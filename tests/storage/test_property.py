@@ -5,13 +5,13 @@ byte accounting matches the disk (allocated blocks, as `du` counts them)."""
 
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.storage.conftest import du
 from uniradix.key import RadixKey
 from uniradix.storage import CircuitBreaker, KeySpace, Miss, MissReason
 from uniradix.storage.file_backend import FileBackend
@@ -79,14 +79,6 @@ op = st.one_of(
     st.tuples(st.just("corrupt"), st.integers(0, N - 1), st.none()),
     st.tuples(st.just("tick"), st.floats(0.0, 1.5), st.none()),
 )
-
-
-def du(directory: Path) -> int:
-    """Allocated blocks of the directory and everything under it, as `du` counts them."""
-    total = directory.lstat().st_blocks * 512
-    for root, dirs, files in os.walk(directory):
-        total += sum((Path(root) / e).lstat().st_blocks * 512 for e in dirs + files)
-    return total
 
 
 @settings(max_examples=60, deadline=None)
