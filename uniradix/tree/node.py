@@ -74,8 +74,10 @@ class TreeNode:
         self.extra_key = extra_key
         self.parent = parent
         self.children: dict[ChildKey, TreeNode] = {}
-        # map, not a comprehension: no function frame per node (runs on every new leaf)
-        self.data = list(map(ComponentData, repeat(None, num_components)))
+        # map, not a comprehension: no function frame per node (runs on every new leaf); a
+        # tuple, not a list: one allocation of 16 bytes less per node, and the components'
+        # entries never change (each entry's fields do)
+        self.data = tuple(map(ComponentData, repeat(None, num_components)))
         self.last_access_time = time
         self.creation_time = time
         self.hit_count = 0
