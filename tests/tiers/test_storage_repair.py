@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 from uniradix.sim.replay import ReplayOptions, run_replay
-from uniradix.storage.file_backend import _HOST, FileBackend
+from uniradix.storage.file_backend import FileBackend
+from uniradix.storage.file_disk import HOST
 
 SMALL = dict(config="full", page_size=16, max_requests=60, full_tokens=3000, host_tokens=6000)
 
@@ -56,8 +57,8 @@ def test_temp_files_of_a_dead_writer_are_removed_at_start(tmp_path: Path) -> Non
                           capture_output=True, text=True)  # fmt: skip
     dead_pid = int(done.stdout)
     tmp = tmp_path / "tmp"
-    dead = tmp / f"ur1.abc.{_HOST}-{dead_pid}.0123abcd.tmp"
-    alive = tmp / f"ur1.abc.{_HOST}-{os.getpid()}.0123abcd.tmp"
+    dead = tmp / f"ur1.abc.{HOST}-{dead_pid}.0123abcd.tmp"
+    alive = tmp / f"ur1.abc.{HOST}-{os.getpid()}.0123abcd.tmp"
     elsewhere = tmp / f"ur1.abc.otherhost-{dead_pid}.0123abcd.tmp"
     for path in (dead, alive, elsewhere):
         path.write_bytes(b"half a page")

@@ -1,39 +1,19 @@
-"""Scheduler: drives a `UnifiedRadixCache` as a serving engine's scheduler does, one step at a
-time, and hands each batch to a `ModelRunner`. The replayer plugs in a runner that computes
-nothing; an engine plugs in its model. Both see exactly the same cache and pool calls.
+"""Scheduler: drives a `UnifiedRadixCache` as a prefill-first continuous-batching server's
+scheduler does, one step at a time, and hands each batch to a `ModelRunner` (the replayer's
+computes nothing; an engine's runs its model: both see the same cache and pool calls).
 
-One step, as in a prefill-first continuous-batching server:
+A step prefills if anything can be (the chunked request first, then waiting requests in
+arrival order: `match_prefix`, `inc_lock_ref`, a request row, allocation, evicting when
+short; a long prompt goes in page-aligned chunks, each published by `cache_unfinished_req`),
+otherwise decodes one token per request (retracting the fewest-outputs requests when memory
+stays short); a request with all its outputs ends with `cache_finished_req`. Admission keeps
+`decode_reserve_ratio` of every running request's outputs free. Time is not simulated:
+requests are served as fast as memory allows, timestamps only order them.
 
-1. Prefill, if anything can be prefilled: continue the chunked request, then admit waiting
-   requests in arrival order (among those whose `after` request has finished) while the
-   chunk budget, the running cap and memory allow. Admission = `match_prefix` on the prompt
-   minus its last token, `inc_lock_ref`, a request row, then allocation (evicting when short;
-   when still short the request waits, and so does everyone behind it). A prompt longer than
-   the budget is prefilled in page-aligned chunks, one chunked request at a time;
-   `cache_unfinished_req` publishes each chunk. The last chunk samples the first output.
-2. Otherwise decode: one token for every prefilled request, allocating a page whenever a
-   request's next position crosses into a new one. When memory stays short after evicting,
-   requests are retracted (fewest outputs first, then longest prompt): their KV is dropped
-   (`cache_finished_req(is_insert=False)`) and they go back to the queue with their outputs
-   so far as part of the prompt.
-3. A request that has all its outputs is finished with `cache_finished_req`.
-
-Admission keeps room for decoding: a request is admitted only if its remaining prompt plus
-`decode_reserve_ratio` of its outputs fits in free + evictable memory, after the same reserve
-for every running request.
-
-Time is not simulated: requests are served in arrival order as fast as memory allows (a
-saturated server); timestamps only order them.
-
-Per-component steps, each a no-op for a cache without that component:
-
-- SWA: after each prefill chunk and decode step, `free_out_of_window_slots` frees the
-  request's SWA slots that left the window, and `release_window_lock` drops the window lock
-  of a prefix the decode has moved past (the full lock stays).
-- Mamba: admission needs a state slot (`match_prefix(..., req=req)` copies the matched state
-  into it); the first chunk stops at `mamba_branching_seqlen` so a checkpoint lands where a
-  branch starts; in extra-buffer mode each pass tracks the state at the last checkpoint-grid
-  position it crosses (`ForwardEntry.track_seqlen`), which `cache_unfinished_req` publishes.
+Per component (no-ops without it): SWA frees out-of-window slots and drops window locks the
+decode moved past; Mamba needs a state slot at admission, stops the first chunk at
+`mamba_branching_seqlen`, and in extra-buffer mode tracks the state at the last grid
+position a pass crosses (`ForwardEntry.track_seqlen`); docs/replay.md spells the loop out.
 """
 
 from __future__ import annotations
@@ -79,10 +59,8 @@ class Scheduler:
         self.page_size = cache.page_size
         self._window_steps = cache.has_window_steps  # per request per step: read once
         self.slots = RowSlots(cache, self.listener, self.config.decode_reserve_ratio)
-        if self.config.chunk_size < self.page_size:
-            raise ValueError(
-                f"chunk_size={self.config.chunk_size} is less than one page ({self.page_size})"
-            )
+        if (chunk := self.config.chunk_size) < self.page_size:
+            raise ValueError(f"chunk_size={chunk} is less than one page ({self.page_size})")
         self.specs = specs
         self.checkpoints = CheckpointPlan(
             cache, self.config.checkpoint_placement, self.config.checkpoint_grid
@@ -96,9 +74,8 @@ class Scheduler:
         self._blocked: dict[int, list[int]] = {}
         self._retracted: dict[int, RunningRequest] = {}
         self.prefetch = QueuePrefetch(cache, self.config.prefetch_lookahead)
-        # (rid, tokens, key) of the last request whose admission was tried: the head of the
-        # queue is retried step after step until it fits, so this spares rebuilding them
-        # (one entry: the queue's other requests keep no tokens in memory meanwhile)
+        # The last request whose admission was tried: the queue's head is retried each step
+        # until it fits (one entry: the other waiting requests keep no tokens in memory)
         self._last_tried: tuple[int, Tokens, RadixKey] | None = None
         for i, spec in enumerate(specs):
             if spec.rid != i:
@@ -110,7 +87,6 @@ class Scheduler:
             else:
                 self._blocked.setdefault(spec.after, []).append(i)
 
-    # ------------------------------------------------------------------ driving
     @property
     def done(self) -> bool:
         return not self.running and not self._ready and not self._blocked
@@ -174,7 +150,6 @@ class Scheduler:
         self.cache.check_invariants(self.held_by_requests())
         self.num_invariant_checks += 1
 
-    # ------------------------------------------------------------------ hook points
     def held_by_requests(self) -> dict[str, int]:
         """Units per pool that running requests hold privately (see `held_by`)."""
         return held_by(self.running, self.cache.pools.mamba)
@@ -189,7 +164,6 @@ class Scheduler:
         if request.prefilled:
             self.cache.release_window_lock(request.req)
 
-    # ------------------------------------------------------------------ prefill
     def _prefill_step(self) -> bool:
         budget = self.config.chunk_size
         entries: list[ForwardEntry] = []
@@ -356,7 +330,6 @@ class Scheduler:
             self.cache.cache_unfinished_req(request.req)
             self._free_out_of_window(request)
 
-    # ------------------------------------------------------------------ decode
     def _decode_step(self) -> bool:
         decoding = [r for r in self.running if r.prefilled]
         if not decoding:
@@ -407,7 +380,6 @@ class Scheduler:
         heapq.heappush(self._ready, request.spec.rid)
         self.listener.on_retract(request)
 
-    # ------------------------------------------------------------------ finish
     def _append_output(self, request: RunningRequest, token: int) -> None:
         request.req.token_ids.append(token)
         request.num_output += 1

@@ -31,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import tempfile
 import threading
 import time
@@ -40,6 +39,7 @@ from collections import OrderedDict
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from uniradix.storage import file_disk as disk
 from uniradix.storage.backend import (
     BREAKER_OPTIONS,
     StorageBackend,
@@ -49,90 +49,11 @@ from uniradix.storage.backend import (
     url_options,
 )
 from uniradix.storage.breaker import CircuitBreaker
+from uniradix.storage.file_disk import parse_bytes
 from uniradix.storage.page_format import Payload
 
 STALE_TMP_S = 60.0
-_HOST = socket.gethostname().replace(".", "_")  # temp file names split on dots
 _SUFFIX = ".page"
-_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-
-
-def parse_bytes(text: str) -> int:
-    """`"512M"` -> 536870912; plain integers are bytes."""
-    t = text.strip().lower().removesuffix("b").removesuffix("i")
-    unit = t[-1:] if t[-1:] in _UNITS else ""
-    try:
-        value = float(t[: len(t) - len(unit)]) * _UNITS[unit]
-    except ValueError:
-        raise ValueError(f"not a byte size: {text!r} (examples: 1048576, 512M, 10G)") from None
-    if value < 0:
-        raise ValueError(f"byte size must be >= 0, got {text!r}")
-    return int(value)
-
-
-def _write_all(fd: int, buffers: list[memoryview]) -> None:
-    # writev may write less than asked; resume where it stopped.
-    while buffers:
-        n = os.writev(fd, buffers)
-        while buffers and n >= buffers[0].nbytes:
-            n -= buffers[0].nbytes
-            buffers.pop(0)
-        if buffers:
-            buffers[0] = buffers[0][n:]
-
-
-def _writer_alive(tmp_name: str) -> bool:
-    """Whether the process that wrote temp file `<name>.<host>-<pid>.<uuid>.tmp` may still
-    run: a writer on another machine (a shared directory) is assumed to."""
-    parts = tmp_name.split(".")
-    host, _, pid_text = parts[-3].rpartition("-") if len(parts) >= 3 else ("", "", "")
-    if host != _HOST or not pid_text.isdigit():
-        return True  # another machine's writer, or not a name of ours: left to its age
-    pid = int(pid_text)
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
-
-
-def _shard(name: str) -> str:
-    return name[-64:-62]
-
-
-def _round_up(num_bytes: int, block: int) -> int:
-    return -(-num_bytes // block) * block
-
-
-def _block_bytes(directory: Path) -> int:
-    """The allocation unit of the filesystem holding `directory` (4096 if it does not say)."""
-    try:
-        return os.statvfs(directory).f_frsize or 4096
-    except (OSError, AttributeError):  # statvfs is POSIX-only
-        return 4096
-
-
-def _disk_bytes(st: os.stat_result, block: int) -> int:
-    """What a file takes on disk: its allocated blocks, and at least its size rounded up to
-    the block (a write not yet allocated, or a filesystem that reports no blocks)."""
-    allocated = getattr(st, "st_blocks", 0) * 512
-    return max(allocated, _round_up(st.st_size, block))
-
-
-def _publish(tmp: Path, final: Path) -> None:
-    """Renames a written temp file into its shard folder, making the folder if needed; the
-    folder may be removed meanwhile by a process that evicted its last page: retry."""
-    for attempt in range(5):
-        try:
-            # mkdir(exist_ok) raises FileExistsError too if the folder goes after its EEXIST.
-            final.parent.mkdir(exist_ok=True)
-            os.replace(tmp, final)
-            return
-        except (FileNotFoundError, FileExistsError):
-            if attempt == 4 or not tmp.exists():
-                raise
 
 
 class FileBackend(StorageBackend):
@@ -157,13 +78,13 @@ class FileBackend(StorageBackend):
         self._pages_dir.mkdir(parents=True, exist_ok=True)
         self._tmp_dir.mkdir(exist_ok=True)
         self._index_lock = threading.Lock()
-        self.block_bytes = _block_bytes(self.directory)
+        self.block_bytes = disk.block_bytes(self.directory)
         self._index: OrderedDict[str, int] = OrderedDict()  # name -> disk bytes, LRU first
         self._stuck: dict[str, int] = {}  # pages whose unlink failed: still on disk
         self._shard_pages: dict[str, int] = {}  # shard -> indexed + stuck pages in it
         self._shard_bytes: dict[str, int] = {}  # shard -> its folder's disk bytes
         # The store's own folders, then indexed + stuck pages and shard folders.
-        self._used_bytes = sum(_disk_bytes(os.stat(d), self.block_bytes) for d in self._dirs())
+        self._used_bytes = sum(disk.disk_bytes(os.stat(d), self.block_bytes) for d in self._dirs())
         self._reserved_bytes = 0  # writes in flight
         self._evicted = 0
         self._rebuild_index()
@@ -171,7 +92,7 @@ class FileBackend(StorageBackend):
     # -- paths and index -------------------------------------------------------------------
 
     def _path(self, name: str) -> Path:
-        return self._pages_dir / _shard(name) / (name + _SUFFIX)
+        return self._pages_dir / disk.shard(name) / (name + _SUFFIX)
 
     def _dirs(self) -> list[Path]:
         return [self.directory, self._pages_dir, self._tmp_dir]
@@ -191,12 +112,12 @@ class FileBackend(StorageBackend):
                 st = entry.stat()
             except FileNotFoundError:  # another process evicted it meanwhile
                 continue
-            size = _disk_bytes(st, self.block_bytes)
+            size = disk.disk_bytes(st, self.block_bytes)
             found.append((st.st_mtime, entry.name[: -len(_SUFFIX)], size))
         for _, name, size in sorted(found):
             self._index[name] = size
             self._used_bytes += size
-            self._enter_shard(_shard(name))
+            self._enter_shard(disk.shard(name))
         for shard in self._pages_dir.iterdir():  # folders emptied before a crash
             if shard.name not in self._shard_pages:
                 self._shard_pages[shard.name] = 1
@@ -205,7 +126,7 @@ class FileBackend(StorageBackend):
         now = time.time()
         for entry in os.scandir(self._tmp_dir):
             with contextlib.suppress(FileNotFoundError):  # its writer renamed it meanwhile
-                if not _writer_alive(entry.name) or now - entry.stat().st_mtime > STALE_TMP_S:
+                if not disk.writer_alive(entry.name) or now - entry.stat().st_mtime > STALE_TMP_S:
                     Path(entry.path).unlink(missing_ok=True)
         with self._index_lock:
             self._make_room(0)
@@ -218,12 +139,12 @@ class FileBackend(StorageBackend):
         if name in self._index:
             return True
         try:
-            size = _disk_bytes(self._path(name).stat(), self.block_bytes)
+            size = disk.disk_bytes(self._path(name).stat(), self.block_bytes)
         except FileNotFoundError:
             return False
         self._index[name] = size
         self._used_bytes += size
-        self._enter_shard(_shard(name))
+        self._enter_shard(disk.shard(name))
         self._make_room(0)
         return True
 
@@ -231,7 +152,7 @@ class FileBackend(StorageBackend):
         size = self._index.pop(name, None)
         if size is not None:
             self._used_bytes -= size
-            self._leave_shard(_shard(name))
+            self._leave_shard(disk.shard(name))
 
     def _enter_shard(self, shard: str) -> None:
         """Counts one more page in `shard`, and the folder's blocks: it grows with entries."""
@@ -240,7 +161,7 @@ class FileBackend(StorageBackend):
 
     def _refresh_shard(self, shard: str) -> None:
         try:
-            size = _disk_bytes((self._pages_dir / shard).stat(), self.block_bytes)
+            size = disk.disk_bytes((self._pages_dir / shard).stat(), self.block_bytes)
         except FileNotFoundError:  # removed by another process; its page was counted gone
             size = 0
         self._used_bytes += size - self._shard_bytes.get(shard, 0)
@@ -275,7 +196,7 @@ class FileBackend(StorageBackend):
                 self._stuck[name] = size  # its bytes stay counted; evict the next one
                 continue
             self._used_bytes -= size
-            self._leave_shard(_shard(name))
+            self._leave_shard(disk.shard(name))
             self._evicted += 1
         return self._used_bytes + self._reserved_bytes + num_bytes <= self.max_bytes
 
@@ -313,7 +234,7 @@ class FileBackend(StorageBackend):
     def _store_set(self, names: list[str], headers: list[bytes], payloads: list[Payload]) -> int:
         for i, (name, header, payload) in enumerate(zip(names, headers, payloads, strict=True)):
             body = memoryview(payload).cast("B")
-            size = _round_up(len(header) + body.nbytes, self.block_bytes)
+            size = disk.round_up(len(header) + body.nbytes, self.block_bytes)
             with self._index_lock:
                 if name in self._index:  # a page's bytes are fixed by its key: keep it
                     self._index.move_to_end(name)
@@ -338,15 +259,15 @@ class FileBackend(StorageBackend):
 
     def _write_page(self, name: str, buffers: list[memoryview]) -> None:
         final = self._path(name)
-        tmp = self._tmp_dir / f"{name}.{_HOST}-{os.getpid()}.{uuid.uuid4().hex}.tmp"
+        tmp = self._tmp_dir / f"{name}.{disk.HOST}-{os.getpid()}.{uuid.uuid4().hex}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            _write_all(fd, buffers)
+            disk.write_all(fd, buffers)
             if self.fsync:
                 os.fsync(fd)
             os.close(fd)
             fd = -1
-            _publish(tmp, final)
+            disk.publish(tmp, final)
         except Exception:
             # A failed write leaves nothing behind (a killed process leaves a temp file).
             if fd >= 0:
@@ -380,7 +301,7 @@ class FileBackend(StorageBackend):
                 if not self._path(name).exists():  # removable at last
                     del self._stuck[name]
                     self._used_bytes -= size
-                    self._leave_shard(_shard(name))
+                    self._leave_shard(disk.shard(name))
             for name in list(self._index):
                 self._drop(name)
 
