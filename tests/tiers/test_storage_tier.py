@@ -221,7 +221,7 @@ def test_instances_read_each_other_with_a_host_no_bigger_than_the_device(tmp_pat
     nodes: a prefetch drops some of those to make room instead of failing to reserve."""
     from uniradix.sim.cluster import run_cluster
 
-    options = _options(workload="agentic", max_requests=40, host_tokens=DEVICE)
+    options = _options(workload="agentic", max_requests=80, full_tokens=6000, host_tokens=6000)
     alone = run_cluster(options, 2, "round-robin")
     shared = run_cluster(options.updated(storage_url=f"file://{tmp_path}"), 2, "round-robin")
     tiers = [inst["storage_tier"] for inst in shared["instances"]]
