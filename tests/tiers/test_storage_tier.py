@@ -214,3 +214,19 @@ def test_instances_share_one_store(tmp_path: Path) -> None:
     assert shared["hit_rate"] > alone["hit_rate"]  # one instance reads what the other wrote
     with pytest.raises(ValueError, match="sessions"):
         run_cluster(options.updated(sessions=True), 2, "round-robin")
+
+
+def test_instances_read_each_other_with_a_host_no_bigger_than_the_device(tmp_path: Path) -> None:
+    """Under write-through a host pool the size of the device fills with copies of device
+    nodes: a prefetch drops some of those to make room instead of failing to reserve."""
+    from uniradix.sim.cluster import run_cluster
+
+    options = _options(workload="agentic", max_requests=80, full_tokens=6000, host_tokens=6000)
+    alone = run_cluster(options, 2, "round-robin")
+    shared = run_cluster(options.updated(storage_url=f"file://{tmp_path}"), 2, "round-robin")
+    tiers = [inst["storage_tier"] for inst in shared["instances"]]
+    assert sum(t["probed_pages"] for t in tiers) > 0
+    assert all(t["reserve_failed"] == 0 for t in tiers)
+    assert shared["hit_tokens_by_tier"]["storage"] > 0
+    assert shared["hit_rate"] > alone["hit_rate"]
+    assert all(sum(inst["leaked"].values()) == 0 for inst in shared["instances"])

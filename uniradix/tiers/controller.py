@@ -269,6 +269,33 @@ class HostTier(NoHostTier):
             freed += self._evict_host_leaf(node)
         return freed
 
+    def drop_device_copies_host(self, num_tokens: int) -> int:
+        """Frees at least `num_tokens` host slots, where host leaves could not, by dropping
+        the host copies of device-resident nodes (least recently used first): the device
+        holds the same KV, so only a later demotion is given up. Under write-through a host
+        copy needs its parent's, so only copies with none below them go, deepest first.
+        Nodes with a write or load in flight keep theirs. Returns the units freed."""
+        freed = 0
+        while freed < num_tokens:
+            candidates = [
+                n
+                for n in self.cache.tree.nodes()
+                if n.data[0].value is not None
+                and n.data[0].host_value is not None
+                and n.data[0].metadata is None
+                and all(c.data[0].host_value is None for c in n.children.values())
+            ]
+            if not candidates:
+                break
+            for node in sorted(candidates, key=lambda n: n.last_access_time):
+                self._report([node], MEDIUM_CPU_PINNED, stored=False)
+                aux_tier.drop_aux_host(self, node)
+                self.host_pools.full.free(self.full.drop_host_copy(node), node_value=True)
+                freed += node.num_tokens
+                if freed >= num_tokens:
+                    break
+        return freed
+
     def evict_host_aux(self, name: str, num: int) -> int:
         """Frees at least `num` host units of the auxiliary component `name` ("swa" slots,
         "mamba" states) where its host-only data allows; returns the units freed."""

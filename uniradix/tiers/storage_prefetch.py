@@ -163,6 +163,11 @@ class StoragePrefetches:
         anchor = match.last_device_node
         lock = None if anchor is cache.tree.root else cache.inc_lock_ref(anchor)
         slots = tier.alloc_host(stored * ps) if stored else None
+        if slots is None and stored:
+            # Host room held by copies of device-resident nodes (a host no bigger than the
+            # device, under write-through): the fetched pages are worth more there.
+            tier.drop_device_copies_host(stored * ps - tier.host_pools.full.available_size())
+            slots = tier.alloc_host(stored * ps)
         if slots is None:
             stats.reserve_failed += 1
             if lock is not None:
