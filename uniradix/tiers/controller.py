@@ -270,11 +270,9 @@ class HostTier(NoHostTier):
         return freed
 
     def drop_device_copies_host(self, num_tokens: int) -> int:
-        """Frees at least `num_tokens` host slots, where host leaves could not, by dropping
-        the host copies of device-resident nodes (least recently used first): the device
-        holds the same KV, so only a later demotion is given up. Under write-through a host
-        copy needs its parent's, so only copies with none below them go, deepest first.
-        Nodes with a write or load in flight keep theirs. Returns the units freed."""
+        """Frees `num_tokens` host slots where host leaves could not: drops host copies of
+        device-resident nodes with no copy below them (a copy needs its parent's), LRU first,
+        none with a transfer in flight; only a later demotion is given up. Returns units freed."""
         freed = 0
         while freed < num_tokens:
             candidates = [
