@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from uniradix.cli_generate import WRITE_POLICIES, add_generate_parser, run_generate_command
-from uniradix.cli_groups import Flag, add_flags
+from uniradix.cli_groups import SCHEDULED_POOL_FLAGS, Flag, add_flags
 
 if TYPE_CHECKING:
     from uniradix.sim.replay import ReplayOptions
@@ -33,15 +33,9 @@ def replay_flags() -> list[Flag]:
         Flag("--max-requests", "max_requests", "replay only the first N requests", n),
         Flag("--seed", "seed", "seed of workloads and generated tokens", n),
         Flag("--sessions", "sessions", "session cache: keep turns' context", on),
-        Flag("--page-size", "page_size", "tokens per page", n),
-        Flag("--full-tokens", "full_tokens", "full-attention KV pool size (tokens)", n),
-        Flag("--swa-tokens", "swa_tokens", "SWA KV pool size (tokens)", n),
+        *SCHEDULED_POOL_FLAGS,
         Flag("--sliding-window", "sliding_window", "SWA window (tokens)", n),
-        Flag("--mamba-slots", "mamba_slots", "Mamba state slots", n),
-        Flag("--max-running", "max_running", "cap on running requests", n),
-        Flag("--chunk-size", "chunk_size", "prefill tokens per step", n),
         Flag("--decode-reserve-ratio", "decode_reserve_ratio", "", r),
-        Flag("--check-invariants", "check_invariants", "after every step", on),
         Flag(
             "--checkpoint-placement",
             "checkpoint_placement",

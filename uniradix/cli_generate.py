@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from uniradix.cli_groups import Flag, add_flags, options_from_args
+from uniradix.cli_groups import SCHEDULED_POOL_FLAGS, Flag, add_flags, options_from_args
 
 WRITE_POLICIES = ["write_through", "write_through_selective", "write_back"]
 
@@ -27,15 +27,9 @@ def generate_flags() -> list[Flag]:
         Flag("--max-new-tokens", "max_new_tokens", "tokens generated per prompt", n),
         Flag("--dtype", "dtype", "", {"choices": sorted(DTYPES)}),
         Flag("--verify", "verify", "also run without the cache, compare", on),
-        Flag("--full-tokens", "full_tokens", "full-attention KV pool size (tokens)", n),
-        Flag("--swa-tokens", "swa_tokens", "SWA KV pool size (tokens)", n),
-        Flag("--mamba-slots", "mamba_slots", "Mamba state slots", n),
-        Flag("--page-size", "page_size", "tokens per page", n),
+        *SCHEDULED_POOL_FLAGS,
         Flag("--sliding-window", "sliding_window", "SWA window of the model (tokens)", n),
         Flag("--device", "device", ""),
-        Flag("--chunk-size", "chunk_size", "prefill tokens per step", n),
-        Flag("--max-running", "max_running", "cap on running requests", n),
-        Flag("--check-invariants", "check_invariants", "after every step", on),
         Flag("--host-tokens", "host_tokens", "host tier (L2) size in full-KV tokens", n),
         Flag("--write-policy", "write_policy", "", {"choices": WRITE_POLICIES}),
         Flag("--host-layout", "host_layout", "", {"choices": ["layer_first", "page_first"]}),

@@ -31,6 +31,18 @@ class Flag:
     exclusive: bool = False
 
 
+# The pools and the scheduler's step, flagged alike by every front end that has them.
+SCHEDULED_POOL_FLAGS = (
+    Flag("--page-size", "page_size", "tokens per page", {"type": int}),
+    Flag("--full-tokens", "full_tokens", "full-attention KV pool size (tokens)", {"type": int}),
+    Flag("--swa-tokens", "swa_tokens", "SWA KV pool size (tokens)", {"type": int}),
+    Flag("--mamba-slots", "mamba_slots", "Mamba state slots", {"type": int}),
+    Flag("--max-running", "max_running", "cap on running requests", {"type": int}),
+    Flag("--chunk-size", "chunk_size", "prefill tokens per step", {"type": int}),
+    Flag("--check-invariants", "check_invariants", "after every step", {"action": "store_true"}),
+)
+
+
 def add_flags(
     parser: argparse.ArgumentParser, defaults: Nested, flags: Sequence[Flag]
 ) -> dict[str, argparse._ArgumentGroup]:
