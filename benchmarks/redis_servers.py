@@ -3,6 +3,7 @@ extra server flags (`--requirepass`, `--maxmemory`), stop and restart on the sam
 
 from __future__ import annotations
 
+import random
 import socket
 import subprocess
 import time
@@ -11,10 +12,22 @@ from pathlib import Path
 import redis
 
 
-def free_port() -> int:
+def _is_free(port: int) -> bool:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def free_port() -> int:
+    """A free port whose cluster-bus port (port + 10000) is free too."""
+    for _ in range(1000):
+        port = random.randrange(20000, 30000)
+        if _is_free(port) and _is_free(port + 10000):
+            return port
+    raise RuntimeError("no free loopback port pair")
 
 
 class RedisProcess:

@@ -5,9 +5,7 @@ the tests need `redis-server` and `redis-cli` (scripts/setup.sh installs them)."
 from __future__ import annotations
 
 import os
-import random
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -16,67 +14,24 @@ from pathlib import Path
 import pytest
 import redis
 
+from benchmarks.redis_servers import RedisProcess
 from uniradix.storage import open_backend
 
 
-def _is_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
+class RedisServer(RedisProcess):
+    """One `redis-server` process (`benchmarks.redis_servers`); `stop()` kills it and
+    `start()` brings it back on the same port (empty: no persistence). Skips the test when
+    redis-server is missing."""
 
-
-def free_port() -> int:
-    """A free port whose cluster-bus port (port + 10000) is free too."""
-    for _ in range(1000):
-        port = random.randrange(20000, 30000)
-        if _is_free(port) and _is_free(port + 10000):
-            return port
-    raise RuntimeError("no free loopback port pair")
-
-
-class RedisServer:
-    """One `redis-server` process; `stop()` kills it and `start()` brings it back on the
-    same port (empty: no persistence)."""
-
-    def __init__(self, workdir: Path, *extra: str) -> None:
-        self.port = free_port()
-        self.workdir = workdir
-        self.extra = extra
-        self.proc: subprocess.Popen[bytes] | None = None
-        workdir.mkdir(parents=True, exist_ok=True)
-
-    @property
+    @property  # type: ignore[override]
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def start(self) -> None:
+    def start(self) -> RedisServer:
         if shutil.which("redis-server") is None:
             pytest.skip("redis-server missing: scripts/setup.sh installs it")
-        self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", str(self.workdir), *self.extra],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
-        for _ in range(200):
-            try:
-                client.ping()
-                return
-            except redis.exceptions.ConnectionError:
-                time.sleep(0.025)
-        raise RuntimeError(f"redis-server did not start on port {self.port}")
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait()
-            self.proc = None
-
-    def client(self) -> redis.Redis:
-        return redis.Redis(port=self.port)
+        super().start()
+        return self
 
 
 @pytest.fixture(scope="session")

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
+from benchmarks.redis_servers import free_port
 from tests.integrations.sglang_env import load_sglang
-from tests.storage.conftest import free_port
 
 load_sglang()
 
