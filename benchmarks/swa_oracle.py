@@ -28,15 +28,13 @@ import sys
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import replace
 from typing import Any
 
 from benchmarks.hybrid_hits import PAGE, TRACE, base_options, full_pool, sized
 from benchmarks.mamba_oracle import oracle_replay as mamba_oracle_replay
 from benchmarks.mamba_oracle import replayed_specs
-from benchmarks.studies.swa_window_demand import full_only_hits
+from benchmarks.studies.swa_window_demand import full_only_hits, full_only_hits_at
 from uniradix.components.swa import SWAComponent
-from uniradix.sim.metrics import ReplayMetrics
 from uniradix.sim.replay import ReplayOptions, run_replay
 from uniradix.sim.scheduler import Scheduler
 from uniradix.tree.node import TreeNode
@@ -162,24 +160,6 @@ def installed(oracle: SWAOracle) -> Iterator[SWAOracle]:
         yield oracle
     finally:
         Scheduler._admit, SWAComponent.eviction_candidates = saved  # type: ignore[method-assign]
-
-
-def full_only_hits_at(options: ReplayOptions) -> dict[int, int]:
-    """{request id: hit length} of a full-attention-only replay at `options`' full pool."""
-    hits: dict[int, int] = {}
-    admit = ReplayMetrics.on_admit
-
-    def record(self: ReplayMetrics, request: object, match: object) -> None:
-        spec, length = request.spec, match.device_prefix_len  # type: ignore[attr-defined]
-        hits.setdefault(spec.rid, length)
-        admit(self, request, match)  # type: ignore[arg-type]
-
-    ReplayMetrics.on_admit = record  # type: ignore[method-assign]
-    try:
-        run_replay(replace(options, config="full"))
-    finally:
-        ReplayMetrics.on_admit = admit  # type: ignore[method-assign]
-    return hits
 
 
 def swa_oracle_replay(options: ReplayOptions) -> dict[str, Any]:

@@ -26,16 +26,14 @@ from collections import defaultdict
 
 from benchmarks.hybrid_hits import PAGE, TRACE, base_options, full_pool, sized
 from uniradix.sim.metrics import ReplayMetrics
-from uniradix.sim.replay import load_specs, run_replay
+from uniradix.sim.replay import ReplayOptions, load_specs, run_replay
 from uniradix.sim.request_spec import BlockPrompt
 
 PageId = tuple[int, int, int]  # (hash of the blocks before, this block's id, page in block)
 
 
-def full_only_hits(max_requests: int | None) -> tuple[dict[int, int], int, int]:
-    """({request id: full-only hit length}, full KV tokens, request count)."""
-    base = base_options("trace", str(TRACE)).updated(max_requests=max_requests)
-    base = base.updated(full_tokens=full_pool(base)[0])
+def full_only_hits_at(options: ReplayOptions) -> dict[int, int]:
+    """{request id: hit length} of a full-attention-only replay at `options`' full pool."""
     hits: dict[int, int] = {}
     admit = ReplayMetrics.on_admit
 
@@ -46,10 +44,17 @@ def full_only_hits(max_requests: int | None) -> tuple[dict[int, int], int, int]:
 
     ReplayMetrics.on_admit = record  # type: ignore[method-assign]
     try:
-        run_replay(base.updated(config="full"))
+        run_replay(options.updated(config="full"))
     finally:
         ReplayMetrics.on_admit = admit  # type: ignore[method-assign]
-    return hits, base.pools.full_tokens, len(load_specs(base))
+    return hits
+
+
+def full_only_hits(max_requests: int | None) -> tuple[dict[int, int], int, int]:
+    """({request id: full-only hit length}, full KV tokens, request count)."""
+    base = base_options("trace", str(TRACE)).updated(max_requests=max_requests)
+    base = base.updated(full_tokens=full_pool(base)[0])
+    return full_only_hits_at(base), base.pools.full_tokens, len(load_specs(base))
 
 
 def chain(prompt: BlockPrompt) -> list[int]:
