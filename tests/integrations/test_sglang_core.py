@@ -100,8 +100,8 @@ def test_uniradix_core_matches_the_python_core_call_by_call(page_size):
 
 
 def test_unsupported_configurations_are_refused_with_the_reason():
-    with pytest.raises(ValueError, match=r"tree_components \(FULL,\) only, got \['FULL', 'SWA'\]"):
-        build("uniradix", 1, "full+swa")
+    with pytest.raises(ValueError, match=r"\(FULL, SWA\), got \['FULL', 'MAMBA'\]"):
+        build("uniradix", 1, "full+mamba")
     cache = build("uniradix", 1)
     with pytest.raises(NotImplementedError, match="demote needs SGLang's host tier"):
         cache.tree_core.demote(cache.root_node_handle())
