@@ -2,16 +2,17 @@
 
 SGLang's `UnifiedRadixCache` (its controller, components and pools) drives a TreeCore through
 that interface only; this one keeps the tree in `uniradix.tree.core.TreeCore` (full attention
-as component 0 and, with SWA, SGLang's SWA windows as component 1, see `swa.py`, on the
-device tier) and answers SGLang's calls from it. What it does not cover is refused when the
-cache is built (see `check_supported`), or, for the host tier, raises `NotImplementedError`
-naming the method (see `refused.py`).
+as component 0, then SGLang's SWA windows, see `swa.py`, and Mamba states, see `mamba.py`,
+when the cache has them; device tier) and answers SGLang's calls from it. What it does not
+cover is refused when the cache is built (see `check_supported`), or, for the host tier,
+raises `NotImplementedError` naming the method (see `refused.py`).
 
 Semantics follow SGLang's Python core, so both give the same results on the same calls:
 duplicates past `prev_prefix_len` are handed back as `FreeDeviceKV`, an eviction walk stops
 once the tracker reaches the requested count, and a lock pins the node's root path (its SWA
-part: the window only). An insert that publishes SWA values pauses once, as SGLang's does at
-its barrier: the controller stores them (`set_component_device_value`), then
+part: the window only; its Mamba part: the node's state). An insert that publishes SWA values
+or caps a path's Mamba states pauses once, as SGLang's does at its barrier: the controller
+applies them (`set_component_device_value`, `evict_excess_path_states`), then
 `resume_insert` refreshes the SWA windows.
 """
 
@@ -39,20 +40,21 @@ from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import (
 
 from uniradix.integrations.sglang.events import EventNodes
 from uniradix.integrations.sglang.keys import to_slots, to_tensor, to_uniradix_key
+from uniradix.integrations.sglang.mamba import MambaTree
 from uniradix.integrations.sglang.refused import check_supported
 from uniradix.integrations.sglang.swa import SWA_INDEX, SwaTree
 from uniradix.integrations.sglang.views import TreeCoreViews
-from uniradix.tree.core import TreeCore
+from uniradix.tree.core import OverlapHook, TreeCore
 from uniradix.tree.node import TreeNode
 from uniradix.tree.policy import eviction_policy
 
-FULL, SWA = ComponentType.FULL, ComponentType.SWA
+FULL, SWA, MAMBA = ComponentType.FULL, ComponentType.SWA, ComponentType.MAMBA
 # Actions the controller may batch to the end of an insert; any other one is a barrier.
 _DEFERRABLE = (FreeDeviceKV, FreeDeviceKVFullOnly)
 
 
 class UniradixTreeCore(TreeCoreViews):
-    """The FULL (and SWA) device tier of SGLang's unified cache on uniradix's tree."""
+    """The device tier of SGLang's unified cache (FULL, SWA, Mamba) on uniradix's tree."""
 
     supports_rotation_base = False
 
@@ -82,6 +84,17 @@ class UniradixTreeCore(TreeCoreViews):
             window = params.swa_retain_window
             gates = params.swa_gates_prefix_match
             self.swa = SwaTree(window, self.page_size, gates, self.device)
+        self.mamba = None
+        if MAMBA in params.tree_components:
+            # The checkpoint grid and the per-path cap are settings of SGLang's component.
+            mamba = (components or {}).get(MAMBA)
+            if mamba is None:
+                raise ValueError("a Mamba cache needs SGLang's MambaComponent, got none")
+            index = 1 if self.swa is None else 2
+            grid, cap = mamba.mamba_checkpoint_grid, mamba.mamba_max_states_per_path
+            self.mamba = MambaTree(index, grid, cap, self.device)
+            if self.swa is not None:
+                self.swa.mamba = self.mamba
         self._policy = eviction_policy(params.eviction_policy.lower())
         self._paused_insert: tuple[TreeNode, InsertResult] | None = None
         self._walk_quota = 0
@@ -89,10 +102,12 @@ class UniradixTreeCore(TreeCoreViews):
 
     # ------------------------------------------------------------------ tree state
     def reset(self) -> None:
-        num_components = 1 if self.swa is None else 2
+        num_components = 1 + (self.swa is not None) + (self.mamba is not None)
         self.tree = TreeCore(num_components, self.page_size, self._policy, split_hooks=[self])
         if self.swa is not None:
             self.swa.reset(self.tree)
+        if self.mamba is not None:
+            self.mamba.reset(self.tree)
         self._nodes: dict[int, TreeNode] = {self.tree.root.id: self.tree.root}
         self._evictable = 0
         self._protected = 0
@@ -120,40 +135,32 @@ class UniradixTreeCore(TreeCoreViews):
         if self._events is not None:
             self._events.split(parent, child, split_len)
 
-    def is_root(self, node_id: int) -> bool:
-        return node_id == self.tree.root.id
-
-    def root_node_handle(self, extra_key: str | None = None) -> int:
-        return self.tree.root.id
-
-    def is_backuped(self, node_id: int) -> bool:
-        return False
-
-    def is_write_through_compatible(self) -> bool:
-        return True
-
     # ------------------------------------------------------------------ match
-    @property
-    def empty_match_result(self) -> Any:
-        return self._empty
-
     def match_prefix(self, params: Any) -> Any:
         key, num_units = to_uniradix_key(params.key, self.page_size)
         if num_units == 0:
             return self._empty
-        swa = self.swa
-        walk = self.tree.match(key, num_units, () if swa is None else (swa.validator(),))
+        swa, mamba = self.swa, self.mamba
+        validators = () if swa is None else (swa.validator(),)
+        walk = self.tree.match(key, num_units, validators, () if mamba is None else (mamba.index,))
         if not walk.path:
             return self._empty
-        accepted = walk.path[: walk.num_accepted]
+        accepted = walk.path
+        device_len = walk.matched_len
+        if walk.num_accepted < len(accepted):  # a validator stopped the match short
+            accepted = accepted[: walk.num_accepted]
+            device_len = sum(n.num_tokens for n in accepted)
         best = accepted[-1] if accepted else self.tree.root
         self.tree.touch_path(accepted)
-        device_len = sum(n.num_tokens for n in accepted)
-        branching = None
+        branching = mamba_branching = None
         if swa is not None:
             swa.refresh_window(best)
             # Full KV reaching past the last usable SWA window: where a window would hit.
             branching = walk.matched_len if walk.matched_len > device_len else None
+        if mamba is not None:
+            if accepted:
+                mamba.refresh(best)
+            mamba_branching = mamba.branching(walk.matched_len, device_len)
         return MatchResult(
             device_prefix_len=device_len,
             last_device_node=best.id,
@@ -162,17 +169,18 @@ class UniradixTreeCore(TreeCoreViews):
             last_visited_node_id=walk.path[-1].id,
             host_hit_length=0,
             swa_branching_seqlen=branching,
+            mamba_branching_seqlen=mamba_branching,
             full_kv_hit_length=walk.matched_len,
             cache_actions=[],
         )
 
-    def supports_fast_match_prefix(self) -> bool:
-        return True
-
     def set_component_device_value(self, node_id: int, component_type: Any, value: Any) -> None:
-        if component_type != SWA or self.swa is None:
+        if component_type == SWA and self.swa is not None:
+            self.swa.set_value(self._node(node_id), value)
+        elif component_type == MAMBA and self.mamba is not None:
+            self.mamba.set_value(self._node(node_id), value)
+        else:
             raise ValueError(f"the uniradix TreeCore holds no {component_type!r} values to set")
-        self.swa.set_value(self._node(node_id), value)
 
     # ------------------------------------------------------------------ insert
     def begin_insert(self, params: Any) -> Any:
@@ -205,11 +213,14 @@ class UniradixTreeCore(TreeCoreViews):
                 self._events.stored(target, params.key, present, params.session_id)
             if self.swa is not None:
                 self.swa.commit_leaf(target, present, params, result, actions)
+        if self.mamba is not None:
+            self.mamba.commit(target, is_new, params, result, actions)
         if self.swa is not None and params.swa_branching_seqlen is not None:
             result.swa_branch_inserted = len(params.key) >= params.swa_branching_seqlen
         result.prefix_len, result.last_device_node = present, target.id
-        if self.swa is not None and not all(isinstance(a, _DEFERRABLE) for a in actions):
-            # SWA values to publish: the controller stores them before the windows refresh.
+        if not all(isinstance(a, _DEFERRABLE) for a in actions):
+            # SWA values to publish or a Mamba path cap to apply: the controller does it (a
+            # barrier in SGLang's walk) before the SWA windows refresh.
             self._paused_insert = (target, result)
             return InsertStepResult(actions=actions)
         self._refresh_after_insert(target)
@@ -217,35 +228,21 @@ class UniradixTreeCore(TreeCoreViews):
 
     def _overlap_hook(
         self, value: torch.Tensor, params: Any, result: Any, actions: list[Any]
-    ) -> Any:
-        """For each node the key already covers: SWA recovery, then the request's duplicate
-        slots past `prev_prefix_len` handed back (below the request's SWA eviction floor,
-        their SWA side is already free: full side only)."""
-        floor, swa = params.prev_prefix_len, self.swa
-        if swa is None:
-            # One FreeDeviceKV for the whole insert: the same frees in the same order.
-            duplicates: list[torch.Tensor] = []
-
-            def on_full_overlap(node: TreeNode, offset: int, units: int) -> None:
-                start = max(offset, floor)
-                if start < offset + units:
-                    if not duplicates:
-                        actions.append(FreeDeviceKV(indices=duplicates))
-                    duplicates.append(value[start : offset + units])
-
-            return on_full_overlap
-        swa_freed = params.get_evicted_seqlen(SWA)
+    ) -> OverlapHook:
+        """For each node the key already covers, the request's duplicate slots past
+        `prev_prefix_len` are handed back (with SWA, see `SwaTree.overlap_hook`)."""
+        if self.swa is not None:
+            return self.swa.overlap_hook(value, params, result, actions)
+        floor = params.prev_prefix_len
+        # One FreeDeviceKV for the whole insert: the same frees in the same order.
+        duplicates: list[torch.Tensor] = []
 
         def on_overlap(node: TreeNode, offset: int, units: int) -> None:
-            consumed = swa.recover_overlap(node, offset, value, params, result, actions)
-            start, stop = max(offset, floor), offset + consumed
-            if start < stop:
-                duplicate = value[start:stop]
-                full_only = min(max(swa_freed - start, 0), stop - start)
-                if full_only > 0:
-                    actions.append(FreeDeviceKVFullOnly([duplicate[:full_only]]))
-                if full_only < stop - start:
-                    actions.append(FreeDeviceKV([duplicate[full_only:]]))
+            start = max(offset, floor)
+            if start < offset + units:
+                if not duplicates:
+                    actions.append(FreeDeviceKV(indices=duplicates))
+                duplicates.append(value[start : offset + units])
 
         return on_overlap
 
@@ -296,15 +293,21 @@ class UniradixTreeCore(TreeCoreViews):
             result.delta = self._lock_path(node, +1)
         if self.swa is not None and SWA not in skipped:
             result.set_lock_uuid(SWA, self.swa.lock(node))
-            self.tree.update_leaf(node)
+        if self.mamba is not None and MAMBA not in skipped:
+            self.mamba.lock(node)
+        self.tree.update_leaf(node)
         return result
 
     def dec_lock_ref(self, node_id: int, params: Any, skip_swa: bool = False) -> Any:
         if params.node_id != node_id:
             raise ValueError(f"lock receipt of node {params.node_id} released on node {node_id}")
         node, skipped = self._node(node_id), params.skipped_lock_components
-        # After an early SWA release (`dec_swa_lock_only`) the SWA part is already gone.
-        if self.swa is not None and SWA not in skipped and not skip_swa:
+        # After an early SWA release (`dec_swa_lock_only`) the SWA part, and the Mamba part
+        # below it in priority, are already gone.
+        early = skip_swa and self.swa is not None
+        if self.mamba is not None and MAMBA not in skipped and not early:
+            self.mamba.unlock(node)
+        if self.swa is not None and SWA not in skipped and not early:
             self.swa.unlock(node, params.get_lock_uuid(SWA))
         if FULL not in skipped:
             self._lock_path(node, -1)
@@ -319,6 +322,8 @@ class UniradixTreeCore(TreeCoreViews):
         node = self._node(node_id)
         if self.swa is not None and node.parent is not None:
             self.swa.release_window(node, params.get_lock_uuid(SWA), result.device_frees)
+            if self.mamba is not None and MAMBA not in params.skipped_lock_components:
+                self.mamba.unlock(node)
         return result
 
     def inc_full_pin(self, node_id: int) -> None:
@@ -332,6 +337,8 @@ class UniradixTreeCore(TreeCoreViews):
         self._walk_quota = request_cnt
         if component_type == SWA and self.swa is not None:
             self.swa.evict_start(request_cnt)
+        elif component_type == MAMBA and self.mamba is not None:
+            self.mamba.evict_start(request_cnt)
 
     def evict_device_next_node(self, component_type: Any, tracker: dict[Any, int]) -> Any:
         result = EvictDeviceNextNodeResult()
@@ -339,13 +346,15 @@ class UniradixTreeCore(TreeCoreViews):
             leaf = self.tree.leaves.pop()
             if leaf is not None:
                 result.node_id, result.made_progress = leaf.id, True
-        elif component_type == SWA and self.swa is not None:
-            leaf, freed = self.swa.evict_next(tracker.get(SWA, 0), result.device_frees)
+        else:
+            walk = self.swa if component_type == SWA else self.mamba
+            if walk is None:
+                return result
+            frees, done = result.device_frees, tracker.get(component_type, 0)
+            leaf = walk.evict_next(done, frees, result.tracker)
             if leaf is not None:
-                result.node_id, result.made_progress = leaf.id, True
-            elif freed:
-                result.tracker[SWA] = freed
-                result.made_progress = True
+                result.node_id = leaf.id
+            result.made_progress = leaf is not None or bool(result.tracker)
         return result
 
     def evict_device_leaf(self, node_id: int, is_write_back: bool) -> Any:
@@ -362,6 +371,8 @@ class UniradixTreeCore(TreeCoreViews):
         self._evictable -= node.num_tokens
         if self.swa is not None and node.data[SWA_INDEX].value is not None:
             result.tracker[SWA] = self.swa.drop(node, result.device_frees)
+        if self.mamba is not None and node.data[self.mamba.index].value is not None:
+            result.tracker[MAMBA] = self.mamba.drop(node, result.device_frees)
         node.data[0].value = None
         self.tree.remove_leaf(node)
         del self._nodes[node_id]
@@ -371,3 +382,11 @@ class UniradixTreeCore(TreeCoreViews):
         self._walk_quota = 0
         if component_type == SWA and self.swa is not None:
             self.swa.evict_end()
+        elif component_type == MAMBA and self.mamba is not None:
+            self.mamba.evict_end()
+
+    def evict_excess_path_states(
+        self, tail_node_id: int, device_frees: Any, host_frees: Any, cache_actions: Any
+    ) -> None:
+        if self.mamba is not None:
+            self.mamba.evict_excess(self._node(tail_node_id), device_frees)

@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 from sglang.srt.mem_cache.unified_cache.cache_action import (
+    FreeDeviceKV,
     FreeDeviceKVFullOnly,
     RecoverSWAWithLockedFull,
     SWARebuild,
@@ -38,7 +39,8 @@ from sglang.srt.mem_cache.unified_cache.cache_action import (
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 
 from uniradix.integrations.sglang.keys import to_slots, to_tensor
-from uniradix.tree.core import TreeCore, Validator
+from uniradix.integrations.sglang.mamba import MAMBA, MambaTree
+from uniradix.tree.core import OverlapHook, TreeCore, Validator
 from uniradix.tree.lru import LRUList
 from uniradix.tree.node import TreeNode
 
@@ -57,6 +59,7 @@ class SwaTree:
         # The in-window part of a new leaf: the smallest whole number of pages covering it.
         self.window_tail = -(-window // page_size) * page_size
         self._uuids = itertools.count(1)
+        self.mamba: MambaTree | None = None  # set by the core of a FULL+SWA+Mamba cache
 
     def reset(self, tree: TreeCore) -> None:
         self.tree = tree
@@ -189,6 +192,27 @@ class SwaTree:
             node = node.parent
 
     # ------------------------------------------------------------------ insert
+    def overlap_hook(
+        self, value: torch.Tensor, params: Any, result: Any, actions: list[Any]
+    ) -> OverlapHook:
+        """For each node an insert's key already covers: tombstone recovery, then the
+        request's duplicate slots past `prev_prefix_len` handed back; below the request's SWA
+        eviction floor their SWA side is already free, so only their full side goes."""
+        floor, swa_freed = params.prev_prefix_len, params.get_evicted_seqlen(SWA)
+
+        def on_overlap(node: TreeNode, offset: int, units: int) -> None:
+            consumed = self.recover_overlap(node, offset, value, params, result, actions)
+            start, stop = max(offset, floor), offset + consumed
+            if start < stop:
+                duplicate = value[start:stop]
+                full_only = min(max(swa_freed - start, 0), stop - start)
+                if full_only > 0:
+                    actions.append(FreeDeviceKVFullOnly([duplicate[:full_only]]))
+                if full_only < stop - start:
+                    actions.append(FreeDeviceKV([duplicate[full_only:]]))
+
+        return on_overlap
+
     def recover_overlap(
         self,
         node: TreeNode,
@@ -254,22 +278,27 @@ class SwaTree:
         self._cursor = self.lru.least_recent_unlocked()
 
     def evict_next(
-        self, evicted: int, device_frees: dict[Any, list[torch.Tensor]]
-    ) -> tuple[TreeNode | None, int]:
-        """One step of the SWA walk: (an evictable leaf for the controller, 0), or (None,
-        tokens tombstoned), or (None, 0) when done."""
+        self, evicted: int, device_frees: dict[Any, list[torch.Tensor]], tracker: dict[Any, int]
+    ) -> TreeNode | None:
+        """One step of the SWA walk: an evictable leaf for the controller, or None after
+        tombstoning one node (counted in `tracker`; its Mamba state goes with it) or when
+        done."""
         lru = self.lru
         if self._cursor is not None and self._cursor not in lru:
             self._cursor = lru.least_recent_unlocked()
         node = self._cursor
         if evicted >= self._quota or node is None:
-            return None, 0
+            return None
         self._cursor = lru.least_recent_unlocked(node)
         if node in self.tree.leaves:
-            return node, 0
-        freed = self.drop(node, device_frees)
+            return node
+        tracker[SWA] += self.drop(node, device_frees)
+        # Without its window a node's Mamba state can never be matched: it goes too.
+        mamba = self.mamba
+        if mamba is not None and node.data[mamba.index].value is not None:
+            tracker[MAMBA] += mamba.drop(node, device_frees)
         self.tree.update_leaf(node)
-        return None, freed
+        return None
 
     def evict_end(self) -> None:
         self._cursor = None

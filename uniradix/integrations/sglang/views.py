@@ -11,12 +11,13 @@ import torch
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 
 from uniradix.integrations.sglang.keys import to_tensor
+from uniradix.integrations.sglang.mamba import MambaTree
 from uniradix.integrations.sglang.refused import RefusedTreeCoreMethods
 from uniradix.integrations.sglang.swa import SWA_INDEX, SwaTree
 from uniradix.tree.core import TreeCore
 from uniradix.tree.node import TreeNode
 
-FULL, SWA = ComponentType.FULL, ComponentType.SWA
+FULL, SWA, MAMBA = ComponentType.FULL, ComponentType.SWA, ComponentType.MAMBA
 
 
 class TreeCoreViews(RefusedTreeCoreMethods):
@@ -25,9 +26,11 @@ class TreeCoreViews(RefusedTreeCoreMethods):
     device: torch.device
     tree: TreeCore
     swa: SwaTree | None
+    mamba: MambaTree | None
     _nodes: dict[int, TreeNode]
     _evictable: int
     _protected: int
+    _empty: Any
 
     def _node(self, node_id: int) -> TreeNode:
         try:
@@ -35,11 +38,39 @@ class TreeCoreViews(RefusedTreeCoreMethods):
         except KeyError:
             raise KeyError(f"node {node_id} is not in the uniradix tree") from None
 
+    def _aux(self, component_type: Any) -> SwaTree | MambaTree | None:
+        """The tree side of an auxiliary component this core holds (None: not held)."""
+        if component_type == SWA:
+            return self.swa
+        return self.mamba if component_type == MAMBA else None
+
     def _index(self, component_type: Any) -> int | None:
         """The tree's component index of SGLang's component type (None: not held)."""
         if component_type == FULL:
             return 0
-        return SWA_INDEX if component_type == SWA and self.swa is not None else None
+        aux = self._aux(component_type)
+        if aux is None:
+            return None
+        return SWA_INDEX if isinstance(aux, SwaTree) else aux.index
+
+    def is_root(self, node_id: int) -> bool:
+        return node_id == self.tree.root.id
+
+    def root_node_handle(self, extra_key: str | None = None) -> int:
+        return self.tree.root.id
+
+    def is_backuped(self, node_id: int) -> bool:
+        return False
+
+    def is_write_through_compatible(self) -> bool:
+        return True
+
+    def supports_fast_match_prefix(self) -> bool:
+        return True
+
+    @property
+    def empty_match_result(self) -> Any:
+        return self._empty
 
     def collect_full_device_indices(self, from_node_id: int, until_node_id: int) -> torch.Tensor:
         until, node = self._node(until_node_id), self._node(from_node_id)
@@ -81,12 +112,14 @@ class TreeCoreViews(RefusedTreeCoreMethods):
     def component_evictable_size(self, component_type: Any) -> int:
         if component_type == FULL:
             return self._evictable
-        return self.swa.evictable if component_type == SWA and self.swa else 0
+        aux = self._aux(component_type)
+        return 0 if aux is None else aux.evictable
 
     def component_protected_size(self, component_type: Any) -> int:
         if component_type == FULL:
             return self._protected
-        return self.swa.protected if component_type == SWA and self.swa else 0
+        aux = self._aux(component_type)
+        return 0 if aux is None else aux.protected
 
     def swa_evictable_size(self) -> int:
         return self.component_evictable_size(SWA)
@@ -95,18 +128,16 @@ class TreeCoreViews(RefusedTreeCoreMethods):
         return self.component_protected_size(SWA)
 
     def mamba_evictable_size(self) -> int:
-        return 0
+        return self.component_evictable_size(MAMBA)
 
     def mamba_protected_size(self) -> int:
-        return 0
+        return self.component_protected_size(MAMBA)
 
     def total_size(self) -> tuple[int, int]:
         """(full tokens, auxiliary tokens) over the whole tree."""
         aux = 0
-        if self.swa is not None:
-            aux = sum(
-                len(v) for n in self.tree.nodes() if (v := n.data[SWA_INDEX].value) is not None
-            )
+        for index in range(1, self.tree.num_components):
+            aux += sum(len(v) for n in self.tree.nodes() if (v := n.data[index].value) is not None)
         return self._evictable + self._protected, aux
 
     def _flatten(self, index: int) -> torch.Tensor:
@@ -119,7 +150,9 @@ class TreeCoreViews(RefusedTreeCoreMethods):
         return self._flatten(0)
 
     def all_mamba_values_flatten(self) -> torch.Tensor:
-        return torch.empty(0, dtype=torch.int64, device=self.device)
+        if self.mamba is None:
+            return torch.empty(0, dtype=torch.int64, device=self.device)
+        return self._flatten(self.mamba.index)
 
     def sanity_check(self, ongoing_write_through: Any, ongoing_load_back: Any) -> None:
         evictable = protected = 0
@@ -139,6 +172,8 @@ class TreeCoreViews(RefusedTreeCoreMethods):
         assert len(self._nodes) == len(nodes) + 1
         if self.swa is not None:
             self.swa.check(nodes)
+        if self.mamba is not None:
+            self.mamba.check(nodes)
 
     def pretty_print(self) -> None:
         stack = [(self.tree.root, 0)]
