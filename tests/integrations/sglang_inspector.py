@@ -37,7 +37,8 @@ class UniradixInspector(UniradixTreeCore, UnifiedTreeCoreInspectionInterface):
         return False
 
     def get_component_device_lock_ref(self, node_id: int, component_type: Any) -> int:
-        return self._node(node_id).data[0].lock_ref
+        index = self._index(component_type)
+        return 0 if index is None else self._node(node_id).data[index].lock_ref
 
     def get_node_hit_count(self, node_id: int) -> int:
         return self._node(node_id).hit_count
@@ -56,7 +57,11 @@ class UniradixInspector(UniradixTreeCore, UnifiedTreeCoreInspectionInterface):
 _REFUSED = sorted(
     name
     for name in UnifiedTreeCoreInspectionInterface.__abstractmethods__
-    if name not in vars(UniradixInspector) and name not in vars(UniradixTreeCore)
+    if name not in vars(UniradixInspector)
+    and (
+        not hasattr(UniradixTreeCore, name)
+        or getattr(getattr(UniradixTreeCore, name), "__isabstractmethod__", False)
+    )
 )
 for _name in _REFUSED:
     setattr(UniradixInspector, _name, _refused(_name, "white-box access to SGLang's host tier"))

@@ -1,12 +1,12 @@
-"""Every cache config of SGLang's conformance kit (sglang/test/kits/unified_radix_cache),
-built by the kit's own `build_fixture`, on SGLang's Python core and on the uniradix core:
-the FULL configs play the same request stream with the same results call by call and end
-with the same tree; the others (SWA, Mamba) are refused when the cache is built, naming why.
-The tally printed at the end is the figure docs/sglang.md gives."""
+"""Every cache config of SGLang's conformance kit (sglang/test/kits/unified_radix_cache:
+FULL, FULL+SWA, FULL+Mamba, FULL+SWA+Mamba), built by the kit's own `build_fixture`, on
+SGLang's Python core and on the uniradix core: both play the same request stream with the
+same results call by call, end with the same tree and emit the same KV events. The hybrid
+stream (`sglang_hybrid_stream`) also evicts SWA and Mamba on their own, releases SWA locks
+early, frees out-of-window slots and hands Mamba states back."""
 
 from __future__ import annotations
 
-import re
 from unittest import mock
 
 import pytest
@@ -16,16 +16,25 @@ from tests.integrations.sglang_env import load_sglang
 load_sglang(kits=True)
 
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType  # noqa: E402
+from sglang.srt.mem_cache.unified_cache.components import mamba as mamba_component  # noqa: E402
 from sglang.srt.mem_cache.unified_cache.tree_core_registry import (  # noqa: E402
     _TREE_CORE_REGISTRY,
 )
 from sglang.test.kits.unified_radix_cache import fixtures  # noqa: E402
 from sglang.test.kits.unified_radix_cache.config import CONFIGS  # noqa: E402
 
+from tests.integrations.sglang_hybrid_stream import play_hybrid  # noqa: E402
 from tests.integrations.sglang_inspector import UniradixInspector  # noqa: E402
 from tests.integrations.test_sglang_core import play  # noqa: E402
 
 FULL_ONLY = (ComponentType.FULL,)
+MAMBA = ComponentType.MAMBA
+
+
+def play_config(cache, cfg, n: int, seed: int) -> list[tuple]:
+    if cfg.components == FULL_ONLY:
+        return play(cache, cfg.page_size, n=n, seed=seed)
+    return play_hybrid(cache, cfg.page_size, cfg.sliding_window_size, n=n, seed=seed)
 
 
 def build(cfg, core: str, **kwargs):
@@ -48,32 +57,68 @@ def tree_shape(cache) -> list[tuple[int, ...]]:
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=[c.label for c in CONFIGS])
 def test_kit_config_on_both_cores(cfg):
-    python_cache = build(cfg, "python")
-    if cfg.components != FULL_ONLY:
-        names = [c.name for c in cfg.components]
-        reason = re.escape(f"tree_components (FULL,) only, got {names!r}")
-        with pytest.raises(ValueError, match=reason):
-            build(cfg, "uniradix")
-        return
-    uniradix_cache = build(cfg, "uniradix")
+    python_cache, uniradix_cache = build(cfg, "python"), build(cfg, "uniradix")
     assert type(uniradix_cache.tree_core) is UniradixInspector
-    expected = play(python_cache, cfg.page_size, n=400, seed=1)
-    assert any(step[3] > 0 for step in expected if step[0] != "skip")
-    assert play(uniradix_cache, cfg.page_size, n=400, seed=1) == expected
+    n = 400 if cfg.components == FULL_ONLY else 250
+    expected = play_config(python_cache, cfg, n=n, seed=1)
+    requests = [step for step in expected if not isinstance(step[0], str)]
+    assert any(step[0] > 0 for step in requests)
+    assert any(any(step[3]) if isinstance(step[3], tuple) else step[3] for step in requests)
+    if cfg.has_swa:  # windows stopped matches short of the full KV
+        assert any(step[2] is not None for step in requests)
+    if cfg.has_mamba:  # nodes kept their own state
+        assert any(step[7] for step in requests)
+    assert play_config(uniradix_cache, cfg, n=n, seed=1) == expected
     assert tree_shape(uniradix_cache) == tree_shape(python_cache)
 
 
-@pytest.mark.parametrize(
-    "cfg", [c for c in CONFIGS if c.components == FULL_ONLY], ids=lambda c: c.label
-)
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: c.label)
 def test_kv_events_are_sglangs_own_on_both_cores(cfg):
     """The same BlockStored / BlockRemoved events (hashes, parents, tokens) in the same order."""
     events = {}
     for core in ("python", "uniradix"):
         cache = build(cfg, core, enable_kv_cache_events=True)
         # Enough requests to fill the kit's pool and evict (its page-1 requests are short).
-        play(cache, cfg.page_size, n=400 if cfg.page_size == 1 else 100, seed=2)
+        play_config(cache, cfg, n=400 if cfg.page_size == 1 else 100, seed=2)
         events[core] = cache.take_events()
     kinds = {type(e).__name__ for e in events["python"]}
     assert {"BlockStored", "BlockRemoved"} <= kinds
     assert events["uniradix"] == events["python"]
+
+
+def states_on_paths(cache) -> list[int]:
+    """Per leaf, the Mamba states on its root path (read through the inspection interface)."""
+    core, root = cache.tree_core, cache.root_node_handle()
+    counts = []
+    for leaf in (
+        n for n in core.get_all_node_ids() if n != root and not core.get_child_node_ids(n)
+    ):
+        count, node = 0, leaf
+        while node != root:
+            count += core.get_component_device_value(node, MAMBA) is not None
+            node = core.get_parent_node_id(node)
+        counts.append(count)
+    return sorted(counts)
+
+
+def test_mamba_path_cap_on_both_cores():
+    """SGLang's `--mamba-max-states-per-path 1`: each insert drops the shallowest states past
+    one on its path (`MambaEvictExcessPathStates`), the same ones on both cores, on every
+    Mamba config of the kit."""
+    took_effect = []
+    for cfg in (c for c in CONFIGS if c.has_mamba):
+        runs = {}
+        for cap in (-1, 1):
+            get_exec = mock.Mock()
+            get_exec.return_value.mamba.mamba_max_states_per_path = cap
+            with mock.patch.object(mamba_component, "get_exec", get_exec):
+                for core in ("python", "uniradix"):
+                    cache = build(cfg, core)
+                    trace = play_hybrid(cache, cfg.page_size, cfg.sliding_window_size, 150, 3)
+                    runs[cap, core] = trace, states_on_paths(cache)
+        assert runs[1, "uniradix"] == runs[1, "python"], cfg.label
+        assert runs[-1, "uniradix"] == runs[-1, "python"], cfg.label
+        took_effect.append(runs[1, "python"] != runs[-1, "python"])
+    # The cap is soft (tails, forks, locked states and leaves keep theirs); short paths never
+    # reach it, longer ones do.
+    assert any(took_effect)

@@ -100,8 +100,19 @@ def test_uniradix_core_matches_the_python_core_call_by_call(page_size):
 
 
 def test_unsupported_configurations_are_refused_with_the_reason():
-    with pytest.raises(ValueError, match=r"tree_components \(FULL,\) only, got \['FULL', 'SWA'\]"):
-        build("uniradix", 1, "full+swa")
+    from types import SimpleNamespace
+
+    from sglang.srt.mem_cache.unified_cache.component_type import ComponentType as CT
+
+    from uniradix.integrations.sglang.refused import check_supported
+
+    with pytest.raises(
+        ValueError, match=r"SWA and/or MAMBA, in that order, got \['FULL', 'C128'\]"
+    ):
+        check_supported(SimpleNamespace(tree_components=(CT.FULL, CT.C128)))
+    session = SimpleNamespace(tree_components=(CT.FULL,), enable_session_radix_cache=True)
+    with pytest.raises(ValueError, match=r"session-aware caching \(enable_session_radix_cache"):
+        check_supported(session)
     cache = build("uniradix", 1)
     with pytest.raises(NotImplementedError, match="demote needs SGLang's host tier"):
         cache.tree_core.demote(cache.root_node_handle())

@@ -1,14 +1,19 @@
 """`UniradixTreeCore`: SGLang's `UnifiedTreeCoreInterface` on uniradix's radix tree.
 
 SGLang's `UnifiedRadixCache` (its controller, components and pools) drives a TreeCore through
-that interface only; this one keeps the tree in `uniradix.tree.core.TreeCore` (one component,
-full attention, on the device tier) and answers SGLang's calls from it. What it does not
+that interface only; this one keeps the tree in `uniradix.tree.core.TreeCore` (full attention
+as component 0, then SGLang's SWA windows, see `swa.py`, and Mamba states, see `mamba.py`,
+when the cache has them; device tier) and answers SGLang's calls from it. What it does not
 cover is refused when the cache is built (see `check_supported`), or, for the host tier,
 raises `NotImplementedError` naming the method (see `refused.py`).
 
 Semantics follow SGLang's Python core, so both give the same results on the same calls:
-duplicates past `prev_prefix_len` are handed back as one `FreeDeviceKV`, an eviction walk
-stops once the tracker reaches the requested count, and a lock pins the node's root path.
+duplicates past `prev_prefix_len` are handed back as `FreeDeviceKV`, an eviction walk stops
+once the tracker reaches the requested count, and a lock pins the node's root path (its SWA
+part: the window only; its Mamba part: the node's state). An insert that publishes SWA values
+or caps a path's Mamba states pauses once, as SGLang's does at its barrier: the controller
+applies them (`set_component_device_value`, `evict_excess_path_states`), then
+`resume_insert` refreshes the SWA windows.
 """
 
 from __future__ import annotations
@@ -16,7 +21,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 import torch
 from sglang.srt.mem_cache.base_prefix_cache import (
     DecLockRefResult,
@@ -25,9 +29,10 @@ from sglang.srt.mem_cache.base_prefix_cache import (
     MatchResult,
 )
 from sglang.srt.mem_cache.events import KVCacheEventRecorder
-from sglang.srt.mem_cache.unified_cache.cache_action import FreeDeviceKV
+from sglang.srt.mem_cache.unified_cache.cache_action import FreeDeviceKV, FreeDeviceKVFullOnly
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import (
+    DecSwaLockOnlyResult,
     EvictDeviceLeafResult,
     EvictDeviceNextNodeResult,
     InsertStepResult,
@@ -35,22 +40,27 @@ from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import (
 
 from uniradix.integrations.sglang.events import EventNodes
 from uniradix.integrations.sglang.keys import to_slots, to_tensor, to_uniradix_key
-from uniradix.integrations.sglang.refused import RefusedTreeCoreMethods, check_supported
-from uniradix.tree.core import TreeCore
+from uniradix.integrations.sglang.mamba import MambaTree
+from uniradix.integrations.sglang.refused import check_supported
+from uniradix.integrations.sglang.swa import SWA_INDEX, SwaTree
+from uniradix.integrations.sglang.views import TreeCoreViews
+from uniradix.tree.core import OverlapHook, TreeCore
 from uniradix.tree.node import TreeNode
 from uniradix.tree.policy import eviction_policy
 
-FULL = ComponentType.FULL
+FULL, SWA, MAMBA = ComponentType.FULL, ComponentType.SWA, ComponentType.MAMBA
+# Actions the controller may batch to the end of an insert; any other one is a barrier.
+_DEFERRABLE = (FreeDeviceKV, FreeDeviceKVFullOnly)
 
 
-class UniradixTreeCore(RefusedTreeCoreMethods):
-    """The FULL (full-attention) device tier of SGLang's unified cache on uniradix's tree."""
+class UniradixTreeCore(TreeCoreViews):
+    """The device tier of SGLang's unified cache (FULL, SWA, Mamba) on uniradix's tree."""
 
     supports_rotation_base = False
 
     def __init__(self, params: Any, components: dict[Any, Any] | None = None) -> None:
         # `components`: SGLang's component objects, which its Python core calls into; this
-        # core keeps the one it supports (FULL) itself, as SGLang's Rust core does.
+        # core keeps their tree-side state itself, as SGLang's Rust core does.
         check_supported(params)
         self.page_size: int = params.page_size
         allocator = params.token_to_kv_pool_allocator
@@ -69,14 +79,35 @@ class UniradixTreeCore(RefusedTreeCoreMethods):
             dynamo_format=params.dynamo_kv_event_format,
             lora_names=params.kv_event_lora_names,
         )
+        self.swa = None
+        if SWA in params.tree_components:
+            window = params.swa_retain_window
+            gates = params.swa_gates_prefix_match
+            self.swa = SwaTree(window, self.page_size, gates, self.device)
+        self.mamba = None
+        if MAMBA in params.tree_components:
+            # The checkpoint grid and the per-path cap are settings of SGLang's component.
+            mamba = (components or {}).get(MAMBA)
+            if mamba is None:
+                raise ValueError("a Mamba cache needs SGLang's MambaComponent, got none")
+            index = 1 if self.swa is None else 2
+            grid, cap = mamba.mamba_checkpoint_grid, mamba.mamba_max_states_per_path
+            self.mamba = MambaTree(index, grid, cap, self.device)
+            if self.swa is not None:
+                self.swa.mamba = self.mamba
         self._policy = eviction_policy(params.eviction_policy.lower())
-        self._insert_step: InsertStepResult | None = None
+        self._paused_insert: tuple[TreeNode, InsertResult] | None = None
         self._walk_quota = 0
         self.reset()
 
     # ------------------------------------------------------------------ tree state
     def reset(self) -> None:
-        self.tree = TreeCore(1, self.page_size, self._policy, split_hooks=[self])
+        num_components = 1 + (self.swa is not None) + (self.mamba is not None)
+        self.tree = TreeCore(num_components, self.page_size, self._policy, split_hooks=[self])
+        if self.swa is not None:
+            self.swa.reset(self.tree)
+        if self.mamba is not None:
+            self.mamba.reset(self.tree)
         self._nodes: dict[int, TreeNode] = {self.tree.root.id: self.tree.root}
         self._evictable = 0
         self._protected = 0
@@ -99,84 +130,61 @@ class UniradixTreeCore(RefusedTreeCoreMethods):
         parent.data[0].value, child.data[0].value = value[:split_len], value[split_len:]
         parent.data[0].lock_ref = child.data[0].lock_ref
         self._nodes[parent.id] = parent
+        if self.swa is not None:
+            self.swa.redistribute_on_split(parent, child, split_len)
         if self._events is not None:
             self._events.split(parent, child, split_len)
 
-    def _node(self, node_id: int) -> TreeNode:
-        try:
-            return self._nodes[node_id]
-        except KeyError:
-            raise KeyError(f"node {node_id} is not in the uniradix tree") from None
-
-    def is_root(self, node_id: int) -> bool:
-        return node_id == self.tree.root.id
-
-    def root_node_handle(self, extra_key: str | None = None) -> int:
-        return self.tree.root.id
-
-    def is_backuped(self, node_id: int) -> bool:
-        return False
-
-    def is_write_through_compatible(self) -> bool:
-        return True
-
     # ------------------------------------------------------------------ match
-    @property
-    def empty_match_result(self) -> Any:
-        return self._empty
-
     def match_prefix(self, params: Any) -> Any:
         key, num_units = to_uniradix_key(params.key, self.page_size)
         if num_units == 0:
             return self._empty
-        walk = self.tree.match(key, num_units, ())
+        swa, mamba = self.swa, self.mamba
+        validators = () if swa is None else (swa.validator(),)
+        walk = self.tree.match(key, num_units, validators, () if mamba is None else (mamba.index,))
         if not walk.path:
             return self._empty
-        self.tree.touch_path(walk.path)
-        last = walk.path[-1].id
+        accepted = walk.path
+        device_len = walk.matched_len
+        if walk.num_accepted < len(accepted):  # a validator stopped the match short
+            accepted = accepted[: walk.num_accepted]
+            device_len = sum(n.num_tokens for n in accepted)
+        best = accepted[-1] if accepted else self.tree.root
+        self.tree.touch_path(accepted)
+        branching = mamba_branching = None
+        if swa is not None:
+            swa.refresh_window(best)
+            # Full KV reaching past the last usable SWA window: where a window would hit.
+            branching = walk.matched_len if walk.matched_len > device_len else None
+        if mamba is not None:
+            if accepted:
+                mamba.refresh(best)
+            mamba_branching = mamba.branching(walk.matched_len, device_len)
         return MatchResult(
-            device_prefix_len=walk.matched_len,
-            last_device_node=last,
-            last_host_node=last,
-            best_match_node=last,
-            last_visited_node_id=last,
+            device_prefix_len=device_len,
+            last_device_node=best.id,
+            last_host_node=best.id,
+            best_match_node=best.id,
+            last_visited_node_id=walk.path[-1].id,
             host_hit_length=0,
+            swa_branching_seqlen=branching,
+            mamba_branching_seqlen=mamba_branching,
             full_kv_hit_length=walk.matched_len,
             cache_actions=[],
         )
 
-    def supports_fast_match_prefix(self) -> bool:
-        return True
-
-    def collect_full_device_indices(self, from_node_id: int, until_node_id: int) -> torch.Tensor:
-        until, node = self._node(until_node_id), self._node(from_node_id)
-        chunks = []
-        while node is not until and node.parent is not None:
-            value = node.data[0].value
-            assert value is not None, f"node {node.id} on the path has no device value"
-            chunks.append(value)
-            node = node.parent
-        if not chunks:
-            return torch.empty(0, dtype=torch.int64, device=self.device)
-        chunks.reverse()
-        return to_tensor(np.concatenate(chunks), self.device)
-
-    def is_full_device_evicted(self, node_id: int) -> bool:
-        node = self._nodes.get(node_id)
-        return node is None or node.data[0].value is None
-
-    def get_component_device_value(self, node_id: int, component_type: Any) -> Any:
-        value = self._node(node_id).data[0].value
-        if component_type != FULL or value is None:
-            return None
-        return to_tensor(value, self.device)
-
-    def component_has_host_value_only(self, node_id: int, component_type: Any) -> bool:
-        return False
+    def set_component_device_value(self, node_id: int, component_type: Any, value: Any) -> None:
+        if component_type == SWA and self.swa is not None:
+            self.swa.set_value(self._node(node_id), value)
+        elif component_type == MAMBA and self.mamba is not None:
+            self.mamba.set_value(self._node(node_id), value)
+        else:
+            raise ValueError(f"the uniradix TreeCore holds no {component_type!r} values to set")
 
     # ------------------------------------------------------------------ insert
     def begin_insert(self, params: Any) -> Any:
-        if self._insert_step is not None:
+        if self._paused_insert is not None:
             raise RuntimeError("concurrent insert walks")
         key, num_units = to_uniradix_key(params.key, self.page_size)
         root = self.tree.root.id
@@ -187,44 +195,81 @@ class UniradixTreeCore(RefusedTreeCoreMethods):
             value = torch.tensor(key.tolist()[:num_units], dtype=torch.int64)
         else:
             value = params.value[:num_units]
-        floor = params.prev_prefix_len
-        duplicates: list[torch.Tensor] = []
-
-        def on_overlap(node: TreeNode, offset: int, units: int) -> None:
-            start = max(offset, floor)
-            if start < offset + units:
-                duplicates.append(value[start : offset + units])
-
+        result = InsertResult(
+            prefix_len=0, adopted_ranges={} if params.track_adopted_ranges else None
+        )
+        actions: list[Any] = []
+        on_overlap = self._overlap_hook(value, params, result, actions)
         target, present, is_new = self.tree.insert(
             key, num_units, on_overlap, params.inserted_len, params.priority or 0
         )
         if is_new:
+            result.record_adopted_range(FULL, present, num_units)
             target.data[0].value = to_slots(value[present:])
             self._nodes[target.id] = target
             self._evictable += target.num_tokens
             self.tree.update_leaf(target)
             if self._events is not None:
                 self._events.stored(target, params.key, present, params.session_id)
-        actions = [FreeDeviceKV(indices=duplicates)] if duplicates else []
-        result = InsertResult(prefix_len=present, last_device_node=target.id)
-        self._insert_step = InsertStepResult(actions=actions, result=result)
-        return self._insert_step
+            if self.swa is not None:
+                self.swa.commit_leaf(target, present, params, result, actions)
+        if self.mamba is not None:
+            self.mamba.commit(target, is_new, params, result, actions)
+        if self.swa is not None and params.swa_branching_seqlen is not None:
+            result.swa_branch_inserted = len(params.key) >= params.swa_branching_seqlen
+        result.prefix_len, result.last_device_node = present, target.id
+        if not all(isinstance(a, _DEFERRABLE) for a in actions):
+            # SWA values to publish or a Mamba path cap to apply: the controller does it (a
+            # barrier in SGLang's walk) before the SWA windows refresh.
+            self._paused_insert = (target, result)
+            return InsertStepResult(actions=actions)
+        self._refresh_after_insert(target)
+        return InsertStepResult(actions=actions, result=result)
+
+    def _overlap_hook(
+        self, value: torch.Tensor, params: Any, result: Any, actions: list[Any]
+    ) -> OverlapHook:
+        """For each node the key already covers, the request's duplicate slots past
+        `prev_prefix_len` are handed back (with SWA, see `SwaTree.overlap_hook`)."""
+        if self.swa is not None:
+            return self.swa.overlap_hook(value, params, result, actions)
+        floor = params.prev_prefix_len
+        # One FreeDeviceKV for the whole insert: the same frees in the same order.
+        duplicates: list[torch.Tensor] = []
+
+        def on_overlap(node: TreeNode, offset: int, units: int) -> None:
+            start = max(offset, floor)
+            if start < offset + units:
+                if not duplicates:
+                    actions.append(FreeDeviceKV(indices=duplicates))
+                duplicates.append(value[start : offset + units])
+
+        return on_overlap
+
+    def _refresh_after_insert(self, target: TreeNode) -> None:
+        if self.swa is not None and target.parent is not None:
+            self.swa.refresh_window(target)
 
     def resume_insert(self) -> Any:
-        raise RuntimeError("the uniradix TreeCore inserts in one step: nothing to resume")
+        if self._paused_insert is None:
+            raise RuntimeError("no insert to resume")
+        target, result = self._paused_insert
+        self._paused_insert = None
+        self._refresh_after_insert(target)
+        return InsertStepResult(actions=[], result=result)
 
     def has_ongoing_insert(self) -> bool:
-        return False
+        return self._paused_insert is not None
 
     def end_insert(self) -> list[Any]:
-        # The single step's actions were handed out with it; nothing is pending.
-        self._insert_step = None
+        # Every action was handed out with its step; an abandoned pause is dropped.
+        self._paused_insert = None
         return []
 
     # ------------------------------------------------------------------ locks
     def _lock_path(self, node: TreeNode, delta: int) -> int:
-        """Adds `delta` (+1/-1) to every lock on the root path; returns tokens that changed
-        between evictable and protected."""
+        """Adds `delta` (+1/-1) to every full lock on the root path; returns tokens that
+        changed between evictable and protected."""
         moved = 0
         start = node
         while node.parent is not None:
@@ -242,15 +287,44 @@ class UniradixTreeCore(RefusedTreeCoreMethods):
         return moved
 
     def inc_lock_ref(self, node_id: int, skip_lock_components: Sequence[Any] = ()) -> Any:
-        moved = self._lock_path(self._node(node_id), +1)
-        skipped = tuple(skip_lock_components)
-        return IncLockRefResult(delta=moved, node_id=node_id, skipped_lock_components=skipped)
+        node, skipped = self._node(node_id), tuple(skip_lock_components)
+        result = IncLockRefResult(node_id=node_id, skipped_lock_components=skipped)
+        if FULL not in skipped:
+            result.delta = self._lock_path(node, +1)
+        if self.swa is not None and SWA not in skipped:
+            result.set_lock_uuid(SWA, self.swa.lock(node))
+        if self.mamba is not None and MAMBA not in skipped:
+            self.mamba.lock(node)
+        self.tree.update_leaf(node)
+        return result
 
     def dec_lock_ref(self, node_id: int, params: Any, skip_swa: bool = False) -> Any:
         if params.node_id != node_id:
             raise ValueError(f"lock receipt of node {params.node_id} released on node {node_id}")
-        self._lock_path(self._node(node_id), -1)
+        node, skipped = self._node(node_id), params.skipped_lock_components
+        # After an early SWA release (`dec_swa_lock_only`) the SWA part, and the Mamba part
+        # below it in priority, are already gone.
+        early = skip_swa and self.swa is not None
+        if self.mamba is not None and MAMBA not in skipped and not early:
+            self.mamba.unlock(node)
+        if self.swa is not None and SWA not in skipped and not early:
+            self.swa.unlock(node, params.get_lock_uuid(SWA))
+        if FULL not in skipped:
+            self._lock_path(node, -1)
+        else:
+            self.tree.update_leaf(node)
         return DecLockRefResult()
+
+    def dec_swa_lock_only(self, node_id: int, params: Any) -> Any:
+        if params.node_id != node_id:
+            raise ValueError(f"lock receipt of node {params.node_id} released on node {node_id}")
+        result = DecSwaLockOnlyResult()
+        node = self._node(node_id)
+        if self.swa is not None and node.parent is not None:
+            self.swa.release_window(node, params.get_lock_uuid(SWA), result.device_frees)
+            if self.mamba is not None and MAMBA not in params.skipped_lock_components:
+                self.mamba.unlock(node)
+        return result
 
     def inc_full_pin(self, node_id: int) -> None:
         self._lock_path(self._node(node_id), +1)
@@ -261,6 +335,10 @@ class UniradixTreeCore(RefusedTreeCoreMethods):
     # ------------------------------------------------------------------ eviction
     def evict_device_start(self, component_type: Any, request_cnt: int) -> None:
         self._walk_quota = request_cnt
+        if component_type == SWA and self.swa is not None:
+            self.swa.evict_start(request_cnt)
+        elif component_type == MAMBA and self.mamba is not None:
+            self.mamba.evict_start(request_cnt)
 
     def evict_device_next_node(self, component_type: Any, tracker: dict[Any, int]) -> Any:
         result = EvictDeviceNextNodeResult()
@@ -268,6 +346,15 @@ class UniradixTreeCore(RefusedTreeCoreMethods):
             leaf = self.tree.leaves.pop()
             if leaf is not None:
                 result.node_id, result.made_progress = leaf.id, True
+        else:
+            walk = self.swa if component_type == SWA else self.mamba
+            if walk is None:
+                return result
+            frees, done = result.device_frees, tracker.get(component_type, 0)
+            leaf = walk.evict_next(done, frees, result.tracker)
+            if leaf is not None:
+                result.node_id = leaf.id
+            result.made_progress = leaf is not None or bool(result.tracker)
         return result
 
     def evict_device_leaf(self, node_id: int, is_write_back: bool) -> Any:
@@ -276,85 +363,30 @@ class UniradixTreeCore(RefusedTreeCoreMethods):
             raise ValueError(f"node {node_id} is not an evictable device leaf")
         value = node.data[0].value
         assert value is not None
-        node.data[0].value = None
-        self._evictable -= node.num_tokens
+        result = EvictDeviceLeafResult()
         if self._events is not None:
             self._events.removed(node)
-        self.tree.remove_leaf(node)
-        del self._nodes[node_id]
-        result = EvictDeviceLeafResult()
         result.device_frees[FULL].append(to_tensor(value, self.device))
         result.tracker[FULL] = len(value)
+        self._evictable -= node.num_tokens
+        if self.swa is not None and node.data[SWA_INDEX].value is not None:
+            result.tracker[SWA] = self.swa.drop(node, result.device_frees)
+        if self.mamba is not None and node.data[self.mamba.index].value is not None:
+            result.tracker[MAMBA] = self.mamba.drop(node, result.device_frees)
+        node.data[0].value = None
+        self.tree.remove_leaf(node)
+        del self._nodes[node_id]
         return result
 
     def evict_device_end(self, component_type: Any) -> None:
         self._walk_quota = 0
+        if component_type == SWA and self.swa is not None:
+            self.swa.evict_end()
+        elif component_type == MAMBA and self.mamba is not None:
+            self.mamba.evict_end()
 
-    # ------------------------------------------------------------------ sizes
-    def evictable_size(self) -> int:
-        return self._evictable
-
-    def protected_size(self) -> int:
-        return self._protected
-
-    def full_evictable_size(self) -> int:
-        return self._evictable
-
-    def full_protected_size(self) -> int:
-        return self._protected
-
-    def component_evictable_size(self, component_type: Any) -> int:
-        return self._evictable if component_type == FULL else 0
-
-    def component_protected_size(self, component_type: Any) -> int:
-        return self._protected if component_type == FULL else 0
-
-    def swa_evictable_size(self) -> int:
-        return 0
-
-    def swa_protected_size(self) -> int:
-        return 0
-
-    def mamba_evictable_size(self) -> int:
-        return 0
-
-    def mamba_protected_size(self) -> int:
-        return 0
-
-    def total_size(self) -> tuple[int, int]:
-        return self._evictable + self._protected, 0
-
-    def all_values_flatten(self) -> torch.Tensor:
-        values = [n.data[0].value for n in self.tree.nodes()]
-        kept = [v for v in values if v is not None]
-        if not kept:
-            return torch.empty(0, dtype=torch.int64, device=self.device)
-        return to_tensor(np.concatenate(kept), self.device)
-
-    def all_mamba_values_flatten(self) -> torch.Tensor:
-        return torch.empty(0, dtype=torch.int64, device=self.device)
-
-    # ------------------------------------------------------------------ checks
-    def sanity_check(self, ongoing_write_through: Any, ongoing_load_back: Any) -> None:
-        evictable = protected = 0
-        for node in self.tree.nodes():
-            data = node.data[0]
-            assert data.value is not None and len(data.value) == node.num_tokens, node
-            assert self._nodes.get(node.id) is node, f"{node} is not registered"
-            if data.lock_ref:
-                protected += node.num_tokens
-            else:
-                evictable += node.num_tokens
-            assert (node in self.tree.leaves) == self.tree.is_evictable_leaf(node), node
-        assert (evictable, protected) == (self._evictable, self._protected), (
-            f"sizes {(self._evictable, self._protected)} != tree {(evictable, protected)}"
-        )
-        assert len(self._nodes) == len(list(self.tree.nodes())) + 1
-
-    def pretty_print(self) -> None:
-        stack = [(self.tree.root, 0)]
-        while stack:
-            node, depth = stack.pop()
-            lock = node.data[0].lock_ref
-            print(f"{'  ' * depth}{node.id} tokens={node.num_tokens} lock_ref={lock}")
-            stack.extend((c, depth + 1) for c in node.children.values())
+    def evict_excess_path_states(
+        self, tail_node_id: int, device_frees: Any, host_frees: Any, cache_actions: Any
+    ) -> None:
+        if self.mamba is not None:
+            self.mamba.evict_excess(self._node(tail_node_id), device_frees)

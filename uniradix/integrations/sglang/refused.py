@@ -2,9 +2,9 @@
 
 `check_supported` runs when SGLang builds the cache, so an unsupported configuration fails
 at start-up with the reason instead of misbehaving while serving. `RefusedTreeCoreMethods`
-gives the rest of SGLang's `UnifiedTreeCoreInterface` (host tier, storage, SWA and Mamba
-state, external linker) bodies that raise `NotImplementedError` naming the method and what it
-needs; SGLang's controller calls none of them on a FULL-only device-tier cache.
+gives the rest of SGLang's `UnifiedTreeCoreInterface` (host tier, storage, SWA host windows,
+external linker) bodies that raise `NotImplementedError` naming the method and what it needs;
+SGLang's controller calls none of them on a device-tier cache.
 """
 
 from __future__ import annotations
@@ -17,8 +17,10 @@ from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import (
     UnifiedTreeCoreInterface,
 )
 
+_FULL, _SWA, _MAMBA = ComponentType.FULL, ComponentType.SWA, ComponentType.MAMBA
+SUPPORTED_COMPONENTS = ((_FULL,), (_FULL, _SWA), (_FULL, _MAMBA), (_FULL, _SWA, _MAMBA))
 _HOST = "SGLang's host tier (HiCache) and L3 storage"
-_AUX = "the SWA and Mamba components"
+_AUX = "SGLang's host tier (the write-back backups of SWA, Mamba and custom sizes)"
 _WALK = "tree walks for scheduling and the KV canary"
 _LINKER = "SGLang's external cache linker"
 
@@ -26,11 +28,11 @@ _LINKER = "SGLang's external cache linker"
 def check_supported(params: Any) -> None:
     """Raises ValueError naming the first setting of `params` this core does not support."""
     components = tuple(params.tree_components or ())
-    if components != (ComponentType.FULL,):
+    if components not in SUPPORTED_COMPONENTS:
         names = [c.name for c in components]
         raise ValueError(
-            f"the uniradix TreeCore supports tree_components (FULL,) only, got {names}: "
-            "SWA and Mamba components are not ported yet"
+            f"the uniradix TreeCore supports tree_components FULL with SWA and/or MAMBA, "
+            f"in that order, got {names}"
         )
     refused = {
         "enable_session_radix_cache": "session-aware caching",
@@ -66,13 +68,10 @@ class RefusedTreeCoreMethods(UnifiedTreeCoreInterface):  # type: ignore[misc]
     collect_path_info = _refused("collect_path_info", _WALK)
     walk_for_kv_canary = _refused("walk_for_kv_canary", _WALK)
     match_full_device_prefix = _refused("match_full_device_prefix", _WALK)
-    dec_swa_lock_only = _refused("dec_swa_lock_only", _AUX)
     finish_mamba_state_eviction = _refused("finish_mamba_state_eviction", _AUX)
     finish_swa_state_eviction = _refused("finish_swa_state_eviction", _AUX)
-    evict_excess_path_states = _refused("evict_excess_path_states", _AUX)
     swa_tombstone_ranges = _refused("swa_tombstone_ranges", _AUX)
     attach_swa_window = _refused("attach_swa_window", _AUX)
-    set_component_device_value = _refused("set_component_device_value", _AUX)
     adjust_component_size = _refused("adjust_component_size", _AUX)
     drop_subtree_no_host = _refused("drop_subtree_no_host", _HOST)
     demote = _refused("demote", _HOST)

@@ -1,0 +1,187 @@
+"""The tree side of SGLang's Mamba component, on uniradix's tree (the last component index).
+
+A Mamba state is one slot of SGLang's Mamba pool holding the recurrent state after a node's
+last token; what SGLang's Python core keeps of it on tree nodes is done here, with its
+semantics:
+
+- a match may end only at a node that holds a state; the state used becomes the most recent
+  of the Mamba LRU (its ancestors do not);
+- a new leaf takes the inserting request's state; an existing node without one takes it
+  (through `set_value`), and one with a state keeps its own (`mamba_exist`: the request frees
+  its copy); each commit may cap the states on the path (`evict_excess_path_states`, run by
+  the controller's `MambaEvictExcessPathStates`);
+- a lock holds the anchor's state only; a split leaves the state on the lower part;
+- Mamba eviction walks its LRU: an evictable leaf goes to the controller (whole node), any
+  other node loses its state (a tombstone). An SWA tombstone takes the node's state with it.
+
+States are kept as the controller hands them (their dtype included), as host arrays.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from sglang.srt.mem_cache.unified_cache.cache_action import MambaEvictExcessPathStates
+from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+
+from uniradix.tree.core import TreeCore
+from uniradix.tree.lru import LRUList
+from uniradix.tree.node import TreeNode
+
+MAMBA = ComponentType.MAMBA
+
+
+class MambaTree:
+    def __init__(self, index: int, grid: int, cap: int, device: torch.device) -> None:
+        self.index = index
+        self.grid = grid  # depths a state may sit at: multiples of this (SGLang's checkpoint grid)
+        self.cap = cap  # states kept on one root path; negative: no cap
+        self.device = device
+
+    def reset(self, tree: TreeCore) -> None:
+        self.tree = tree
+        self.lru = LRUList(self.index, tree.num_components)
+        self.evictable = 0
+        self.protected = 0
+        self._cursor: TreeNode | None = None
+        self._quota = 0
+
+    def tensor(self, node: TreeNode) -> torch.Tensor:
+        value = node.data[self.index].value
+        assert value is not None, f"{node} has no Mamba state"
+        return torch.from_numpy(value).to(self.device)
+
+    def branching(self, full_hit: int, device_len: int) -> int | None:
+        """The deepest grid depth inside the full KV hit past the usable state, if any."""
+        aligned = full_hit // self.grid * self.grid
+        return aligned if aligned > device_len else None
+
+    def refresh(self, node: TreeNode) -> None:
+        if node.data[self.index].value is not None:
+            self.lru.move_to_mru(node)
+
+    def set_value(self, node: TreeNode, value: torch.Tensor) -> None:
+        data = node.data[self.index]
+        if data.value is not None:
+            raise ValueError(f"node {node.id} already holds a Mamba state")
+        data.value = value.detach().cpu().numpy().copy()
+        self.lru.insert_mru(node)
+        # A state that arrives under a lock is protected; the last release makes it evictable.
+        if data.lock_ref > 0:
+            self.protected += len(data.value)
+        else:
+            self.evictable += len(data.value)
+
+    def commit(
+        self, node: TreeNode, is_new: bool, params: Any, result: Any, actions: list[Any]
+    ) -> None:
+        if params.mamba_value is None:
+            raise ValueError("an insert into a Mamba cache needs params.mamba_value, got None")
+        data = node.data[self.index]
+        if is_new or data.value is None:
+            self.set_value(node, params.mamba_value)
+            if not is_new:
+                self._touch(node)
+            if self.cap >= 0:
+                actions.append(MambaEvictExcessPathStates(node.id))
+            return
+        self.lru.move_to_mru(node)
+        self._touch(node)
+        result.mamba_exist = True
+
+    def _touch(self, node: TreeNode) -> None:
+        node.last_access_time = self.tree.tick()
+        self.tree.leaves.refresh(node)
+
+    def drop(self, node: TreeNode, device_frees: dict[Any, list[torch.Tensor]]) -> int:
+        data = node.data[self.index]
+        assert data.value is not None
+        freed = len(data.value)
+        device_frees[MAMBA].append(self.tensor(node))
+        self.evictable -= freed
+        data.value = None
+        self.lru.remove(node)
+        return freed
+
+    # ------------------------------------------------------------------ locks
+    def lock(self, node: TreeNode) -> None:
+        data = node.data[self.index]
+        if node.parent is None:
+            return
+        if data.lock_ref == 0 and data.value is not None:
+            self.evictable -= len(data.value)
+            self.protected += len(data.value)
+        data.lock_ref += 1
+
+    def unlock(self, node: TreeNode) -> None:
+        data = node.data[self.index]
+        if node.parent is None:
+            return
+        if data.lock_ref <= 0:
+            raise ValueError(f"Mamba release on unlocked node {node.id}")
+        if data.lock_ref == 1 and data.value is not None:
+            self.evictable += len(data.value)
+            self.protected -= len(data.value)
+        data.lock_ref -= 1
+        if data.lock_ref == 0:
+            self.tree.update_leaf(node)
+
+    # ------------------------------------------------------------------ eviction
+    def evict_start(self, quota: int) -> None:
+        self._quota = quota
+        self._cursor = self.lru.least_recent_unlocked()
+
+    def evict_next(
+        self, evicted: int, device_frees: dict[Any, list[torch.Tensor]], tracker: dict[Any, int]
+    ) -> TreeNode | None:
+        """One step of the walk: an evictable leaf for the controller, or None after dropping
+        one state (counted in `tracker`) or when done."""
+        lru = self.lru
+        if self._cursor is not None and self._cursor not in lru:
+            self._cursor = lru.least_recent_unlocked()
+        node = self._cursor
+        if evicted >= self._quota or node is None:
+            return None
+        self._cursor = lru.least_recent_unlocked(node)
+        if node in self.tree.leaves:
+            return node
+        tracker[MAMBA] += self.drop(node, device_frees)
+        self.tree.update_leaf(node)
+        return None
+
+    def evict_end(self) -> None:
+        self._cursor = None
+        self._quota = 0
+
+    def evict_excess(self, tail: TreeNode, device_frees: dict[Any, list[torch.Tensor]]) -> None:
+        """Drops the shallowest states past the per-path cap; the tail, forks, locked states
+        and evictable leaves keep theirs (a soft cap, as SGLang's)."""
+        if self.cap < 0:
+            return
+        i = self.index
+        holders = [n for n in self.tree.path_to_root(tail) if n.data[i].value is not None]
+        excess = len(holders) - self.cap
+        for node in reversed(holders):
+            if excess <= 0 or node is tail:
+                return
+            if node.data[i].lock_ref > 0 or len(node.children) != 1 or node in self.tree.leaves:
+                continue
+            self.drop(node, device_frees)
+            self.tree.update_leaf(node)
+            excess -= 1
+
+    def check(self, nodes: list[TreeNode]) -> None:
+        """SGLang's sanity check, Mamba part: ledgers and LRU membership match the nodes."""
+        evictable = protected = 0
+        for node in nodes:
+            data = node.data[self.index]
+            assert (data.value is not None) == (node in self.lru), node
+            if data.value is not None:
+                if data.lock_ref:
+                    protected += len(data.value)
+                else:
+                    evictable += len(data.value)
+        assert (evictable, protected) == (self.evictable, self.protected), (
+            f"Mamba sizes {(self.evictable, self.protected)} != tree {(evictable, protected)}"
+        )

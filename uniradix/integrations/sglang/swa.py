@@ -1,0 +1,322 @@
+"""The tree side of SGLang's SWA component, on uniradix's tree (component index 1).
+
+SGLang's `SWAComponent` keeps its pools and translations on the controller side; what it keeps
+on tree nodes is done here, with SGLang's semantics, so the uniradix core answers as SGLang's
+Python core does on the same calls:
+
+- a node's SWA value (SWA pool slots) may be dropped while its full KV stays: a tombstone;
+- a match may end at a node only when the `window` tokens before its end hold SWA (a
+  tombstone resets the run; with `gates` off a tombstone still ends a match);
+- a lock covers the window only: from the anchor up until `window` tokens are covered,
+  tombstones included; the topmost node carries a uuid where the release stops;
+- the SWA LRU is refreshed, at the end of a match or an insert, for the node and the
+  ancestors within `window + page` tokens (deepest most recent); a split puts the new parent
+  right behind its child;
+- an insert over a tombstone inside the request's live window recovers it from the request's
+  slots; a new leaf keeps SWA from the window start on, its in-window part capped at one
+  page-rounded window (the older part split off into a parent), so a lock pins one window;
+- SWA eviction walks the LRU: an evictable leaf is handed to the controller (it evicts the
+  whole node), any other node is tombstoned.
+
+SWA values are SWA pool slots the controller computes (`SWARebuild` and the recover actions)
+and hands back through `set_value`. Freeing a node's SWA frees it by the node's full slots,
+which SGLang's allocator maps to their SWA peers.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any
+
+import torch
+from sglang.srt.mem_cache.unified_cache.cache_action import (
+    FreeDeviceKV,
+    FreeDeviceKVFullOnly,
+    RecoverSWAWithLockedFull,
+    SWARebuild,
+)
+from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+
+from uniradix.integrations.sglang.keys import to_slots, to_tensor
+from uniradix.integrations.sglang.mamba import MAMBA, MambaTree
+from uniradix.tree.core import OverlapHook, TreeCore, Validator
+from uniradix.tree.lru import LRUList
+from uniradix.tree.node import TreeNode
+
+FULL_INDEX, SWA_INDEX = 0, 1
+SWA = ComponentType.SWA
+FULL = ComponentType.FULL
+_UUID = "uuid"
+
+
+class SwaTree:
+    def __init__(self, window: int, page_size: int, gates: bool, device: torch.device) -> None:
+        self.window = window
+        self.page_size = page_size
+        self.gates = gates
+        self.device = device
+        # The in-window part of a new leaf: the smallest whole number of pages covering it.
+        self.window_tail = -(-window // page_size) * page_size
+        self._uuids = itertools.count(1)
+        self.mamba: MambaTree | None = None  # set by the core of a FULL+SWA+Mamba cache
+
+    def reset(self, tree: TreeCore) -> None:
+        self.tree = tree
+        self.lru = LRUList(SWA_INDEX, tree.num_components)
+        self.evictable = 0
+        self.protected = 0
+        self._cursor: TreeNode | None = None
+        self._quota = 0
+
+    def _full_tensor(self, node: TreeNode) -> torch.Tensor:
+        value = node.data[FULL_INDEX].value
+        assert value is not None, f"{node} has no full value"
+        return to_tensor(value, self.device)
+
+    # ------------------------------------------------------------------ match
+    def validator(self) -> Validator:
+        run = math.inf  # live SWA tokens ending at the node; no tombstone seen yet: unbounded
+
+        def validate(node: TreeNode) -> bool:
+            nonlocal run
+            if node.data[SWA_INDEX].value is None:
+                run = 0
+                return not self.gates
+            run += node.num_tokens
+            return run >= self.window
+
+        return validate
+
+    def refresh_window(self, node: TreeNode) -> None:
+        """The node and its ancestors within `window + page` tokens that hold SWA become the
+        most recent, the deepest first."""
+        lru, prev, covered = self.lru, self.lru.head, 0
+        limit = self.window + self.page_size
+        while node.parent is not None and covered < limit:
+            if node.data[SWA_INDEX].value is not None:
+                lru.remove(node)
+                lru.insert_after(prev, node)
+                prev = node
+            covered += node.num_tokens
+            node = node.parent
+
+    # ------------------------------------------------------------------ values
+    def set_value(self, node: TreeNode, value: torch.Tensor) -> None:
+        data = node.data[SWA_INDEX]
+        if data.value is not None:
+            raise ValueError(f"node {node.id} already holds an SWA value")
+        data.value = to_slots(value)
+        self.lru.insert_mru(node)
+        # A value that arrives under a lock is protected; the last release makes it evictable.
+        if data.lock_ref > 0:
+            self.protected += len(data.value)
+        else:
+            self.evictable += len(data.value)
+
+    def redistribute_on_split(self, parent: TreeNode, child: TreeNode, split_len: int) -> None:
+        old, new = child.data[SWA_INDEX], parent.data[SWA_INDEX]
+        new.lock_ref = old.lock_ref
+        if old.value is not None:
+            new.value, old.value = old.value[:split_len], old.value[split_len:]
+            self.lru.insert_after(child, parent)
+        # The lock boundary marks the segment's older edge, which moves to the parent.
+        if old.metadata and _UUID in old.metadata:
+            new.metadata = {_UUID: old.metadata.pop(_UUID)}
+
+    def drop(self, node: TreeNode, device_frees: dict[Any, list[torch.Tensor]]) -> int:
+        """Tombstones the node's SWA (unlocked); its full slots name the SWA peers to free."""
+        data = node.data[SWA_INDEX]
+        assert data.value is not None
+        freed = len(data.value)
+        device_frees[SWA].append(self._full_tensor(node))
+        self.evictable -= freed
+        data.value = None
+        self.lru.remove(node)
+        return freed
+
+    # ------------------------------------------------------------------ locks
+    def lock(self, node: TreeNode) -> int | None:
+        """Locks the window ending at `node`; returns the boundary uuid (None: the root)."""
+        covered, boundary = 0, None
+        while node.parent is not None and covered < self.window:
+            data = node.data[SWA_INDEX]
+            if data.lock_ref == 0 and data.value is not None:
+                self.evictable -= len(data.value)
+                self.protected += len(data.value)
+            data.lock_ref += 1
+            covered += node.num_tokens
+            if covered >= self.window:
+                if data.metadata is None:
+                    data.metadata = {}
+                if data.metadata.get(_UUID) is None:
+                    data.metadata[_UUID] = next(self._uuids)
+                boundary = data.metadata[_UUID]
+            node = node.parent
+        return boundary
+
+    def unlock(self, node: TreeNode, boundary: int | None) -> None:
+        while node.parent is not None:
+            data = node.data[SWA_INDEX]
+            if data.lock_ref <= 0:
+                raise ValueError(f"SWA release on unlocked node {node.id}")
+            if data.lock_ref == 1 and data.value is not None:
+                self.evictable += len(data.value)
+                self.protected -= len(data.value)
+            data.lock_ref -= 1
+            if data.lock_ref == 0:
+                self.tree.update_leaf(node)
+            if boundary and data.metadata and data.metadata.get(_UUID) == boundary:
+                return
+            node = node.parent
+
+    def release_window(
+        self, node: TreeNode, boundary: int | None, device_frees: dict[Any, list[torch.Tensor]]
+    ) -> None:
+        """SGLang's early SWA release: as `unlock`, and a node left an evictable leaf loses its
+        SWA at once (its request has moved past it)."""
+        while node.parent is not None:
+            data = node.data[SWA_INDEX]
+            if data.lock_ref <= 0:
+                raise ValueError(f"SWA window release on unlocked node {node.id}")
+            data.lock_ref -= 1
+            if data.lock_ref == 0:
+                self.tree.update_leaf(node)
+                if data.value is not None:
+                    self.evictable += len(data.value)
+                    self.protected -= len(data.value)
+                    if self.tree.is_evictable_leaf(node):
+                        self.drop(node, device_frees)
+            if boundary and data.metadata and data.metadata.get(_UUID) == boundary:
+                return
+            node = node.parent
+
+    # ------------------------------------------------------------------ insert
+    def overlap_hook(
+        self, value: torch.Tensor, params: Any, result: Any, actions: list[Any]
+    ) -> OverlapHook:
+        """For each node an insert's key already covers: tombstone recovery, then the
+        request's duplicate slots past `prev_prefix_len` handed back; below the request's SWA
+        eviction floor their SWA side is already free, so only their full side goes."""
+        floor, swa_freed = params.prev_prefix_len, params.get_evicted_seqlen(SWA)
+
+        def on_overlap(node: TreeNode, offset: int, units: int) -> None:
+            consumed = self.recover_overlap(node, offset, value, params, result, actions)
+            start, stop = max(offset, floor), offset + consumed
+            if start < stop:
+                duplicate = value[start:stop]
+                full_only = min(max(swa_freed - start, 0), stop - start)
+                if full_only > 0:
+                    actions.append(FreeDeviceKVFullOnly([duplicate[:full_only]]))
+                if full_only < stop - start:
+                    actions.append(FreeDeviceKV([duplicate[full_only:]]))
+
+        return on_overlap
+
+    def recover_overlap(
+        self,
+        node: TreeNode,
+        start: int,
+        value: torch.Tensor,
+        params: Any,
+        result: Any,
+        actions: list[Any],
+    ) -> int:
+        """An insert passes `node` (tokens `start:` of the key): a tombstone inside the
+        request's live window takes the request's slots. Returns the offset in the node from
+        which the request's slots were adopted (its length: none)."""
+        units = node.num_tokens
+        end = start + units
+        if params.prev_prefix_len >= end or node.data[SWA_INDEX].value is not None:
+            return units
+        live = max(start, params.get_evicted_seqlen(SWA))
+        if live >= end:
+            return units
+        if live > start:
+            upper = self.tree.split(node, live - start)
+            if end > params.inserted_len:  # the hit counts on the fragment walked, not above
+                upper.hit_count -= 1
+        result.record_adopted_range(SWA, live, end)
+        incoming = value[live:end]
+        full = node.data[FULL_INDEX]
+        if full.lock_ref > 0:
+            # A locked full value stays; the request's SWA pages move onto it.
+            actions.append(RecoverSWAWithLockedFull(node.id, self._full_tensor(node), incoming))
+        else:
+            result.record_adopted_range(FULL, live, end)
+            old = self._full_tensor(node)
+            full.value = to_slots(incoming)
+            actions.append(FreeDeviceKVFullOnly([old]))
+            actions.append(SWARebuild(node.id, self._full_tensor(node)))
+        return int(live) - start
+
+    def commit_leaf(
+        self, leaf: TreeNode, start: int, params: Any, result: Any, actions: list[Any]
+    ) -> None:
+        """A new leaf (tokens `start:` of the key) gets SWA from the window start on."""
+        end = start + leaf.num_tokens
+        live = max(start, params.get_evicted_seqlen(SWA))
+        if live >= end:
+            return
+        if live > start:
+            self.tree.split(leaf, live - start)
+        older = self._cap_leaf(leaf)
+        # The older part publishes first, so the leaf ends the more recent.
+        if older is not None:
+            actions.append(SWARebuild(older.id, self._full_tensor(older)))
+        actions.append(SWARebuild(leaf.id, self._full_tensor(leaf)))
+        result.record_adopted_range(SWA, live, end)
+
+    def _cap_leaf(self, leaf: TreeNode) -> TreeNode | None:
+        if leaf.data[SWA_INDEX].lock_ref > 0 or leaf.num_tokens <= self.window_tail:
+            return None
+        return self.tree.split(leaf, leaf.num_tokens - self.window_tail)
+
+    # ------------------------------------------------------------------ eviction
+    def evict_start(self, quota: int) -> None:
+        self._quota = quota
+        self._cursor = self.lru.least_recent_unlocked()
+
+    def evict_next(
+        self, evicted: int, device_frees: dict[Any, list[torch.Tensor]], tracker: dict[Any, int]
+    ) -> TreeNode | None:
+        """One step of the SWA walk: an evictable leaf for the controller, or None after
+        tombstoning one node (counted in `tracker`; its Mamba state goes with it) or when
+        done."""
+        lru = self.lru
+        if self._cursor is not None and self._cursor not in lru:
+            self._cursor = lru.least_recent_unlocked()
+        node = self._cursor
+        if evicted >= self._quota or node is None:
+            return None
+        self._cursor = lru.least_recent_unlocked(node)
+        if node in self.tree.leaves:
+            return node
+        tracker[SWA] += self.drop(node, device_frees)
+        # Without its window a node's Mamba state can never be matched: it goes too.
+        mamba = self.mamba
+        if mamba is not None and node.data[mamba.index].value is not None:
+            tracker[MAMBA] += mamba.drop(node, device_frees)
+        self.tree.update_leaf(node)
+        return None
+
+    def evict_end(self) -> None:
+        self._cursor = None
+        self._quota = 0
+
+    def check(self, nodes: list[TreeNode]) -> None:
+        """SGLang's sanity check, SWA part: ledgers and LRU membership match the nodes."""
+        evictable = protected = 0
+        for node in nodes:
+            data = node.data[SWA_INDEX]
+            assert (data.value is not None) == (node in self.lru), node
+            if data.value is None:
+                continue
+            assert len(data.value) == node.num_tokens, node
+            if data.lock_ref:
+                protected += len(data.value)
+            else:
+                evictable += len(data.value)
+        assert (evictable, protected) == (self.evictable, self.protected), (
+            f"SWA sizes {(self.evictable, self.protected)} != tree {(evictable, protected)}"
+        )

@@ -1,0 +1,184 @@
+"""The read-only side of the uniradix TreeCore: node look-ups and values, SGLang's size
+ledgers, flattened values, the sanity check and the debug print. Kept apart from `core.py`,
+which mutates the tree."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+
+from uniradix.integrations.sglang.keys import to_tensor
+from uniradix.integrations.sglang.mamba import MambaTree
+from uniradix.integrations.sglang.refused import RefusedTreeCoreMethods
+from uniradix.integrations.sglang.swa import SWA_INDEX, SwaTree
+from uniradix.tree.core import TreeCore
+from uniradix.tree.node import TreeNode
+
+FULL, SWA, MAMBA = ComponentType.FULL, ComponentType.SWA, ComponentType.MAMBA
+
+
+class TreeCoreViews(RefusedTreeCoreMethods):
+    """Look-ups, sizes and checks, read from the tree and the ledgers `core.py` keeps."""
+
+    device: torch.device
+    tree: TreeCore
+    swa: SwaTree | None
+    mamba: MambaTree | None
+    _nodes: dict[int, TreeNode]
+    _evictable: int
+    _protected: int
+    _empty: Any
+
+    def _node(self, node_id: int) -> TreeNode:
+        try:
+            return self._nodes[node_id]
+        except KeyError:
+            raise KeyError(f"node {node_id} is not in the uniradix tree") from None
+
+    def _aux(self, component_type: Any) -> SwaTree | MambaTree | None:
+        """The tree side of an auxiliary component this core holds (None: not held)."""
+        if component_type == SWA:
+            return self.swa
+        return self.mamba if component_type == MAMBA else None
+
+    def _index(self, component_type: Any) -> int | None:
+        """The tree's component index of SGLang's component type (None: not held)."""
+        if component_type == FULL:
+            return 0
+        aux = self._aux(component_type)
+        if aux is None:
+            return None
+        return SWA_INDEX if isinstance(aux, SwaTree) else aux.index
+
+    def is_root(self, node_id: int) -> bool:
+        return node_id == self.tree.root.id
+
+    def root_node_handle(self, extra_key: str | None = None) -> int:
+        return self.tree.root.id
+
+    def is_backuped(self, node_id: int) -> bool:
+        return False
+
+    def is_write_through_compatible(self) -> bool:
+        return True
+
+    def supports_fast_match_prefix(self) -> bool:
+        return True
+
+    @property
+    def empty_match_result(self) -> Any:
+        return self._empty
+
+    def collect_full_device_indices(self, from_node_id: int, until_node_id: int) -> torch.Tensor:
+        until, node = self._node(until_node_id), self._node(from_node_id)
+        chunks = []
+        while node is not until and node.parent is not None:
+            value = node.data[0].value
+            assert value is not None, f"node {node.id} on the path has no device value"
+            chunks.append(value)
+            node = node.parent
+        if not chunks:
+            return torch.empty(0, dtype=torch.int64, device=self.device)
+        chunks.reverse()
+        return to_tensor(np.concatenate(chunks), self.device)
+
+    def is_full_device_evicted(self, node_id: int) -> bool:
+        node = self._nodes.get(node_id)
+        return node is None or node.data[0].value is None
+
+    def get_component_device_value(self, node_id: int, component_type: Any) -> Any:
+        node, index = self._node(node_id), self._index(component_type)
+        value = None if index is None else node.data[index].value
+        return None if value is None else to_tensor(value, self.device)
+
+    def component_has_host_value_only(self, node_id: int, component_type: Any) -> bool:
+        return False
+
+    def evictable_size(self) -> int:
+        return self._evictable
+
+    def protected_size(self) -> int:
+        return self._protected
+
+    def full_evictable_size(self) -> int:
+        return self._evictable
+
+    def full_protected_size(self) -> int:
+        return self._protected
+
+    def component_evictable_size(self, component_type: Any) -> int:
+        if component_type == FULL:
+            return self._evictable
+        aux = self._aux(component_type)
+        return 0 if aux is None else aux.evictable
+
+    def component_protected_size(self, component_type: Any) -> int:
+        if component_type == FULL:
+            return self._protected
+        aux = self._aux(component_type)
+        return 0 if aux is None else aux.protected
+
+    def swa_evictable_size(self) -> int:
+        return self.component_evictable_size(SWA)
+
+    def swa_protected_size(self) -> int:
+        return self.component_protected_size(SWA)
+
+    def mamba_evictable_size(self) -> int:
+        return self.component_evictable_size(MAMBA)
+
+    def mamba_protected_size(self) -> int:
+        return self.component_protected_size(MAMBA)
+
+    def total_size(self) -> tuple[int, int]:
+        """(full tokens, auxiliary tokens) over the whole tree."""
+        aux = 0
+        for index in range(1, self.tree.num_components):
+            aux += sum(len(v) for n in self.tree.nodes() if (v := n.data[index].value) is not None)
+        return self._evictable + self._protected, aux
+
+    def _flatten(self, index: int) -> torch.Tensor:
+        kept = [v for n in self.tree.nodes() if (v := n.data[index].value) is not None]
+        if not kept:
+            return torch.empty(0, dtype=torch.int64, device=self.device)
+        return to_tensor(np.concatenate(kept), self.device)
+
+    def all_values_flatten(self) -> torch.Tensor:
+        return self._flatten(0)
+
+    def all_mamba_values_flatten(self) -> torch.Tensor:
+        if self.mamba is None:
+            return torch.empty(0, dtype=torch.int64, device=self.device)
+        return self._flatten(self.mamba.index)
+
+    def sanity_check(self, ongoing_write_through: Any, ongoing_load_back: Any) -> None:
+        evictable = protected = 0
+        nodes = list(self.tree.nodes())
+        for node in nodes:
+            data = node.data[0]
+            assert data.value is not None and len(data.value) == node.num_tokens, node
+            assert self._nodes.get(node.id) is node, f"{node} is not registered"
+            if data.lock_ref:
+                protected += node.num_tokens
+            else:
+                evictable += node.num_tokens
+            assert (node in self.tree.leaves) == self.tree.is_evictable_leaf(node), node
+        assert (evictable, protected) == (self._evictable, self._protected), (
+            f"sizes {(self._evictable, self._protected)} != tree {(evictable, protected)}"
+        )
+        assert len(self._nodes) == len(nodes) + 1
+        if self.swa is not None:
+            self.swa.check(nodes)
+        if self.mamba is not None:
+            self.mamba.check(nodes)
+
+    def pretty_print(self) -> None:
+        stack = [(self.tree.root, 0)]
+        while stack:
+            node, depth = stack.pop()
+            locks = [d.lock_ref for d in node.data]
+            print(f"{'  ' * depth}{node.id} tokens={node.num_tokens} lock_refs={locks}")
+            stack.extend((c, depth + 1) for c in node.children.values())
