@@ -117,6 +117,9 @@ class IdleSink:
     def on_removed(self, node: Any, medium: str) -> None:
         return
 
+    def on_aux_stored(self, node: Any, component: int, pages: int, medium: str) -> None:
+        return
+
     def on_cleared(self) -> None:
         return
 

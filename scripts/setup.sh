@@ -16,3 +16,4 @@ if ! command -v redis-server >/dev/null 2>&1; then
     $SUDO apt-get install -y -q redis-server </dev/null
 fi
 bash scripts/setup_sglang.sh
+bash scripts/setup_vllm_events.sh

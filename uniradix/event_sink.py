@@ -36,6 +36,11 @@ class CacheEventSink(Protocol):
 
     def on_removed(self, node: TreeNode, medium: str) -> None: ...
 
+    def on_aux_stored(self, node: TreeNode, component: int, pages: int, medium: str) -> None:
+        """Auxiliary component `component` (its index) of `node` (its last `pages` pages:
+        SWA window pages, or 1 for a Mamba state) entered `medium`. L3 only: the device and
+        host copies are read from the tree (`uniradix.events.groups`)."""
+
     def on_cleared(self) -> None: ...
 
     def redistribute_on_split(self, parent: TreeNode, child: TreeNode, split_len: int) -> None:

@@ -15,6 +15,9 @@ component (its index in the cache: SWA `sliding_window` with its window, Mamba `
 Hashes are the full group's page hashes (the same chain: a router joins groups on them),
 parents the page before, token ids the pages' tokens, on `GPU` and, with a host tier,
 `CPU_PINNED` (an auxiliary host copy counts once the node's full host copy is committed).
+With L3 storage, the windows and states a backup stored (each node's trailing window pages,
+its state) are published on `DISK` as the writes land, after the chain's full pages; as
+for full pages on `DISK`, never removed and not in snapshots (L3 evicts on its own).
 Auxiliary state changes inside components without a hook, so `take()` compares the holders
 with what it published last, once per published batch: each component's LRU list (its
 device holders), or with a host tier a walk over the tree's nodes; each node's published
@@ -107,6 +110,24 @@ class GroupTracker:
             (c.index, m): {} for c, _, _ in self.groups for m in self.media
         }
         self._pages: dict[TreeNode, tuple[int, tuple[int, ...]]] = {}  # (num_tokens, hashes)
+        # L3 stores, reported as they land (`on_aux_stored`): nothing to compare them with,
+        # as the store outlives the tree and evicts on its own (no removes, docs/storage.md).
+        self._by_index = {c.index: (c.index, kind, window) for c, kind, window in self.groups}
+        self._landed: list[KVEvent] = []
+        recorder.aux_listener = self._aux_stored
+
+    def _aux_stored(self, node: TreeNode, component: int, pages: int, medium: str) -> None:
+        """`node`'s last `pages` pages of group `component` landed on `medium`; a split since
+        the backup may have moved the upper ones to its ancestors."""
+        group = self._by_index[component]
+        landed: list[KVEvent] = []
+        parent: TreeNode | None = node
+        while pages > 0 and parent is not None and parent.num_tokens:
+            hashes = self._hashes(parent)[-pages:]
+            landed.append(self._stored(parent, hashes, 0, len(hashes), group, medium))
+            pages -= len(hashes)
+            parent = parent.parent
+        self._landed += landed[::-1]
 
     def _hashes(self, node: TreeNode) -> tuple[int, ...]:
         known = self._pages.get(node)
@@ -159,6 +180,8 @@ class GroupTracker:
                         events.append(
                             self._stored(node, hs, start, stop, (c.index, kind, window), medium)
                         )
+        events += self._landed
+        self._landed = []
         self._published = now
         live = {n for table in now.values() for n in table}
         self._pages = {n: p for n, p in self._pages.items() if n in live}

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import zmq
 
-from uniradix.event_sink import MEDIUM_CPU_PINNED, MEDIUM_GPU
+from uniradix.event_sink import MEDIUM_CPU_PINNED, MEDIUM_DISK, MEDIUM_GPU
 from uniradix.events.replay_client import fetch_replay
 from uniradix.events.resumable import GroupPages, resumable_pages
 from uniradix.events.types import AllBlocksCleared, BlockStored, KVEvent, KVEventBatch
@@ -43,8 +43,14 @@ class IndexStats:
     orphan_stores: int = 0  # stores whose parent the instance does not hold (dropped)
 
 
-# What other publishers call our media: vLLM's CPU offload says `CPU` for the host tier.
-MEDIUM_ALIASES = {"CPU": MEDIUM_CPU_PINNED, "CPU_TIER1": MEDIUM_CPU_PINNED}
+# What other publishers call our media (SGLang's names): vLLM says `CPU` for the host tier
+# and `STORAGE` for L3, SGLang `EXTERNAL` for a remote L3 (Mooncake).
+MEDIUM_ALIASES = {
+    "CPU": MEDIUM_CPU_PINNED,
+    "CPU_TIER1": MEDIUM_CPU_PINNED,
+    "STORAGE": MEDIUM_DISK,
+    "EXTERNAL": MEDIUM_DISK,
+}
 MAIN_GROUP = 0  # the index's key for the full-attention group, whatever its `group_idx`
 MAIN_KINDS = (None, "full_attention", "mla_attention", "sink_full_attention")
 

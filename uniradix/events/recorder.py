@@ -38,6 +38,8 @@ which llm-d and SGLang's own typed decoder cannot read: sglang#39610).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from uniradix.cache.controller import UnifiedRadixCache
 from uniradix.event_sink import MEDIA, MEDIUM_CPU_PINNED, MEDIUM_DISK, MEDIUM_GPU
 from uniradix.events.packed import PackedStored, StepEvents, StepRun, StoredShape
@@ -96,6 +98,8 @@ class EventRecorder:
         self._underived: set[TreeNode] = set()  # nodes stored (or split off) in `_log`
         self._runs: list[StepRun] = []  # the step's derived records, coalesced
         self._cleared = False
+        # Where auxiliary L3 stores go (`on_aux_stored`): the stream's group tracker, if any.
+        self.aux_listener: Callable[[TreeNode, int, int, str], None] | None = None
 
     # ------------------------------------------------------------------ sink
     # The cache's calls only append to `_log`: which nodes are new, their parents' hashes,
@@ -112,6 +116,10 @@ class EventRecorder:
         if cell is None:
             return  # never announced there (cached before the recorder came): nothing to undo
         self._log.append((node, cell, medium))
+
+    def on_aux_stored(self, node: TreeNode, component: int, pages: int, medium: str) -> None:
+        if self.aux_listener is not None:
+            self.aux_listener(node, component, pages, medium)
 
     def on_cleared(self) -> None:
         self._log.clear()

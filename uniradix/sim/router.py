@@ -13,7 +13,7 @@ from typing import Protocol
 
 import numpy as np
 
-from uniradix.event_sink import MEDIUM_CPU_PINNED, MEDIUM_GPU
+from uniradix.event_sink import MEDIUM_CPU_PINNED, MEDIUM_DISK, MEDIUM_GPU
 from uniradix.events.index import KVEventIndex
 
 ROUTERS = ("round-robin", "least-loaded", "cache-aware")
@@ -60,7 +60,8 @@ class CacheAware:
     say so (SGLang's router likewise inserts a routed prompt into its own tree at once).
     `names` are the index's instance names, in the cluster's order. A page held only on an
     instance's host tier (`CPU_PINNED`) counts `host_weight` of a device page: it is a hit
-    after a load-back (0.8 is llm-d's default `cpu` tier weight).
+    after a load-back (0.8 is llm-d's default `cpu` tier weight); one the pages in L3
+    (`DISK`) add counts `storage_weight`, below the host's (a prefetch, then a load-back).
     """
 
     def __init__(
@@ -70,13 +71,18 @@ class CacheAware:
         slack: int = 16,
         recent: int = 128,
         host_weight: float = 0.8,
+        storage_weight: float = 0.5,
     ) -> None:
-        if slack < 0 or recent < 0 or not 0 <= host_weight <= 1:
+        if slack < 0 or recent < 0 or not 0 <= storage_weight <= host_weight <= 1:
             raise ValueError(
                 f"slack={slack} and recent={recent} must be >= 0, "
-                f"host_weight={host_weight} in [0, 1]"
+                f"0 <= storage_weight={storage_weight} <= host_weight={host_weight} <= 1"
             )
-        self.weights = {MEDIUM_GPU: 1.0, MEDIUM_CPU_PINNED: host_weight}
+        self.weights = {
+            MEDIUM_GPU: 1.0,
+            MEDIUM_CPU_PINNED: host_weight,
+            MEDIUM_DISK: storage_weight,
+        }
         self.index = index
         self.names = list(names)
         self.slack = slack

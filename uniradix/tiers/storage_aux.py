@@ -55,6 +55,18 @@ class AuxPlan:
         return self.swa_keys + ([self.mamba_key] if self.mamba_key is not None else [])
 
 
+@dataclass
+class AuxJob:
+    """One auxiliary pool's part of a chain's backup: its keys and payloads, and the nodes
+    they belong to in key order (each node's trailing window pages, or its state: 1), so
+    the stored ones can be announced (`storage_tier`, as KV-cache groups on `DISK`)."""
+
+    component: Any  # the SWA or Mamba component (its `name`, `index`)
+    keys: list[PageKey]
+    payloads: list[Payload]
+    owners: list[tuple[TreeNode, int]]
+
+
 class AuxStorage:
     def __init__(
         self,
@@ -96,16 +108,16 @@ class AuxStorage:
         return self.swa is not None or self.mamba is not None
 
     # ------------------------------------------------------------------ backup
-    def backup_jobs(
-        self, chain: list[TreeNode], digests: list[bytes]
-    ) -> list[tuple[str, list[PageKey], list[Payload]]]:
+    def backup_jobs(self, chain: list[TreeNode], digests: list[bytes]) -> list[AuxJob]:
         """The pages to write for `chain` (root-first; `digests` are its path's page
-        digests from the root): per pool, its keys and payloads."""
+        digests from the root): per pool, its keys, payloads and owners."""
         ps, tree = self.page_size, self.tier.cache.tree
         swa_keys: list[PageKey] = []
         swa_pages: list[int] = []  # host SWA pages, for the payloads
+        swa_owners: list[tuple[TreeNode, int]] = []
         mamba_keys: list[PageKey] = []
         mamba_slots: list[int] = []
+        mamba_owners: list[tuple[TreeNode, int]] = []
         for node in chain:
             end = tree.prefix_len(node)  # to the node's end
             start = end - node.num_tokens
@@ -117,6 +129,7 @@ class AuxStorage:
                 if state is not None:
                     mamba_keys.append(self.mamba_keyspace.key(digests[last - 1]))
                     mamba_slots.append(int(state[0]))
+                    mamba_owners.append((node, 1))
             if self.swa is not None:
                 window = node.data[self.swa.index].host_value
                 if window is not None:
@@ -124,11 +137,13 @@ class AuxStorage:
                     swa_keys.extend(self.swa_keyspace.keys(digests[lo:last]))
                     rows = np.asarray(window)[(lo - first) * ps :: ps]
                     swa_pages.extend(int(s) // ps for s in rows)
-        jobs: list[tuple[str, list[PageKey], list[Payload]]] = []
+                    swa_owners.append((node, last - lo))
+        jobs: list[AuxJob] = []
         if swa_keys:
-            jobs.append(("swa", swa_keys, self._swa_payloads(swa_pages)))
+            jobs.append(AuxJob(self.swa, swa_keys, self._swa_payloads(swa_pages), swa_owners))
         if mamba_keys:
-            jobs.append(("mamba", mamba_keys, self._state_payloads(mamba_slots)))
+            payloads = self._state_payloads(mamba_slots)
+            jobs.append(AuxJob(self.mamba, mamba_keys, payloads, mamba_owners))
         return jobs
 
     def _swa_payloads(self, pages: list[int]) -> list[Payload]:

@@ -5,7 +5,8 @@
 pages are handed to a `BackupWriter` under keys from their chained page digests
 (`KeySpace.keys_for` over the chain's whole path, so the chain is rooted in its `extra_key`
 namespace). Only the contiguous stored prefix a writer result reports counts as stored
-(`stats.stored_pages`); those pages are announced to the event sink on the `DISK` medium.
+(`stats.stored_pages`); those pages are announced to the event sink on the `DISK` medium,
+and so are a hybrid chain's stored windows and states (`on_aux_stored`).
 While L3 is off or backups are paused after a refused write (`StorageBackend.writable`), a
 backup is skipped before its keys are computed (`stats.off_backup_pages`).
 
@@ -49,7 +50,7 @@ from uniradix.memory.host_kv import HostKVPool, HostMambaStates
 from uniradix.storage.backend import StorageBackend
 from uniradix.storage.io import BackupWriter, Prefetcher, PrefetchPolicy, PrefetchTimeout
 from uniradix.storage.page_format import Payload
-from uniradix.tiers.storage_aux import AuxStorage
+from uniradix.tiers.storage_aux import AuxJob, AuxStorage
 from uniradix.tiers.storage_prefetch import PrefetchRun, StoragePrefetches, StorageTierStats
 from uniradix.tiers.views import HostTierView
 from uniradix.tree.node import TreeNode
@@ -108,8 +109,9 @@ class StorageTier:
         self.prefetch_threshold = prefetch_threshold
         self.cache_salt = cache_salt
         self.writer = BackupWriter(backend)
-        self._backups: dict[int, list[TreeNode]] = {}  # ticket -> chain, root-first
-        self._aux_backups: dict[int, str] = {}  # ticket -> auxiliary pool name
+        # ticket -> the chain, root-first, and where it starts (tokens from the root)
+        self._backups: dict[int, tuple[list[TreeNode], int]] = {}
+        self._aux_backups: dict[int, AuxJob] = {}  # ticket -> its auxiliary job
         aux = AuxStorage(tier, backend, model_fingerprint, host_swa, host_states)
         self.aux = aux if aux.active else None
         # A full writer queue drops the chain (a server must not block); a replay sets this
@@ -146,16 +148,16 @@ class StorageTier:
             self.stats.backup_pages_dropped += len(pages)
         else:
             self.stats.backup_pages_submitted += len(pages)
-            self._backups[ticket] = chain
+            self._backups[ticket] = (chain, tree.prefix_len(chain[0]) - chain[0].num_tokens)
             # The auxiliary pools' pages follow their chain's (one FIFO writer): a resumable
             # boundary never has its window or state stored before its full pages.
             jobs = self.aux.backup_jobs(chain, digests) if self.aux is not None else []
-            for pool, aux_keys, aux_payloads in jobs:
-                aux_ticket = self._submit(aux_keys, aux_payloads)
+            for job in jobs:
+                aux_ticket = self._submit(job.keys, job.payloads)
                 if aux_ticket is None:
-                    self.stats.aux_pages_dropped += len(aux_keys)
+                    self.stats.aux_pages_dropped += len(job.keys)
                 else:
-                    self._aux_backups[aux_ticket] = pool
+                    self._aux_backups[aux_ticket] = job
         self.poll()
 
     def _submit(self, keys: list[PageKey], payloads: list[Payload]) -> int | None:
@@ -175,28 +177,51 @@ class StorageTier:
 
     def poll(self) -> None:
         for result in self.writer.poll():
-            pool = self._aux_backups.pop(result.ticket, None)
-            if pool is not None:
+            job = self._aux_backups.pop(result.ticket, None)
+            if job is not None:
+                pool = job.component.name
                 self.stats.aux_stored_pages[pool] = (
                     self.stats.aux_stored_pages.get(pool, 0) + result.stored_pages
                 )
+                self._report_aux_stored(job, result.stored_pages)
                 continue
             self.stats.stored_pages += result.stored_pages
-            chain = self._backups.pop(result.ticket, [])
-            self._report_stored(chain, result.stored_pages)
+            chain, start = self._backups.pop(result.ticket, ([], 0))
+            self._report_stored(chain, start, result.stored_pages)
 
-    def _report_stored(self, chain: list[TreeNode], stored_pages: int) -> None:
-        """Tells the event sink which of the chain's nodes now sit whole in L3."""
+    def _report_stored(self, chain: list[TreeNode], start: int, stored_pages: int) -> None:
+        """Tells the event sink which nodes now sit whole in L3: those within the chain's
+        stored span `[start, start + stored)` (tokens from the root). Splits since the backup
+        may have cut the chain's nodes (a node keeps its lower part, a new parent takes the
+        upper), so the span's nodes are read from the tree now, up from its deepest one."""
+        sink = self.tier.cache.event_sink
+        tree = self.tier.cache.tree
+        last = next((n for n in reversed(chain) if tree.in_tree(n)), None)
+        if sink is None or last is None:
+            return
+        end = start + stored_pages * self.page_size
+        nodes, pos = [], tree.prefix_len(last)
+        for node in tree.path_to_root(last):
+            if pos - node.num_tokens < start:
+                break
+            if pos <= end:
+                nodes.append(node)
+            pos -= node.num_tokens
+        for node in reversed(nodes):
+            sink.on_stored(node, MEDIUM_DISK)
+
+    def _report_aux_stored(self, job: AuxJob, stored_pages: int) -> None:
+        """Tells the event sink which nodes' windows or states now sit whole in L3."""
         sink = self.tier.cache.event_sink
         if sink is None:
             return
-        left = stored_pages * self.page_size
-        for node in chain:
-            if node.num_tokens > left:
+        left = stored_pages
+        for node, pages in job.owners:
+            if pages > left:
                 return
-            left -= node.num_tokens
+            left -= pages
             if self.tier.cache.tree.in_tree(node):
-                sink.on_stored(node, MEDIUM_DISK)
+                sink.on_aux_stored(node, job.component.index, pages, MEDIUM_DISK)
 
     def flush(self) -> None:
         """Waits for every queued backup (replay end, tests)."""
