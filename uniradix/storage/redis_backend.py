@@ -5,10 +5,10 @@ across instances. A password goes in the URL (`redis://:password@host:6379/0`, o
 One Redis key per page (its `PageKey.name`) holding one string, the 72-byte header followed
 by the payload, written by one `SET`: a page is written and replaced atomically, and a reader
 (`GET`) gets a whole page or nothing (joining header and payload costs less than a two-field
-`HSET`: `python -m benchmarks.storage`). Batches are one
-non-transactional pipeline, parsed by hiredis (redis-py picks it when installed). A key
-holding anything else (another type, a short value) is a rejected page, not a store
-failure. Options:
+`HSET`: `python -m benchmarks.storage`). Batches are one non-transactional pipeline packed
+by hand (`redis_wire`), parsed by hiredis (redis-py picks it when installed). A key holding
+anything else (another type, a short value) is a rejected page, not a store failure.
+Options:
 
 - `ttl_s`: expire each page after this many seconds (`SET ... PX`, so `volatile-*` eviction
   policies can reclaim pages); without it pages live until evicted or deleted;
@@ -47,7 +47,7 @@ from uniradix.storage.backend import (
 )
 from uniradix.storage.breaker import CircuitBreaker
 from uniradix.storage.page_format import Payload
-from uniradix.storage.redis_cluster import REDIRECTED, ClusterBatches
+from uniradix.storage.redis_cluster import REDIRECTED, ClusterBatches, Packer
 from uniradix.storage.redis_wire import (
     Reply,
     key_commands,
@@ -158,15 +158,7 @@ class RedisBackend(StorageBackend):
         return next((i for i, n in enumerate(replies) if n != 1), len(names))
 
     def _store_get(self, names: list[str]) -> list[StoredPage | None]:
-        cluster = self._cluster
-        if cluster is not None:
-            replies = cluster.run(names, lambda idx: key_commands(b"GET", _pick(names, idx)))
-        else:
-            pipe = self.client.pipeline(transaction=False)
-            for name in names:
-                pipe.get(name)
-            # Per-command errors come back as values; a lost connection raises from `execute`.
-            replies = pipe.execute(raise_on_error=False)
+        replies = self._run(names, lambda idx: key_commands(b"GET", _pick(names, idx)))
         return [_stored(reply) for reply in replies]
 
     def _store_set(self, names: list[str], headers: list[bytes], payloads: list[Payload]) -> int:
@@ -180,14 +172,7 @@ class RedisBackend(StorageBackend):
                 _pick(names, idx), _pick(headers, idx), _pick(payloads, idx), self.ttl_ms
             )
 
-        cluster = self._cluster
-        if cluster is not None:
-            replies = cluster.run(names, pack)
-        else:
-            client = self.client
-            assert isinstance(client, redis.Redis)  # no cluster runner: one server
-            replies = pipelined(client, pack(list(range(len(names)))), len(names))
-        for i, reply in enumerate(replies):
+        for i, reply in enumerate(self._run(names, pack)):
             if isinstance(reply, Exception):
                 if not isinstance(reply, REDIRECTED):  # refused: not the moving slot's fault
                     self._note_refusal(str(reply).splitlines()[0])
@@ -195,14 +180,18 @@ class RedisBackend(StorageBackend):
         return len(names)
 
     def _store_delete(self, names: list[str]) -> int:
+        replies = self._run(names, lambda idx: key_commands(b"UNLINK", _pick(names, idx)))
+        return sum(r for r in replies if isinstance(r, int))
+
+    def _run(self, names: list[str], pack: Packer) -> list[Reply]:
+        """One reply per name (`redis_wire.Reply`): on a cluster split by master
+        (`ClusterBatches`), on one server one pipeline."""
         cluster = self._cluster
         if cluster is not None:
-            replies = cluster.run(names, lambda idx: key_commands(b"UNLINK", _pick(names, idx)))
-            return sum(r for r in replies if isinstance(r, int))
-        pipe = self.client.pipeline(transaction=False)
-        for name in names:
-            pipe.unlink(name)
-        return sum(int(n) for n in pipe.execute())
+            return cluster.run(names, pack)
+        client = self.client
+        assert isinstance(client, redis.Redis)  # no cluster runner: one server
+        return pipelined(client, pack(list(range(len(names)))), len(names))
 
     def _store_clear(self) -> None:
         client = self.client
