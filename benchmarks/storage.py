@@ -5,12 +5,16 @@
   plain read keeps the batch's pages in memory, as `batch_get` returns them);
 - Redis: `batch_set` / `batch_get` against a plain redis-py pipeline of `SET` / `GET` of the
   same sizes on the same server, and `batch_exists` probes per second;
+- Redis Cluster against one Redis: wall time and GB/s of `batch_set` / `batch_get` /
+  `batch_exists` on the same batches (large pages, and the replay's small ones) on a local
+  3-master cluster and on one server, with redis-py's own cluster pipeline for reference;
 - hashing: ns per token of the chained page digests and of the full storage keys (best of
   9 runs: CPU-bound, so the least disturbed run is the cost).
 
 Ours and plain alternate, round by round, and each figure is the median round, so a busy
-machine slows both alike. A Redis server is started on a free loopback port (no
-persistence) unless `--redis-url` is given. Run from the repository root:
+machine slows both alike. A Redis server and a 3-master cluster are started on free
+loopback ports (no persistence) unless `--redis-url` / `--cluster-url` are given. Run from
+the repository root:
 `python -m benchmarks.storage [--quick] [--out benchmarks/results/storage.md]`.
 """
 
@@ -31,9 +35,10 @@ import numpy as np
 import redis
 import xxhash
 
+from benchmarks.redis_servers import RedisProcess, start_cluster
 from uniradix.hashing.page import page_digests
 from uniradix.key import RadixKey
-from uniradix.storage import KeySpace, open_backend
+from uniradix.storage import KeySpace, StorageBackend, open_backend
 from uniradix.storage.file_backend import FileBackend
 
 KS = KeySpace("bench/model@rev", "bfloat16", "layer_first", 64, "full")
@@ -157,6 +162,101 @@ def bench_redis(url: str, num_pages: int, page_bytes: int, rounds: int) -> dict[
     return out
 
 
+def bench_cluster(
+    one_url: str, cluster_url: str, shapes: list[tuple[int, int]], rounds: int
+) -> list[dict[str, float]]:
+    """Per batch shape (pages, payload bytes): median wall seconds of each op on one Redis,
+    on the cluster, and with redis-py's cluster pipeline (set / get), rounds alternating
+    after one unmeasured round (connections made, first writes allocated)."""
+    one, cluster = open_backend(one_url), open_backend(cluster_url)
+    plain = redis.RedisCluster.from_url(cluster_url.replace("redis+cluster", "redis", 1))
+    rows = [_bench_shape(one, cluster, plain, n, size, rounds) for n, size in shapes]
+    for store in (one, cluster):
+        store.clear()
+        store.close()
+    plain.close()
+    return rows
+
+
+def _bench_shape(
+    one: StorageBackend,
+    cluster: StorageBackend,
+    plain: redis.RedisCluster,
+    num_pages: int,
+    page_bytes: int,
+    rounds: int,
+) -> dict[str, float]:
+    data = _pages(num_pages, page_bytes)
+    keys = KS.keys_for(RadixKey(list(range(num_pages * KS.page_size))))
+    names = [f"plain.{i}" for i in range(num_pages)]
+
+    def plain_set() -> None:
+        pipe = plain.pipeline()  # type: ignore[no-untyped-call]
+        for name, page in zip(names, data, strict=True):
+            pipe.set(name, page)
+        pipe.execute()
+
+    def plain_get() -> None:
+        pipe = plain.pipeline()  # type: ignore[no-untyped-call]
+        for name in names:
+            pipe.get(name)
+        pipe.execute()
+
+    ops: dict[str, Callable[[], object]] = {}
+    for store, tag in ((one, "one"), (cluster, "cluster")):
+        ops[f"set_{tag}"] = lambda s=store: s.batch_set(keys, data)
+        ops[f"get_{tag}"] = lambda s=store: s.batch_get(keys, page_bytes)
+        ops[f"exists_{tag}"] = lambda s=store: s.batch_exists(keys)
+    ops["set_plain"], ops["get_plain"] = plain_set, plain_get
+    t: dict[str, list[float]] = {name: [] for name in ops}
+    for i in range(rounds + 1):
+        for name, op in ops.items():
+            wall_s = _median_s(op, 1)
+            if i:  # the first round only warms up
+                t[name].append(wall_s)
+    for store in (one, cluster):
+        assert store.batch_exists(keys) == num_pages and store.stats().pages_corrupt == 0
+    plain.delete(*names)
+    row: dict[str, float] = {"pages": num_pages, "page_bytes": page_bytes}
+    row.update({name: statistics.median(v) for name, v in t.items()})
+    return row
+
+
+def render_cluster(rows: list[dict[str, float]], setup: str) -> str:
+    lines = [
+        "## Redis Cluster against one Redis",
+        "",
+        setup,
+        "",
+        "| batch | op | one Redis | Cluster | Cluster / one | one Redis | Cluster "
+        "| redis-py cluster pipeline |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        batch = f"{row['pages']:,.0f} × {_size(row['page_bytes'])}"
+        for op in ("set", "get", "exists"):
+            one_s, cluster_s = row[f"{op}_one"], row[f"{op}_cluster"]
+            plain = row.get(f"{op}_plain")
+            lines.append(
+                f"| {batch} | `batch_{op}` | {one_s * 1e3:.2f} ms | {cluster_s * 1e3:.2f} ms | "
+                f"{cluster_s / one_s:.2f}× | {_rate(row, one_s, op)} | "
+                f"{_rate(row, cluster_s, op)} | "
+                + (f"{plain * 1e3:.2f} ms ({plain / one_s:.1f}×) |" if plain else "- |")
+            )
+    return "\n".join(lines + [""])
+
+
+def _rate(row: dict[str, float], wall_s: float, op: str) -> str:
+    """GB/s of payload for large pages; pages/s for small ones and for probes."""
+    if op != "exists" and row["page_bytes"] >= 1 << 16:
+        return f"{row['pages'] * row['page_bytes'] / 1e9 / wall_s:.2f} GB/s"
+    return f"{row['pages'] / wall_s:,.0f} pages/s"
+
+
+def _size(num_bytes: float) -> str:
+    return f"{num_bytes / 2**20:g} MiB" if num_bytes >= 2**20 else f"{num_bytes:,.0f} B"
+
+
 def _start_redis(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -216,31 +316,45 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     parser.add_argument("--dir", help="directory for the file store (default: a temp dir)")
     parser.add_argument("--redis-url", help="an existing server (default: start one)")
+    parser.add_argument("--cluster-url", help="an existing redis+cluster:// (default: start one)")
     parser.add_argument("--out", help="write the Markdown table here")
     args = parser.parse_args()
     num_pages, page_bytes, rounds = (4, 64 * 1024, 2) if args.quick else (64, 2 << 20, 7)
     work = Path(tempfile.mkdtemp(prefix="uniradix-bench-", dir=args.dir))
-    proc = None
+    shapes = [(4, 64 << 10), (64, 8)] if args.quick else [(64, 2 << 20), (1024, 8)]
+    proc, nodes = None, []
     try:
         url = args.redis_url
         if url is None:
             proc, url = _start_redis(work)
+        cluster_url = args.cluster_url
+        if cluster_url is None:
+            nodes = start_cluster(work / "cluster", RedisProcess)
+            cluster_url = f"redis+cluster://127.0.0.1:{nodes[0].port}?timeout_s=10"
         results = {
             "hashing": bench_hashing(16_384 if args.quick else 131_072),
             "file": bench_file(work / "file", num_pages, page_bytes, rounds),
             "redis": bench_redis(url, num_pages, page_bytes, rounds),
         }
+        cluster_rows = bench_cluster(url, cluster_url, shapes, rounds)
     finally:
         if proc is not None:
             proc.kill()
             proc.wait()
+        for node in nodes:
+            node.stop()
         shutil.rmtree(work, ignore_errors=True)
     setup = (
         f"{num_pages} pages of {page_bytes / 2**20:g} MiB per batch, median of {rounds} "
         f"alternating rounds; file store under {args.dir or tempfile.gettempdir()} "
         f"(page cache); Redis on loopback, no persistence; {os.cpu_count()} CPUs."
     )
-    text = render(results, setup)
+    cluster_setup = (
+        f"The same batches on one Redis and on a local 3-master Cluster (no replicas), median "
+        f"of {rounds} alternating rounds; 1,024 × 8 B is the shape of the replay's simulation "
+        f"pages (a 72-byte header each). Command: `python -m benchmarks.storage`."
+    )
+    text = render(results, setup) + "\n" + render_cluster(cluster_rows, cluster_setup)
     print(text)
     if args.out:
         Path(args.out).write_text(text)

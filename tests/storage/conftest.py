@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
+from benchmarks import redis_servers
 from benchmarks.redis_servers import RedisProcess
 from uniradix.storage import open_backend
 
@@ -51,41 +49,10 @@ def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
     server.stop()
 
 
-def wait_cluster_ok(nodes: list[RedisServer], timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            info = [n.client().execute_command("CLUSTER INFO") for n in nodes]
-            if all(i.get("cluster_state") == "ok" for i in info):
-                return
-        except redis.exceptions.ConnectionError:
-            info = []
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"cluster not ready: {info}")
-        time.sleep(0.025)
-
-
-def start_cluster(root: Path) -> list[RedisServer]:
-    """Three masters, no replicas. Each node keeps its cluster config in its own folder, so
-    a node stopped and started again rejoins with its slots (its data is gone)."""
-    nodes = [
-        RedisServer(root / str(i), "--cluster-enabled", "yes", "--cluster-node-timeout", "2000")
-        for i in range(3)
-    ]
-    for node in nodes:
-        node.start()
-    try:
-        subprocess.run(
-            ["redis-cli", "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in nodes),
-             "--cluster-replicas", "0", "--cluster-yes"],
-            check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, timeout=30,
-        )  # fmt: skip
-        wait_cluster_ok(nodes)
-    except BaseException:
-        for node in nodes:
-            node.stop()
-        raise
-    return nodes
+def start_cluster(root: Path, replicas: int = 0) -> list[RedisServer]:
+    """Three masters (`replicas` each). Each node keeps its cluster config in its own folder,
+    so a node stopped and started again rejoins with its slots (its data is gone)."""
+    return redis_servers.start_cluster(root, RedisServer, replicas=replicas)
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks.storage import bench_file, bench_hashing, bench_redis, render
+from benchmarks.l3_scaleout import HEADING, replace_section
+from benchmarks.storage import (
+    bench_cluster,
+    bench_file,
+    bench_hashing,
+    bench_redis,
+    render,
+    render_cluster,
+)
 from benchmarks.storage_capacity import fill
 from benchmarks.storage_capacity import render as render_capacity
 
@@ -26,3 +34,24 @@ def test_capacity_benchmark_stays_under_the_cap(tmp_path: Path) -> None:
     row = fill(tmp_path, cap=64 << 10, num_pages=40, page_bytes=8)
     assert 0 < row["pages"] < 40 and row["counted"] == row["du"] <= 64 << 10
     assert "| 65,536 |" in render_capacity([row], 40, 8)
+
+
+def test_cluster_benchmark_runs_and_renders(
+    redis_server: RedisServer, redis_cluster: list[RedisServer]
+) -> None:
+    cluster_url = f"redis+cluster://127.0.0.1:{redis_cluster[0].port}"
+    rows = bench_cluster(redis_server.url, cluster_url, [(3, 4096), (20, 8)], rounds=1)
+    assert [(r["pages"], r["page_bytes"]) for r in rows] == [(3, 4096), (20, 8)]
+    assert all(v > 0 for row in rows for v in row.values())
+    text = render_cluster(rows, "tiny")
+    assert text.count("`batch_exists`") == 2 and "pages/s" in text
+
+
+def test_scaleout_section_replaces_only_its_own(tmp_path: Path) -> None:
+    out = tmp_path / "results.md"
+    out.write_text("# Storage\n\nbefore\n\n## Other\n\nkept\n")
+    replace_section(out, f"{HEADING} (first 10 requests)\n\nold table\n")
+    replace_section(out, f"{HEADING} (first 20 requests)\n\nnew table\n")
+    text = out.read_text()
+    assert text.count(HEADING) == 1 and "new table" in text and "old table" not in text
+    assert text.startswith("# Storage\n\nbefore\n\n## Other\n\nkept\n")

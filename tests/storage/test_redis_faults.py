@@ -6,12 +6,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from benchmarks.redis_servers import free_port
+from benchmarks.redis_servers import free_port, wait_cluster_ok
 from uniradix.key import RadixKey
 from uniradix.storage import KeySpace, Miss, MissReason, open_backend
 from uniradix.storage.redis_backend import RedisBackend
 
-from .conftest import RedisServer, wait_cluster_ok
+from .conftest import RedisServer
 
 KS = KeySpace("org/m@rev1", "bfloat16", "layer_first", 1, "full")
 HANG_S = 5.0  # far above the 0.2 s socket timeout: only a hang takes this long

@@ -5,10 +5,10 @@ across instances. A password goes in the URL (`redis://:password@host:6379/0`, o
 One Redis key per page (its `PageKey.name`) holding one string, the 72-byte header followed
 by the payload, written by one `SET`: a page is written and replaced atomically, and a reader
 (`GET`) gets a whole page or nothing (joining header and payload costs less than a two-field
-`HSET`: `python -m benchmarks.storage`). Batches are one
-non-transactional pipeline, parsed by hiredis (redis-py picks it when installed). A key
-holding anything else (another type, a short value) is a rejected page, not a store
-failure. Options:
+`HSET`: `python -m benchmarks.storage`). Batches are one non-transactional pipeline packed
+by hand (`redis_wire`), parsed by hiredis (redis-py picks it when installed). A key holding
+anything else (another type, a short value) is a rejected page, not a store failure.
+Options:
 
 - `ttl_s`: expire each page after this many seconds (`SET ... PX`, so `volatile-*` eviction
   policies can reclaim pages); without it pages live until evicted or deleted;
@@ -20,12 +20,15 @@ A server with `maxmemory` and an `allkeys-*` / `volatile-*` policy may drop any 
 page is then a plain miss. Under `noeviction` a full server refuses writes: the batch's
 stored prefix ends there, and backups pause for a while (`StorageBackend.writable`). Keys
 are spread over Redis Cluster slots by their full name, so a cluster balances pages across
-shards; `clear()` removes only `ur1.*` keys.
+shards; a cluster batch is split by master and sent to every master at once
+(`redis_cluster`). `clear()` removes only `ur1.*` keys.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
+from typing import TypeVar
 from urllib.parse import unquote, urlsplit
 
 import redis
@@ -44,6 +47,14 @@ from uniradix.storage.backend import (
 )
 from uniradix.storage.breaker import CircuitBreaker
 from uniradix.storage.page_format import Payload
+from uniradix.storage.redis_cluster import REDIRECTED, ClusterBatches, Packer
+from uniradix.storage.redis_wire import (
+    Reply,
+    key_commands,
+    pipelined,
+    script_command,
+    set_commands,
+)
 
 _CLEAR_CHUNK = 1000
 _FOREIGN = b""  # a key that is not a page: rejected as SHORT by the page format
@@ -81,6 +92,8 @@ class RedisBackend(StorageBackend):
         self._connect = connect
         self._client_kwargs = client_kwargs or {}
         self._connect_lock = threading.Lock()
+        self._batches: ClusterBatches | None = None
+        self._exists_script: bool | None = None  # does the cluster run `_EXISTS_PREFIX`?
 
     @property
     def client(self) -> Client:
@@ -91,7 +104,22 @@ class RedisBackend(StorageBackend):
                     self._client_obj = self._connect(**self._client_kwargs)  # type: ignore[arg-type]
         return self._client_obj
 
+    @property
+    def _cluster(self) -> ClusterBatches | None:
+        """The batch runner of a cluster client (None for one server)."""
+        client = self.client
+        if isinstance(client, redis.Redis):
+            return None
+        if self._batches is None:
+            with self._connect_lock:
+                if self._batches is None:
+                    self._batches = ClusterBatches(client)
+        return self._batches
+
     def _store_exists_prefix(self, names: list[str]) -> int:
+        cluster = self._cluster
+        if cluster is not None:
+            return self._cluster_exists_prefix(cluster, names)
         # One multi-key EXISTS answers "is the whole run stored?" (the usual case); otherwise
         # bisect on the count: log2(n) round trips, no per-key command objects (a pipelined
         # EXISTS per key spent most of its time building commands in Python).
@@ -107,69 +135,69 @@ class RedisBackend(StorageBackend):
                 hi = mid - 1
         return lo
 
+    def _cluster_exists_prefix(self, cluster: ClusterBatches, names: list[str]) -> int:
+        # The keys of a batch lie in many slots, and a multi-key EXISTS must stay in one. A
+        # script per master (Redis >= 7: `allow-cross-slot-keys`) answers for all its keys in
+        # one reply; one EXISTS per key costs a reply each, read in Python (4x the wall of
+        # one Redis on 2,048 pages). A server that rejects the script, or a script that
+        # failed (a key no longer on its master), gets the EXISTS per key.
+        if self._exists_script is not False:
+            replies = cluster.run(
+                names,
+                lambda idx: script_command(_EXISTS_PREFIX, _pick(names, idx)),
+                _prefix_replies,
+            )
+            rejected = any(
+                isinstance(r, Exception) and not isinstance(r, REDIRECTED) for r in replies
+            )
+            if not rejected:
+                self._exists_script = True
+                return next((i for i, n in enumerate(replies) if n != 1), len(names))
+            self._exists_script = self._exists_script or False  # never worked: not again
+        replies = cluster.run(names, lambda idx: key_commands(b"EXISTS", _pick(names, idx)))
+        return next((i for i, n in enumerate(replies) if n != 1), len(names))
+
     def _store_get(self, names: list[str]) -> list[StoredPage | None]:
-        pipe = self.client.pipeline(transaction=False)
-        for name in names:
-            pipe.get(name)
-        out: list[StoredPage | None] = []
-        # Per-command errors (WRONGTYPE: a key that is not ours) come back as values; a lost
-        # connection still raises from `execute`.
-        for reply in pipe.execute(raise_on_error=False):
-            out.append(_FOREIGN if isinstance(reply, Exception) else reply)
-        return out
+        replies = self._run(names, lambda idx: key_commands(b"GET", _pick(names, idx)))
+        return [_stored(reply) for reply in replies]
 
     def _store_set(self, names: list[str], headers: list[bytes], payloads: list[Payload]) -> int:
-        client = self.client
-        if isinstance(client, redis.Redis):
-            return self._send_sets(client, names, headers, payloads)
-        pipe = client.pipeline(transaction=False)  # type: ignore[no-untyped-call]  # per shard
-        for name, header, payload in zip(names, headers, payloads, strict=True):
-            pipe.set(name, b"".join((header, payload)), px=self.ttl_ms)
-        # A refused write (a full server under `noeviction`) ends the stored prefix without
-        # counting as a store failure: the server is up, the breaker stays closed. A lost
-        # connection raises from `execute` instead.
-        for i, result in enumerate(pipe.execute(raise_on_error=False)):
-            if isinstance(result, Exception):
-                self._note_refusal(str(result).splitlines()[0])
+        """The batch's `SET`s, each value sent as header then payload (`set_commands`): no
+        joined copy of the payload is made. A refused write (a full server under
+        `noeviction`) ends the stored prefix without counting as a store failure: the server
+        is up, the breaker stays closed. A lost connection raises instead."""
+
+        def pack(idx: list[int]) -> list[bytes | memoryview]:
+            return set_commands(
+                _pick(names, idx), _pick(headers, idx), _pick(payloads, idx), self.ttl_ms
+            )
+
+        for i, reply in enumerate(self._run(names, pack)):
+            if isinstance(reply, Exception):
+                if not isinstance(reply, REDIRECTED):  # refused: not the moving slot's fault
+                    self._note_refusal(str(reply).splitlines()[0])
                 return i
         return len(names)
 
-    def _send_sets(
-        self, client: redis.Redis, names: list[str], headers: list[bytes], payloads: list[Payload]
-    ) -> int:
-        """The batch's `SET`s, pipelined on one connection, each value sent as header then
-        payload (`set_commands`): no joined copy of the payload is made."""
-        pool = client.connection_pool
-        conn = pool.get_connection()
-        try:
-            commands = set_commands(names, headers, payloads, self.ttl_ms)
-            conn.send_packed_command(commands)  # type: ignore[no-untyped-call]
-            stored, refusal = len(names), ""
-            for i in range(len(names)):  # read every reply: the connection stays in step
-                try:
-                    conn.read_response()
-                except redis.exceptions.ResponseError as exc:  # refused (a full server)
-                    stored, refusal = min(stored, i), refusal or str(exc).splitlines()[0]
-            if refusal:
-                self._note_refusal(refusal)
-            return stored
-        except BaseException:
-            conn.disconnect()  # type: ignore[no-untyped-call]  # not half-read next time
-            raise
-        finally:
-            pool.release(conn)
-
     def _store_delete(self, names: list[str]) -> int:
-        pipe = self.client.pipeline(transaction=False)
-        for name in names:
-            pipe.unlink(name)
-        return sum(int(n) for n in pipe.execute())
+        replies = self._run(names, lambda idx: key_commands(b"UNLINK", _pick(names, idx)))
+        return sum(r for r in replies if isinstance(r, int))
+
+    def _run(self, names: list[str], pack: Packer) -> list[Reply]:
+        """One reply per name (`redis_wire.Reply`): on a cluster split by master
+        (`ClusterBatches`), on one server one pipeline."""
+        cluster = self._cluster
+        if cluster is not None:
+            return cluster.run(names, pack)
+        client = self.client
+        assert isinstance(client, redis.Redis)  # no cluster runner: one server
+        return pipelined(client, pack(list(range(len(names)))), len(names))
 
     def _store_clear(self) -> None:
         client = self.client
         batch: list[str] = []
         for name in client.scan_iter(match=f"{KEY_PREFIX}.*", count=_CLEAR_CHUNK):
-            batch.append(name)
+            batch.append(name.decode())  # page names are ASCII
             if len(batch) == _CLEAR_CHUNK:
                 self._store_delete(batch)
                 batch = []
@@ -181,30 +209,37 @@ class RedisBackend(StorageBackend):
             self._client_obj.close()
 
 
-def _bulk(arg: bytes) -> bytes:
-    return b"$%d\r\n%s\r\n" % (len(arg), arg)
+T = TypeVar("T")
 
 
-def set_commands(
-    names: list[str], headers: list[bytes], payloads: list[Payload], ttl_ms: int | None
-) -> list[bytes | memoryview]:
-    """`SET name header+payload [PX ttl_ms]` for each page in the Redis protocol, as chunks
-    to send in order: the small parts between two payloads are joined, each payload is sent
-    as it is (a bulk string may arrive in any number of pieces)."""
-    expire = b"" if ttl_ms is None else _bulk(b"PX") + _bulk(str(ttl_ms).encode())
-    count = b"*5\r\n" if ttl_ms is not None else b"*3\r\n"
-    chunks: list[bytes | memoryview] = []
-    pending = b""
-    for name, header, payload in zip(names, headers, payloads, strict=True):
-        view = memoryview(payload).cast("B")
-        head = (
-            count + _bulk(b"SET") + _bulk(name.encode()) + b"$%d\r\n" % (len(header) + view.nbytes)
-        )
-        chunks.append(pending + head + header)
-        chunks.append(view)
-        pending = b"\r\n" + expire
-    chunks.append(pending)
-    return chunks
+def _pick(items: Sequence[T], indices: list[int]) -> list[T]:
+    return [items[i] for i in indices]
+
+
+_EXISTS_PREFIX = b"""#!lua flags=allow-cross-slot-keys,no-writes
+for i, name in ipairs(ARGV) do
+  if redis.call('EXISTS', name) == 0 then return i - 1 end
+end
+return #ARGV"""
+"""How many of the names given, from the first, are stored: keys of any slots a master holds."""
+
+
+def _prefix_replies(reply: Reply, num_pages: int) -> list[Reply]:
+    """One `EXISTS` reply per page from `_EXISTS_PREFIX`'s stored prefix length."""
+    assert isinstance(reply, int)
+    replies: list[Reply] = [1] * reply
+    return replies + [0] * (num_pages - reply)
+
+
+def _stored(reply: Reply) -> StoredPage | None:
+    """A `GET` reply as a stored page: a redirected page (its slot still moving) is absent;
+    any other error (WRONGTYPE: a key that is not ours) a rejected page."""
+    if isinstance(reply, REDIRECTED):
+        return None
+    if isinstance(reply, Exception):
+        return _FOREIGN
+    assert reply is None or isinstance(reply, bytes)
+    return reply
 
 
 def _client_kwargs(url: str, options: dict[str, str], cluster: bool) -> dict[str, object]:
