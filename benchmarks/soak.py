@@ -111,8 +111,12 @@ class Soak(NullListener):
             tier.evict_host(64)  # host pressure from elsewhere
 
 
-def random_specs(rng: random.Random, num: int, page_size: int) -> list[RequestSpec]:
-    prefixes = [[rng.randrange(50) for _ in range(rng.randrange(8, 96))] for _ in range(6)]
+def random_specs(
+    rng: random.Random, num: int, page_size: int, num_prefixes: int = 6
+) -> list[RequestSpec]:
+    prefixes = [
+        [rng.randrange(50) for _ in range(rng.randrange(8, 96))] for _ in range(num_prefixes)
+    ]
     specs = []
     for rid in range(num):
         prompt = list(rng.choice(prefixes))

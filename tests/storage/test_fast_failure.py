@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from uniradix.key import RadixKey
-from uniradix.storage import CircuitBreaker, KeySpace, open_backend
+from uniradix.storage import CircuitBreaker, KeySpace, backend, open_backend
 from uniradix.storage.file_backend import FileBackend
 from uniradix.storage.io import BackupWriter
 from uniradix.storage.page_format import Payload
@@ -134,4 +135,35 @@ def test_rediss_urls_connect_over_tls() -> None:
     store = open_backend("rediss://:pw@127.0.0.1:1/0")
     assert store._client_kwargs["ssl"] is True and store._client_kwargs["password"] == "pw"  # type: ignore[attr-defined]
     assert store.label == "rediss://:***@127.0.0.1:1/0"
+    store.close()
+
+
+class FillingStore(FileBackend):
+    """Refuses every write while `full`, as a Redis under `noeviction` does."""
+
+    full = True
+
+    def _store_set(self, names: list[str], headers: list[bytes], payloads: list[Payload]) -> int:
+        if self.full:
+            self._note_refusal("OOM command not allowed when used memory > 'maxmemory'")
+            return 0
+        return super()._store_set(names, headers, payloads)
+
+
+def test_the_write_pause_starts_over_once_writes_succeed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = Clock()
+    monkeypatch.setattr(backend, "time", SimpleNamespace(monotonic=clock))
+    store = FillingStore(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="uniradix.storage"):
+        store.batch_set(*chain(2, 0))  # refused: paused 1 s
+        clock.now = 1.5
+        store.batch_set(*chain(2, 0))  # refused again: 2 s
+        clock.now, store.full = 4.0, False
+        assert store.writable() and store.batch_set(*chain(2, 0)) == 2
+        clock.now, store.full = 100.0, True
+        store.batch_set(*chain(2, 100))  # a new outage: 1 s again (it used to be 4 s)
+    pauses = [line.split("paused for ")[1] for line in l3_lines(caplog) if "paused" in line]
+    assert [p.split(" s,")[0] for p in pauses] == ["1.0", "2.0", "1.0"]
     store.close()

@@ -246,6 +246,8 @@ class StorageBackend(ABC):
             return 0, num_stored
         kept = self._call.kept
         with self._lock:
+            if num_stored == len(keys):  # room again: a later refusal pauses from 1 s
+                self._pause_s = 0.0
             self._counts["pages_written"] += num_stored - kept
             self._counts["pages_kept"] += kept
             self._counts["bytes_written"] += sum(

@@ -1,0 +1,168 @@
+"""What the L3 fault soak watches from outside the library: every page written and read back
+(wrong data), how long each store call and each wait on the server took, and the lines L3
+printed.
+
+- `StoreWatch(backend)` wraps a backend's public calls on that instance: each payload handed
+  to `batch_set_outcome` is recorded (an 8-byte digest) under its key name before the call,
+  and each page `batch_get` returns must equal one of the payloads recorded under its key,
+  else it is wrong data (a page may be written more than once, with other bytes: any of
+  them is right). It times each call too.
+- `TimedConnection`, a redis-py connection class: times each socket connect and each wait
+  for a reply, the waits the client's `socket_timeout` / `socket_connect_timeout` bound.
+- `NoticeCounter`, a logging handler: counts the lines L3 prints (`uniradix.storage`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import redis
+
+from uniradix.hashing.storage_keys import PageKey
+from uniradix.storage.backend import StorageBackend
+from uniradix.storage.page_format import Miss, MissReason, Payload
+
+
+def _digest(data: Payload) -> bytes:
+    return hashlib.blake2b(data, digest_size=8).digest()
+
+
+class Longest:
+    """The longest duration seen per name (thread-safe); with a `limit_s`, how many were
+    seen (`count`) and how many went past it (`over`)."""
+
+    def __init__(self, limit_s: float | None = None) -> None:
+        self.seconds: dict[str, float] = {}
+        self.limit_s = limit_s
+        self.over: dict[str, int] = {}
+        self.count: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def note(self, name: str, seconds: float) -> None:
+        if self.limit_s is not None:
+            with self._lock:
+                self.count[name] = self.count.get(name, 0) + 1
+                if seconds > self.limit_s:
+                    self.over[name] = self.over.get(name, 0) + 1
+        if seconds > self.seconds.get(name, 0.0):
+            with self._lock:
+                self.seconds[name] = max(seconds, self.seconds.get(name, 0.0))
+
+
+class StoreWatch:
+    def __init__(self, backend: StorageBackend) -> None:
+        self.backend = backend
+        self.written: dict[str, bytes] = {}  # key name -> its payloads' digests, joined
+        self.pages_checked = 0
+        self.wrong_data = 0
+        self.wrong_examples: list[str] = []
+        self.calls = Longest()
+        self._lock = threading.Lock()
+        get, put, exists = backend.batch_get, backend.batch_set_outcome, backend.batch_exists
+        backend.batch_get = self._timed("batch_get", self._checked(get))  # type: ignore[method-assign]
+        backend.batch_set_outcome = self._timed("batch_set", self._recorded(put))  # type: ignore[method-assign]
+        backend.batch_exists = self._timed("batch_exists", exists)  # type: ignore[method-assign]
+
+    def _timed(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.calls.note(name, time.perf_counter() - t0)
+
+        return timed
+
+    def _recorded(
+        self, put: Callable[[Sequence[PageKey], Sequence[Payload]], tuple[int, MissReason | None]]
+    ) -> Callable[[Sequence[PageKey], Sequence[Payload]], tuple[int, MissReason | None]]:
+        def recorded(
+            keys: Sequence[PageKey], payloads: Sequence[Payload]
+        ) -> tuple[int, MissReason | None]:
+            digests = [_digest(p) for p in payloads]
+            with self._lock:
+                for key, digest in zip(keys, digests, strict=False):
+                    known = self.written.get(key.name, b"")
+                    if not _holds(known, digest):
+                        self.written[key.name] = known + digest
+            return put(keys, payloads)
+
+        return recorded
+
+    def _checked(
+        self, get: Callable[..., list[memoryview | Miss]]
+    ) -> Callable[..., list[memoryview | Miss]]:
+        def checked(keys: Sequence[PageKey], *args: Any) -> list[memoryview | Miss]:
+            pages = get(keys, *args)
+            with self._lock:
+                for key, page in zip(keys, pages, strict=True):
+                    if isinstance(page, Miss):
+                        continue
+                    self.pages_checked += 1
+                    if not _holds(self.written.get(key.name, b""), _digest(page)):
+                        self.wrong_data += 1
+                        if len(self.wrong_examples) < 5:
+                            self.wrong_examples.append(f"{key.name}: {bytes(page[:16]).hex()}")
+            return pages
+
+        return checked
+
+
+def _holds(joined: bytes, digest: bytes) -> bool:
+    return any(joined[i : i + 8] == digest for i in range(0, len(joined), 8))
+
+
+class TimedConnection(redis.Connection):
+    """A redis-py connection that notes its longest connect and reply wait in `waits` (and
+    counts those past `waits.limit_s`, when the caller sets one)."""
+
+    waits = Longest()
+
+    def _connect(self) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return super()._connect()  # type: ignore[no-untyped-call]
+        finally:
+            self.waits.note("connect", time.perf_counter() - t0)
+
+    def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return super().read_response(*args, **kwargs)
+        finally:
+            self.waits.note("reply", time.perf_counter() - t0)
+
+
+class NoticeCounter(logging.Handler):
+    """Counts L3's lines by their first words (`uniradix: L3 store X is off` -> "is off");
+    while installed they are counted, not printed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: dict[str, int] = {}
+        self.first: str | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        self.first = self.first or message
+        for words in ("failed", "is off", "still fails", "is back on", "refused a write"):
+            if f" {words} " in message or message.endswith(f" {words}"):
+                self.counts[words] = self.counts.get(words, 0) + 1
+                return
+        self.counts["other"] = self.counts.get("other", 0) + 1
+
+    def __enter__(self) -> NoticeCounter:
+        log = logging.getLogger("uniradix.storage")
+        log.addHandler(self)
+        log.propagate = False
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        log = logging.getLogger("uniradix.storage")
+        log.removeHandler(self)
+        log.propagate = True
