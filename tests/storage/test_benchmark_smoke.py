@@ -31,9 +31,9 @@ def test_benchmark_runs_and_renders(tmp_path: Path, redis_server: RedisServer) -
 
 
 def test_capacity_benchmark_stays_under_the_cap(tmp_path: Path) -> None:
-    row = fill(tmp_path, cap=64 << 10, num_pages=40, page_bytes=8)
-    assert 0 < row["pages"] < 40 and row["counted"] == row["du"] <= 64 << 10
-    assert "| 65,536 |" in render_capacity([row], 40, 8)
+    row = fill(tmp_path, cap=16 << 10, num_pages=400, page_bytes=0)
+    assert 0 < row["pages"] < 400 and row["counted"] == row["du"] <= 16 << 10
+    assert "| 16,384 |" in render_capacity([row])
 
 
 def test_cluster_benchmark_runs_and_renders(

@@ -7,6 +7,7 @@ a stale format version) are counted misses and the outputs stay equal."""
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from tests.storage.conftest import RedisServer
 from uniradix.engine.engine import Engine, GenerateResult
 from uniradix.engine.model import TinyHybridModel
 from uniradix.storage import open_backend
+from uniradix.storage.file_segments import MAGIC, blob_of, frame_head, reader, scan
 from uniradix.storage.page_format import HEADER_BYTES
 from uniradix.tiers.controller import HostTier
 from uniradix.tiers.storage_tier import StorageTier
@@ -94,24 +96,43 @@ def test_another_model_shape_reads_nothing(tmp_path: Path, device: str) -> None:
     assert_equal_to_no_cache(other, prompts, result)
 
 
-def _flip_bit(path: Path) -> None:
-    data = bytearray(path.read_bytes())
+def _flip_bit(page: bytes) -> bytes:
+    data = bytearray(page)
     data[HEADER_BYTES + 3] ^= 0x10
-    path.write_bytes(bytes(data))
+    return bytes(data)
 
 
-def _truncate(path: Path) -> None:
-    path.write_bytes(path.read_bytes()[: HEADER_BYTES + 5])
+def _truncate(page: bytes) -> bytes:
+    return page[: HEADER_BYTES + 5]
 
 
-def _wrong_length(path: Path) -> None:
-    path.write_bytes(path.read_bytes() + b"\0" * 8)
+def _wrong_length(page: bytes) -> bytes:
+    return page + b"\0" * 8
 
 
-def _stale_version(path: Path) -> None:
-    data = bytearray(path.read_bytes())
+def _stale_version(page: bytes) -> bytes:
+    data = bytearray(page)
     struct.pack_into("<H", data, 4, 0)
-    path.write_bytes(bytes(data))
+    return bytes(data)
+
+
+def _damage_every_page(directory: Path, damage: Callable[[bytes], bytes]) -> int:
+    """Rewrites each segment of a file store with every page's bytes (header, then payload)
+    damaged, each in a frame of its new length; returns how many pages it damaged."""
+    count = 0
+    for path in sorted((directory / "segments").iterdir()):
+        data = path.read_bytes()
+        with open(path, "rb") as f:
+            found, _ = scan(reader(f.fileno(), len(data)), len(MAGIC), len(data))
+        frames = [MAGIC]
+        for name, offset, length in found:
+            page = blob_of(data[offset : offset + length])
+            assert page is not None
+            bad = damage(bytes(page))
+            frames.append(frame_head(name, bad[:HEADER_BYTES], len(bad)) + bad)
+        path.write_bytes(b"".join(frames))
+        count += len(found)
+    return count
 
 
 @pytest.mark.parametrize(
@@ -131,10 +152,7 @@ def test_corrupt_pages_are_counted_misses_and_outputs_stay_equal(
     model = model_for("full", device)
     prompts = shared_prompts()
     _generate(model, url, prompts)
-    pages = sorted(directory.glob("pages/*/*.page"))
-    assert pages
-    for path in pages:
-        damage(path)  # type: ignore[operator]
+    assert _damage_every_page(directory, damage) > 0  # type: ignore[arg-type]
     result, storage = _generate(model, url, prompts)
     assert_equal_to_no_cache(model, prompts, result)
     stats = storage.backend.stats()

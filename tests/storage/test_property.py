@@ -1,7 +1,9 @@
 """Random operations on the file store with injected faults (raise before a call, or after
-part of a write), random corruption and a moving clock for the breaker: after every step the
-results match a model of what is stored, the counters match what happened, and the store's
-byte accounting matches the disk (allocated blocks, as `du` counts them)."""
+part of a write), random corruption, restarts and a moving clock for the breaker: after every
+step the results match a model of what is stored (0 wrong data), the counters match what
+happened, and the store's byte accounting matches the disk (allocated blocks, as `du`
+counts them) and stays under the cap. Pages are small (packed into shared segments) or
+large (a segment each)."""
 
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ from uniradix.storage.page_format import Payload
 KS = KeySpace("org/m@rev1", "bfloat16", "layer_first", 1, "full")
 N = 12
 KEYS = KS.keys_for(RadixKey(list(range(N))))
-DATA = [bytes([i]) * (100 + i) for i in range(N)]
+# Under these caps a segment is one block: pages over a quarter of it get their own.
+DATA = [bytes([i]) * (1500 if i % 3 == 0 else 100 + i) for i in range(N)]
 
 
 class Clock:
@@ -78,6 +81,7 @@ op = st.one_of(
     st.tuples(st.just("delete"), span, st.none()),
     st.tuples(st.just("corrupt"), st.integers(0, N - 1), st.none()),
     st.tuples(st.just("tick"), st.floats(0.0, 1.5), st.none()),
+    st.tuples(st.just("restart"), st.none(), st.none()),
 )
 
 
@@ -86,25 +90,49 @@ op = st.one_of(
 def test_random_ops_with_faults_match_the_model(ops: list[tuple], cap_pages: int) -> None:  # type: ignore[type-arg]
     with tempfile.TemporaryDirectory() as tmp:
         directory, clock = Path(tmp), Clock()
-        # The cap counts disk blocks: a page takes one, its shard folder at most one more.
-        empty = FileBackend(directory).used_bytes
-        cap = empty + cap_pages * 2 * FileBackend(directory).block_bytes
+        # The cap counts disk blocks: a large page's segment takes one, a small page shares
+        # one; a new segment reserves one more for the folder.
+        empty = FileBackend(directory)
+        cap = empty.used_bytes + (cap_pages + 1) * empty.block_bytes
         store = FaultyStore(directory, clock, max_bytes=cap)
         stored: set[int] = set()  # pages the model says are stored and intact
         corrupt: set[int] = set()  # stored but damaged: present, never returned
         want = dict.fromkeys(("written", "read", "missed", "corrupt", "failed"), 0)
         kept_at_most = 0
-        for name, arg, fault_ in ops:
+        for name, arg, fault_ in [*ops, ("restart", None, None)]:  # restart: checks all
             calls = store.calls
             store.fault = fault_
             if name == "tick":
                 clock.now += arg
                 continue
+            if name == "restart":  # a new process on the directory: counters start again
+                store.close()
+                store = FaultyStore(directory, clock, max_bytes=cap)
+                assert store.used_bytes == du(directory) <= cap
+                on_disk = {i for i in range(N) if store.locate(KEYS[i].name) is not None}
+                stored &= on_disk
+                corrupt &= on_disk
+                # It reads what the model says: no deleted page back, no wrong page.
+                for i, page in enumerate(store.batch_get(KEYS)):
+                    if i in stored:
+                        assert isinstance(page, memoryview) and bytes(page) == DATA[i]
+                    else:
+                        assert isinstance(page, Miss)
+                        assert page.reason is (
+                            MissReason.BAD_CHECKSUM if i in corrupt else MissReason.ABSENT
+                        )
+                corrupt.clear()  # repaired by that read
+                s = store.stats()
+                want = dict.fromkeys(want, 0)
+                want.update(read=s.pages_read, missed=s.pages_missed, corrupt=s.pages_corrupt)
+                kept_at_most = 0
+                continue
             if name == "corrupt":
-                path = store._path(KEYS[arg].name)
-                if arg in stored and path.exists():
+                where = store.locate(KEYS[arg].name)
+                if arg in stored and where is not None:
+                    path, offset, length = where
                     raw = bytearray(path.read_bytes())
-                    raw[-1] ^= 0xFF
+                    raw[offset + length - 1] ^= 0xFF  # the payload's last byte
                     path.write_bytes(bytes(raw))
                     stored.discard(arg)
                     corrupt.add(arg)
@@ -173,7 +201,6 @@ def test_random_ops_with_faults_match_the_model(ops: list[tuple], cap_pages: int
             assert s.breaker_trips <= s.failed_ops
             # The byte accounting is the disk's, and the cap holds; eviction may drop pages.
             assert store.used_bytes == du(directory) <= cap
-            on_disk = {i for i in range(N) if store._path(KEYS[i].name).exists()}
+            on_disk = {i for i in range(N) if store.locate(KEYS[i].name) is not None}
             stored &= on_disk
             corrupt &= on_disk
-        assert not list((directory / "tmp").iterdir())  # no write left a temp file

@@ -1,17 +1,14 @@
 """L3 repairs itself: a page that fails verification is deleted so the next backup writes
-it again, and temp files left by a writer that died are removed at start."""
+it again (a crashed writer's torn segment tail: `tests/storage/test_file_backend.py`)."""
 
 from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 from uniradix.sim.replay import ReplayOptions, run_replay
-from uniradix.storage.file_backend import FileBackend
-from uniradix.storage.file_disk import HOST
+from uniradix.storage.file_segments import MAGIC, reader, scan
 
 SMALL = dict(config="full", page_size=16, max_requests=60, full_tokens=3000, host_tokens=6000)
 
@@ -22,11 +19,16 @@ def replay(url: str) -> dict:  # type: ignore[type-arg]
 
 
 def corrupt_every_tenth_page(directory: Path) -> int:
-    pages = sorted((directory / "pages").rglob("*.page"))
-    for page in pages[::10]:
-        data = bytearray(page.read_bytes())
-        data[-1] ^= 0xFF  # a flipped bit of the checksum (simulation pages have no payload)
-        page.write_bytes(bytes(data))
+    pages = []  # (page name, segment, offset of the page's last byte)
+    for path in (directory / "segments").iterdir():
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            found, _ = scan(reader(f.fileno(), size), len(MAGIC), size)
+        pages += [(name, path, offset + length - 1) for name, offset, length in found]
+    for _, path, last in sorted(pages)[::10]:  # by name: spread over the chains
+        data = bytearray(path.read_bytes())
+        data[last] ^= 0xFF  # a flipped bit of the checksum (simulation pages have no payload)
+        path.write_bytes(bytes(data))
     return len(pages[::10])
 
 
@@ -49,19 +51,3 @@ def test_corrupt_pages_are_deleted_and_written_again(tmp_path: Path) -> None:
     again = replay(f"file://{dirty}")
     assert again["storage"]["pages_corrupt"] == 0
     assert again["hit_rate"] >= 0.95 * on_clean["hit_rate"]
-
-
-def test_temp_files_of_a_dead_writer_are_removed_at_start(tmp_path: Path) -> None:
-    FileBackend(tmp_path).close()
-    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], check=True,
-                          capture_output=True, text=True)  # fmt: skip
-    dead_pid = int(done.stdout)
-    tmp = tmp_path / "tmp"
-    dead = tmp / f"ur1.abc.{HOST}-{dead_pid}.0123abcd.tmp"
-    alive = tmp / f"ur1.abc.{HOST}-{os.getpid()}.0123abcd.tmp"
-    elsewhere = tmp / f"ur1.abc.otherhost-{dead_pid}.0123abcd.tmp"
-    for path in (dead, alive, elsewhere):
-        path.write_bytes(b"half a page")
-    FileBackend(tmp_path).close()
-    assert not dead.exists()
-    assert alive.exists() and elsewhere.exists()  # a running writer's, another machine's

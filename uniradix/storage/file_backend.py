@@ -1,29 +1,35 @@
-"""`file://DIR`: the embedded L3, one file per page under a directory, with a byte cap.
+"""`file://DIR`: the embedded L3, pages packed into segment files under a directory, with a
+byte cap on what the directory uses on disk.
 
-Layout: `DIR/pages/<2 hex>/<key name>.page` (256 shard folders keep directories small) and
-`DIR/tmp/` for writes in progress.
+Layout: `DIR/segments/<host>-<pid>-<instance>-<seq>.seg` (`file_segments`: the format).
 
-- **Atomic publish.** A page is written to a temp file in `DIR/tmp/` and renamed into place,
-  so a reader (or a process started after a crash) sees a whole page or none. A temp file
-  left by a killed writer is never read, and is removed at the next start when its writer
-  (host and pid in its name) is gone or it is older than `STALE_TMP_S`.
-- **Self-repair.** A page that fails verification is unlinked (`StorageBackend.batch_get`),
-  so the next backup writes it again instead of finding it stored.
+- **Packing.** A store appends its pages to a segment of its own until the segment reaches
+  `segment_bytes` (1 MiB; at most 1/32 of the cap, at least one block); a page bigger than a
+  quarter of that gets a segment of its own, a whole file. A 72-byte page costs 80 bytes.
+- **Whole pages only.** A page is indexed once its whole frame is in the file, so a frame
+  torn by a killed writer is never read; at the next start a dead writer's torn tail is cut
+  off (its segment truncated to the last whole frame).
+- **Self-repair.** A page that fails verification is deleted (`StorageBackend.batch_get`):
+  marked dead in its segment, so no process reads it again, and the next backup writes it
+  anew.
 - **fsync policy.** Off by default: L3 is a cache, and a page torn by a power loss fails its
-  header or checksum and reads as a miss, never as data. `fsync=1` syncs each page before the
-  rename and the shard folder after it, for pages that must survive a power loss.
-- **Byte cap, LRU.** The cap counts what the filesystem allocates, as `du` does: each page
-  file's blocks (`st_blocks`, at least its size rounded up to the filesystem's block), the
-  shard folders in use and the store's own folders. Before a write, room is made by
-  unlinking the least recently used pages (a hit refreshes a page; an un-removable file is
-  set aside, never blocks eviction; a shard folder left empty is removed), and the blocks
-  are reserved until the write ends, so the store plus the writes in flight never use more
-  than the cap. Small pages still take a whole block each: a 72-byte page costs 4 KiB.
-- **Shared directory.** At start the index is rebuilt from the directory, oldest file
-  first, so a new process hits what an earlier one wrote; a page written meanwhile by another
-  process is found by its path and adopted. The cap is enforced on what this process sees.
-  A shard folder emptied by one process's eviction is removed; a writer of another process
-  that loses its folder between making it and renaming into it makes it again.
+  frame, header or checksum and reads as a miss, never as data. `fsync=1` syncs each page's
+  segment after the write, and the folder after a segment is made.
+- **Byte cap, LRU by segment.** The cap counts what the filesystem allocates, as `du` does:
+  each segment's blocks (`st_blocks`, at least its size rounded up to the block) and the
+  store's two folders. Before a write, room is made by removing whole segments, least
+  recently used first (a hit refreshes its page's segment; a segment whose pages were all
+  deleted goes first; an un-removable file is set aside and stays counted, never blocks
+  eviction), and the growth is reserved until the write ends, so the store plus the writes
+  in flight never use more than the cap.
+- **Shared directory.** Stores (in one process or many) sharing a directory each append
+  only to their own segments and read every segment. At start the index is built from all
+  of them, oldest first (the newest copy of a page wins); a lookup that misses looks again:
+  the folder is listed when it changed, and the other live writers' newest segments are read
+  on from where they were read up to. Guarantees: no wrong data (every page is verified, and
+  read whole or not at all); a page one store deletes or repairs is a miss for every store
+  reading that copy; each store enforces the cap on what it counts, so N stores with the
+  same cap use at most N times it.
 """
 
 from __future__ import annotations
@@ -33,13 +39,12 @@ import os
 import shutil
 import tempfile
 import threading
-import time
 import uuid
-from collections import OrderedDict
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from uniradix.storage import file_disk as disk
+from uniradix.storage import file_segments as segs
 from uniradix.storage.backend import (
     BREAKER_OPTIONS,
     StorageBackend,
@@ -49,11 +54,11 @@ from uniradix.storage.backend import (
     url_options,
 )
 from uniradix.storage.breaker import CircuitBreaker
+from uniradix.storage.file_catalog import Location, Segment, SegmentCatalog
 from uniradix.storage.file_disk import parse_bytes
 from uniradix.storage.page_format import Payload
 
-STALE_TMP_S = 60.0
-_SUFFIX = ".page"
+MAX_SEGMENT_BYTES = 1 << 20
 
 
 class FileBackend(StorageBackend):
@@ -73,251 +78,235 @@ class FileBackend(StorageBackend):
         )
         self.max_bytes = max_bytes
         self.fsync = fsync
-        self._pages_dir = self.directory / "pages"
-        self._tmp_dir = self.directory / "tmp"
-        self._pages_dir.mkdir(parents=True, exist_ok=True)
-        self._tmp_dir.mkdir(exist_ok=True)
-        self._index_lock = threading.Lock()
         self.block_bytes = disk.block_bytes(self.directory)
-        self._index: OrderedDict[str, int] = OrderedDict()  # name -> disk bytes, LRU first
-        self._stuck: dict[str, int] = {}  # pages whose unlink failed: still on disk
-        self._shard_pages: dict[str, int] = {}  # shard -> indexed + stuck pages in it
-        self._shard_bytes: dict[str, int] = {}  # shard -> its folder's disk bytes
-        # The store's own folders, then indexed + stuck pages and shard folders.
-        self._used_bytes = sum(disk.disk_bytes(os.stat(d), self.block_bytes) for d in self._dirs())
-        self._reserved_bytes = 0  # writes in flight
-        self._evicted = 0
-        self._rebuild_index()
-
-    # -- paths and index -------------------------------------------------------------------
-
-    def _path(self, name: str) -> Path:
-        return self._pages_dir / disk.shard(name) / (name + _SUFFIX)
-
-    def _dirs(self) -> list[Path]:
-        return [self.directory, self._pages_dir, self._tmp_dir]
-
-    def _page_entries(self) -> list[os.DirEntry[str]]:
-        entries: list[os.DirEntry[str]] = []
-        for shard in self._pages_dir.iterdir():
-            # Another process removes a shard folder when it evicts the folder's last page.
-            with contextlib.suppress(FileNotFoundError), os.scandir(shard) as it:
-                entries += [e for e in it if e.name.endswith(_SUFFIX)]
-        return entries
-
-    def _rebuild_index(self) -> None:
-        found: list[tuple[float, str, int]] = []
-        for entry in self._page_entries():
-            try:
-                st = entry.stat()
-            except FileNotFoundError:  # another process evicted it meanwhile
-                continue
-            size = disk.disk_bytes(st, self.block_bytes)
-            found.append((st.st_mtime, entry.name[: -len(_SUFFIX)], size))
-        for _, name, size in sorted(found):
-            self._index[name] = size
-            self._used_bytes += size
-            self._enter_shard(disk.shard(name))
-        for shard in self._pages_dir.iterdir():  # folders emptied before a crash
-            if shard.name not in self._shard_pages:
-                self._shard_pages[shard.name] = 1
-                self._refresh_shard(shard.name)
-                self._leave_shard(shard.name)
-        now = time.time()
-        for entry in os.scandir(self._tmp_dir):
-            with contextlib.suppress(FileNotFoundError):  # its writer renamed it meanwhile
-                if not disk.writer_alive(entry.name) or now - entry.stat().st_mtime > STALE_TMP_S:
-                    Path(entry.path).unlink(missing_ok=True)
+        share = MAX_SEGMENT_BYTES if max_bytes is None else max_bytes // 32
+        share -= share % self.block_bytes
+        self.segment_bytes = min(MAX_SEGMENT_BYTES, max(self.block_bytes, share))
+        self._index_lock = threading.Lock()  # guards the catalog
+        self._write_lock = threading.Lock()  # one writer appends to this store's segments
+        owner = f"{disk.HOST}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self._cat = SegmentCatalog(self.directory, owner, self.block_bytes, max_bytes)
+        self._segs_dir = self._cat.folder
+        self._seq = 0
         with self._index_lock:
-            self._make_room(0)
+            self._cat.rebuild()
 
-    def _adopt(self, name: str) -> bool:
-        """Indexes a page found on disk but not in the index (written by another process,
-        or published by a writer of this one that has not indexed it yet); False if it is
-        not there. Caller holds the index lock: the stat happens under it, so a page this
-        process evicts meanwhile is never indexed again."""
-        if name in self._index:
-            return True
+    # -- writing -----------------------------------------------------------------------------
+
+    def _plan(self, frame_bytes: int) -> tuple[str, int, int] | None:
+        """Where a frame goes: (segment, frame offset, disk bytes to reserve), with the room
+        made; offset 0 means a new segment. None if it does not fit (lock held)."""
+        small = frame_bytes <= self.segment_bytes // 4
+        if small and self._cat.open is not None:
+            seg = self._cat.segments[self._cat.open]
+            if seg.end + frame_bytes <= self.segment_bytes:
+                growth = max(0, disk.round_up(seg.end + frame_bytes, self.block_bytes) - seg.disk)
+                if self._cat.make_room(growth, keep=self._cat.open):
+                    return self._cat.open, seg.end, growth
+            self._cat.close_open()  # full, or in the way of the room it needs: start another
+        # A new segment: its blocks, and one more for the folder it may grow.
+        growth = disk.round_up(len(segs.MAGIC) + frame_bytes, self.block_bytes) + self.block_bytes
+        if not self._cat.make_room(growth):
+            return None
+        self._seq += 1
+        name = segs.segment_name(self._cat.owner, self._seq)
+        self._cat.segments[name] = Segment(self._cat.owner, self._seq)
+        if small:
+            self._cat.open = name
+        return name, 0, growth
+
+    def _append(self, seg_name: str, offset: int, buffers: list[memoryview]) -> os.stat_result:
+        """Writes a frame at `offset` of this store's segment (a new one at 0, after the
+        magic); a failed write leaves the segment as it was."""
+        new = offset == 0
+        if new:
+            fd = os.open(self._segs_dir / seg_name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            buffers.insert(0, memoryview(segs.MAGIC))
+        else:
+            fd = self._cat.open_fd
         try:
-            size = disk.disk_bytes(self._path(name).stat(), self.block_bytes)
-        except FileNotFoundError:
-            return False
-        self._index[name] = size
-        self._used_bytes += size
-        self._enter_shard(disk.shard(name))
-        self._make_room(0)
-        return True
-
-    def _drop(self, name: str) -> None:
-        size = self._index.pop(name, None)
-        if size is not None:
-            self._used_bytes -= size
-            self._leave_shard(disk.shard(name))
-
-    def _enter_shard(self, shard: str) -> None:
-        """Counts one more page in `shard`, and the folder's blocks: it grows with entries."""
-        self._shard_pages[shard] = self._shard_pages.get(shard, 0) + 1
-        self._refresh_shard(shard)
-
-    def _refresh_shard(self, shard: str) -> None:
-        try:
-            size = disk.disk_bytes((self._pages_dir / shard).stat(), self.block_bytes)
-        except FileNotFoundError:  # removed by another process; its page was counted gone
-            size = 0
-        self._used_bytes += size - self._shard_bytes.get(shard, 0)
-        self._shard_bytes[shard] = size
-
-    def _leave_shard(self, shard: str) -> None:
-        """Counts one page fewer in `shard`; its last page gone, the folder is removed (a
-        folder holding another process's pages stays, and stays counted)."""
-        self._shard_pages[shard] -= 1
-        if self._shard_pages[shard] > 0:
-            return
-        with contextlib.suppress(FileNotFoundError):
+            disk.pwrite_all(fd, buffers, offset)
+            if self.fsync:
+                os.fsync(fd)
+            st = os.fstat(fd)
+        except Exception:
+            if new:
+                os.close(fd)
+            else:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, offset)
+            raise
+        if new and self.fsync:
+            dir_fd = os.open(self._segs_dir, os.O_RDONLY)
             try:
-                (self._pages_dir / shard).rmdir()
-            except OSError:
-                self._shard_pages[shard] = 0
-                return
-        del self._shard_pages[shard]
-        self._used_bytes -= self._shard_bytes.pop(shard, 0)
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+        if new and seg_name == self._cat.open:
+            self._cat.open_fd = fd
+        elif new:
+            os.close(fd)
+        return st
 
-    def _make_room(self, num_bytes: int) -> bool:
-        """Unlinks LRU pages until `num_bytes` more fit under the cap (index lock held)."""
-        if self.max_bytes is None:
-            return True
-        while self._used_bytes + self._reserved_bytes + num_bytes > self.max_bytes and self._index:
-            name, size = self._index.popitem(last=False)
-            try:
-                self._path(name).unlink()
-            except FileNotFoundError:
-                pass  # another process removed it
-            except OSError:
-                self._stuck[name] = size  # its bytes stay counted; evict the next one
-                continue
-            self._used_bytes -= size
-            self._leave_shard(disk.shard(name))
-            self._evicted += 1
-        return self._used_bytes + self._reserved_bytes + num_bytes <= self.max_bytes
+    def _check_open(self) -> None:
+        """Another store may have removed this store's open segment: start another."""
+        if (
+            self._cat.open is not None
+            and self._cat.open_fd >= 0
+            and os.fstat(self._cat.open_fd).st_nlink == 0
+        ):
+            with self._index_lock:
+                self._cat.forget(self._cat.open)
 
     # -- store operations --------------------------------------------------------------------
 
     def _store_exists_prefix(self, names: list[str]) -> int:
         with self._index_lock:
+            looked = False
             for i, name in enumerate(names):
-                if not self._adopt(name):
+                if name not in self._cat.index and not looked:
+                    self._cat.refresh()
+                    looked = True
+                if name not in self._cat.index:
                     return i
         return len(names)
 
     def _store_get(self, names: list[str]) -> list[StoredPage | None]:
+        with self._index_lock:
+            if any(name not in self._cat.index for name in names):
+                self._cat.refresh()
+            where = [self._cat.index.get(name) for name in names]
         out: list[StoredPage | None] = []
-        for name in names:
-            path = self._path(name)
-            try:
-                with open(path, "rb", buffering=0) as f:
-                    data = f.readall()
-            except FileNotFoundError:
-                with self._index_lock:
-                    self._drop(name)
-                out.append(None)
-                continue
-            with self._index_lock:
-                if self._adopt(name):
-                    self._index.move_to_end(name)
-            # The LRU order a restarted process rebuilds; the data is read already, so a page
-            # evicted meanwhile or a directory this process may only read loses nothing.
+        fds: dict[str, int] = {}
+        try:
+            for name, loc in zip(names, where, strict=True):
+                blob = None if loc is None else self._read_frame(loc, fds)
+                if loc is not None and blob is None:  # removed or marked dead meanwhile
+                    with self._index_lock:
+                        if self._cat.index.get(name) == loc:
+                            self._cat.drop(name)
+                out.append(blob)
+        finally:
+            for fd in fds.values():
+                os.close(fd)
+        with self._index_lock:
+            for seg_name in fds:
+                if seg_name in self._cat.segments:
+                    self._cat.segments.move_to_end(seg_name)
+        for seg_name in fds:
+            # The LRU order a restarted process rebuilds; the data is read already, so a
+            # segment removed meanwhile or a directory this process may only read loses nothing.
             with contextlib.suppress(OSError):
-                os.utime(path)
-            out.append(data)
+                os.utime(self._segs_dir / seg_name)
         return out
 
-    def _store_set(self, names: list[str], headers: list[bytes], payloads: list[Payload]) -> int:
-        for i, (name, header, payload) in enumerate(zip(names, headers, payloads, strict=True)):
-            body = memoryview(payload).cast("B")
-            size = disk.round_up(len(header) + body.nbytes, self.block_bytes)
-            with self._index_lock:
-                if name in self._index:  # a page's bytes are fixed by its key: keep it
-                    self._index.move_to_end(name)
-                    self._count_kept()
-                    continue
-                # Its shard folder may have to be made (or made again, if eviction empties
-                # and removes it meanwhile): a block for it too.
-                size += self.block_bytes
-                if not self._make_room(size):
-                    return i
-                self._reserved_bytes += size
+    def _read_frame(self, loc: Location, fds: dict[str, int]) -> memoryview | None:
+        seg_name, offset, length = loc
+        if seg_name not in fds:
             try:
-                self._write_page(name, [memoryview(header), body])
-            except Exception:
+                fds[seg_name] = os.open(self._segs_dir / seg_name, os.O_RDONLY)
+            except FileNotFoundError:
+                return None
+        return segs.blob_of(os.pread(fds[seg_name], length, offset))
+
+    def _store_set(self, names: list[str], headers: list[bytes], payloads: list[Payload]) -> int:
+        with self._write_lock:
+            self._check_open()
+            for i, (name, header, payload) in enumerate(zip(names, headers, payloads, strict=True)):
+                body = memoryview(payload).cast("B")
+                head = segs.frame_head(name, header, len(header) + body.nbytes)
+                frame_bytes = len(head) + len(header) + body.nbytes
                 with self._index_lock:
-                    self._reserved_bytes -= size
-                raise
-            with self._index_lock:
-                self._reserved_bytes -= size
-                self._adopt(name)
+                    if (loc := self._cat.index.get(name)) is not None:  # a page's bytes are fixed
+                        self._cat.segments.move_to_end(loc[0])  # by its key: keep it
+                        self._count_kept()
+                        continue
+                    plan = self._plan(frame_bytes)
+                    if plan is None:
+                        return i
+                    seg_name, offset, growth = plan
+                    self._cat.reserved += growth
+                frame = [memoryview(head), memoryview(header), body]
+                try:
+                    st = self._append(seg_name, offset, frame)
+                except Exception:
+                    with self._index_lock:
+                        self._cat.reserved -= growth
+                        if offset == 0:
+                            self._cat.remove(seg_name, evicted=False)
+                    raise
+                with self._index_lock:
+                    self._cat.reserved -= growth
+                    if offset == 0:  # a new segment: its frame follows the magic
+                        offset = len(segs.MAGIC)
+                        self._cat.count_folders()
+                    seg = self._cat.segments[seg_name]
+                    seg.end = offset + frame_bytes
+                    self._cat.account(seg, st)
+                    self._cat.put(seg_name, seg, name, offset, frame_bytes)
+                    self._cat.segments.move_to_end(seg_name)
         return len(names)
 
-    def _write_page(self, name: str, buffers: list[memoryview]) -> None:
-        final = self._path(name)
-        tmp = self._tmp_dir / f"{name}.{disk.HOST}-{os.getpid()}.{uuid.uuid4().hex}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            disk.write_all(fd, buffers)
-            if self.fsync:
-                os.fsync(fd)
-            os.close(fd)
-            fd = -1
-            disk.publish(tmp, final)
-        except Exception:
-            # A failed write leaves nothing behind (a killed process leaves a temp file).
-            if fd >= 0:
-                os.close(fd)
-            tmp.unlink(missing_ok=True)
-            raise
-        if self.fsync:
-            dir_fd = os.open(final.parent, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
-
     def _store_delete(self, names: list[str]) -> int:
-        removed = 0
-        for name in names:
+        with self._index_lock:
+            if any(name not in self._cat.index for name in names):
+                self._cat.refresh()
+            where = [loc for name in names if (loc := self._cat.drop(name)) is not None]
+        for seg_name, offset, _ in where:
             try:
-                self._path(name).unlink()
-                removed += 1
+                fd = os.open(self._segs_dir / seg_name, os.O_WRONLY)
             except FileNotFoundError:
-                pass
-            with self._index_lock:
-                self._drop(name)
-        return removed
+                continue
+            try:
+                os.pwrite(fd, bytes([segs.DEAD]), offset)
+            finally:
+                os.close(fd)
+        return len(where)
 
     def _store_clear(self) -> None:
-        for entry in self._page_entries():
-            Path(entry.path).unlink(missing_ok=True)
-        with self._index_lock:
-            for name, size in list(self._stuck.items()):
-                if not self._path(name).exists():  # removable at last
-                    del self._stuck[name]
-                    self._used_bytes -= size
-                    self._leave_shard(disk.shard(name))
-            for name in list(self._index):
-                self._drop(name)
+        with self._write_lock, self._index_lock:
+            for name in list(self._cat.segments):
+                self._cat.remove(name, evicted=False)
+            for name in list(self._cat.stuck):
+                if not (self._segs_dir / name).exists():  # removable at last
+                    del self._cat.stuck[name]
+            for entry in os.scandir(self._segs_dir):  # other stores' pages not indexed yet
+                if entry.name not in self._cat.stuck:
+                    Path(entry.path).unlink(missing_ok=True)
+            self._cat.count_folders()
 
     def _store_close(self) -> None:
+        with self._write_lock:
+            self._cat.close_open()
         if self._owns_dir:
             shutil.rmtree(self.directory, ignore_errors=True)
 
     def _store_evicted_pages(self) -> int:
-        return self._evicted
+        return self._cat.evicted
 
     @property
     def used_bytes(self) -> int:
-        """Disk bytes of the store's folders, the indexed pages, the un-removable ones and
-        the writes in flight: what `du` shows for the directory once the writes end."""
+        """Disk bytes of the store's folders, its segments, the un-removable ones and the
+        writes in flight: what `du` shows for the directory once the writes end."""
         with self._index_lock:
-            return self._used_bytes + self._reserved_bytes
+            return self._cat.used()
+
+    def locate(self, name: str) -> tuple[Path, int, int] | None:
+        """Where page `name`'s bytes (its header, then its payload) lie: (segment file,
+        offset, length); None if it is not stored. For tools and fault-injection tests."""
+        with self._index_lock:
+            if name not in self._cat.index:
+                self._cat.refresh()
+            loc = self._cat.index.get(name)
+        if loc is None:
+            return None
+        seg_name, offset, length = loc
+        path = self._segs_dir / seg_name
+        with open(path, "rb") as f:
+            f.seek(offset)
+            name_len = segs.FRAME.unpack(f.read(segs.FRAME.size))[2]
+        head = segs.FRAME.size + name_len
+        return path, offset + head, length - head
 
 
 def _from_url(url: str) -> FileBackend:

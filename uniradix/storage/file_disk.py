@@ -1,5 +1,5 @@
 """On-disk primitives of the file store (`uniradix.storage.file_backend`): byte sizes,
-vectored writes, temp-file ownership, shard names, block accounting and the atomic rename."""
+positioned vectored writes, whether a segment's writer still runs, and block accounting."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 import socket
 from pathlib import Path
 
-HOST = socket.gethostname().replace(".", "_")  # temp file names split on dots
+HOST = socket.gethostname().replace("-", "_")  # segment names split on dashes
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
@@ -24,10 +24,12 @@ def parse_bytes(text: str) -> int:
     return int(value)
 
 
-def write_all(fd: int, buffers: list[memoryview]) -> None:
-    # writev may write less than asked; resume where it stopped.
+def pwrite_all(fd: int, buffers: list[memoryview], offset: int) -> None:
+    """Writes `buffers` at `offset`; pwritev may write less than asked: resume where it
+    stopped."""
     while buffers:
-        n = os.writev(fd, buffers)
+        n = os.pwritev(fd, buffers, offset)
+        offset += n
         while buffers and n >= buffers[0].nbytes:
             n -= buffers[0].nbytes
             buffers.pop(0)
@@ -35,14 +37,11 @@ def write_all(fd: int, buffers: list[memoryview]) -> None:
             buffers[0] = buffers[0][n:]
 
 
-def writer_alive(tmp_name: str) -> bool:
-    """Whether the process that wrote temp file `<name>.<host>-<pid>.<uuid>.tmp` may still
-    run: a writer on another machine (a shared directory) is assumed to."""
-    parts = tmp_name.split(".")
-    host, _, pid_text = parts[-3].rpartition("-") if len(parts) >= 3 else ("", "", "")
-    if host != HOST or not pid_text.isdigit():
-        return True  # another machine's writer, or not a name of ours: left to its age
-    pid = int(pid_text)
+def writer_alive(host: str, pid: int) -> bool:
+    """Whether the process `pid` of `host` that writes a segment may still run: a writer on
+    another machine (a shared directory) is assumed to."""
+    if host != HOST:
+        return True
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -50,10 +49,6 @@ def writer_alive(tmp_name: str) -> bool:
     except PermissionError:  # another user's process
         return True
     return True
-
-
-def shard(name: str) -> str:
-    return name[-64:-62]
 
 
 def round_up(num_bytes: int, block: int) -> int:
@@ -73,17 +68,3 @@ def disk_bytes(st: os.stat_result, block: int) -> int:
     the block (a write not yet allocated, or a filesystem that reports no blocks)."""
     allocated = getattr(st, "st_blocks", 0) * 512
     return max(allocated, round_up(st.st_size, block))
-
-
-def publish(tmp: Path, final: Path) -> None:
-    """Renames a written temp file into its shard folder, making the folder if needed; the
-    folder may be removed meanwhile by a process that evicted its last page: retry."""
-    for attempt in range(5):
-        try:
-            # mkdir(exist_ok) raises FileExistsError too if the folder goes after its EEXIST.
-            final.parent.mkdir(exist_ok=True)
-            os.replace(tmp, final)
-            return
-        except (FileNotFoundError, FileExistsError):
-            if attempt == 4 or not tmp.exists():
-                raise
