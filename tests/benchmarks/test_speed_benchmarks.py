@@ -17,6 +17,15 @@ def test_chunk_cost_reports_one_row_per_length(capsys: pytest.CaptureFixture[str
     assert all(r["us_per_chunk"] > 0 for r in rows)
 
 
+def test_chunk_cost_with_events_records_each_chunks_events(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["--lengths", "512", "--chunk", "128", "--repeats", "1", "--events"]
+    assert chunk_cost.main(argv) == 0
+    report = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert report["events"] is True and report["rows"][0]["us_per_chunk"] > 0
+
+
 def test_agentic_trace_has_the_long_context_shape(tmp_path: Path) -> None:
     out = tmp_path / "trace.jsonl"
     assert long_agentic_trace.main(["generate", str(out), "--requests", "80", "--seed", "3"]) == 0

@@ -155,7 +155,7 @@ class UnifiedRadixCache:
             raise ValueError(
                 f"key is_bigram={key.is_bigram} but the cache has is_eagle={self.settings.is_eagle}"
             )
-        n = len(key.units) >> 3  # `len(key)` inline (8-byte units): runs per match and insert
+        n = key.start + (len(key.units) >> 3)  # `len(key)` inline: runs per match and insert
         return n - n % self.page_size
 
     # ------------------------------------------------------------------ match

@@ -43,7 +43,7 @@ def checked_value(params: InsertParams, page_size: int) -> Slots:
     if not isinstance(tensor, torch.Tensor) or tensor.dtype != torch.int64 or tensor.dim() != 1:
         raise TypeError(f"value must be a 1-D int64 tensor, got {tensor!r:.80}")
     value: Slots = tensor.numpy() if tensor.is_cpu else tensor.cpu().numpy()
-    num_units = len(params.key.units) >> 3  # `len(params.key)` inline (8-byte units)
+    num_units = params.key.start + (len(params.key.units) >> 3)  # `len(params.key)` inline
     if value.shape[0] != num_units:
         raise ValueError(f"value has {value.shape[0]} slots for a key of {num_units} units")
     n = num_units - num_units % page_size

@@ -90,11 +90,26 @@ def _checked_row(req: Req) -> int:
 
 def _key(cache: ControllerView, req: Req) -> RadixKey:
     """The page-aligned key of the request's computed tokens (built only to insert: a
-    request dropped without caching needs none), grown from the one of its last chunk."""
+    request dropped without caching needs none), grown from the one of its last chunk.
+
+    When the request's lock holds the node ending its cached prefix, the key names that node
+    instead of holding the prefix (a `PathTailKey`): the insert then copies and compares only
+    what the request added since, whatever the prompt's length."""
     grown, is_bigram = req.packed_key, cache.settings.is_eagle
     if grown is None or grown.extra_key != (req.extra_key or None) or grown.is_bigram != is_bigram:
         grown = req.packed_key = GrowingKey(req.extra_key, is_bigram)
-    return grown.key(req.token_ids, req.kv_committed_len).page_aligned(cache.page_size)
+    anchor, start = req.last_node, req.cache_protected_len
+    if (
+        start
+        and anchor is not None
+        and req.lock is not None
+        and req.lock.node is anchor
+        and cache.tree.prefix_len(anchor) == start
+    ):
+        key: RadixKey = grown.tail(req.token_ids, req.kv_committed_len, anchor, start)
+    else:
+        key = grown.key(req.token_ids, req.kv_committed_len)
+    return key.page_aligned(cache.page_size)
 
 
 def _insert_req(

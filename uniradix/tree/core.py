@@ -78,6 +78,8 @@ class TreeCore:
         where the key ends or diverges inside it. Every validator sees every path node in
         order (they may be stateful); the match is usable up to the deepest node all of them
         accepted that also holds data of every component index in `required`."""
+        if key.start:
+            raise ValueError(f"a match needs every unit of the key, got {key!r:.80}")
         units, ps, ns = key.units, self.page_size, key.extra_key
         n_bytes = num_units * UNIT_BYTES
         page_bytes = ps * UNIT_BYTES
@@ -145,12 +147,18 @@ class TreeCore:
         the rest.
 
         Returns (target node ending the key, units already present, whether it is a new leaf).
-        The new leaf carries no component data: the caller commits it.
+        The new leaf carries no component data: the caller commits it. A `PathTailKey`'s walk
+        starts below its anchor, whose path it reuses whole (`_reuse_anchor_path`).
         """
         units, ps, ns = key.units, self.page_size, key.extra_key
-        n_bytes = num_units * UNIT_BYTES
+        base = key.start  # units of the key before `units` (0 but for a path tail key)
+        if base:
+            node = self._reuse_anchor_path(key, num_units, on_overlap, inserted_len, priority)
+        else:
+            node = self.root
+        n_bytes = (num_units - base) * UNIT_BYTES
         page_bytes = ps * UNIT_BYTES
-        node, off = self.root, 0
+        off = 0
         while off < n_bytes:
             page = units[off : off + page_bytes]
             child = node.children.get(page if ns is None else (ns, page))
@@ -168,20 +176,59 @@ class TreeCore:
             child.last_access_time = self._time
             if priority > child.priority:
                 child.priority = priority
-            if off // UNIT_BYTES + p > inserted_len:
+            at = base + off // UNIT_BYTES
+            if at + p > inserted_len:
                 child.hit_count += 1
             self.leaves.refresh(child)
-            on_overlap(child, off // UNIT_BYTES, p)
+            on_overlap(child, at, p)
             off += p * UNIT_BYTES
             node = child
         if off == n_bytes:
-            return node, off // UNIT_BYTES, False
+            return node, base + off // UNIT_BYTES, False
         leaf = self._new_node(units[off:n_bytes], ns, node)
         leaf.priority = priority
         # The walk stopped at `page`, the first page of the rest: the leaf's child key.
         node.children[page if ns is None else (ns, page)] = leaf
         self.leaves.discard(node)
-        return leaf, off // UNIT_BYTES, True
+        return leaf, base + off // UNIT_BYTES, True
+
+    def _reuse_anchor_path(
+        self,
+        key: RadixKey,
+        num_units: int,
+        on_overlap: OverlapHook,
+        inserted_len: int,
+        priority: int,
+    ) -> TreeNode:
+        """Does to each node of a path tail key's anchor path, root side first, what `insert`
+        does to a node its key covers whole, comparing no units (they are the anchor's path
+        by the key's definition). Returns the anchor."""
+        anchor = getattr(key, "anchor", None)
+        path: list[TreeNode] = []
+        node = anchor
+        while isinstance(node, TreeNode) and node.parent is not None:
+            path.append(node)
+            node = node.parent
+        depth = sum(n.num_tokens for n in path)
+        if node is not self.root or depth != key.start or num_units < key.start:
+            raise ValueError(
+                f"path tail key of start={key.start} and {num_units} units: its anchor "
+                f"{anchor!r} is not a node of this tree {key.start} units deep"
+            )
+        assert isinstance(anchor, TreeNode)
+        off = 0
+        for child in reversed(path):
+            p = child.num_tokens
+            self._time += 1
+            child.last_access_time = self._time
+            if priority > child.priority:
+                child.priority = priority
+            if off + p > inserted_len:
+                child.hit_count += 1
+            self.leaves.refresh(child)
+            on_overlap(child, off, p)
+            off += p
+        return anchor
 
     # ------------------------------------------------------------------ structure
     def split(self, child: TreeNode, split_len: int) -> TreeNode:
