@@ -139,3 +139,23 @@ def test_sglang_cores_benchmark_runs_and_checks_the_cores_agree(tmp_path):
     text = out.read_text()
     assert "uniradix=UniradixTreeCore" in text and "python=UnifiedTreeCore" in text
     assert all(f"| chat | 1 | {op} |" in text for op in sglang_cores.SHOWN_OPS)
+
+
+def test_a_receipt_released_on_another_node_is_refused_as_sglangs_cores_do():
+    """SGLang's kit expects a protocol violation (AssertionError or RuntimeError naming the
+    anchor); uniradix's rule asks ValueError for bad input: the error is both."""
+    cache = build("uniradix", 1)
+    allocator = cache.token_to_kv_pool_allocator
+    leaves = []
+    for tokens in ([1, 2, 3], [7, 8, 9]):
+        key = RadixKey(array("q", tokens))
+        cache.insert(InsertParams(key=key, value=allocator.alloc(3)))
+        leaves.append(cache.match_prefix(MatchPrefixParams(key=key)).last_device_node)
+    receipt = cache.inc_lock_ref(leaves[0]).to_dec_params()
+    before = (cache.evictable_size(), cache.protected_size())
+    for error in (ValueError, RuntimeError):
+        with pytest.raises(error, match=f"lock receipt anchored on node {leaves[0]}"):
+            cache.dec_lock_ref(leaves[1], receipt)
+    assert (cache.evictable_size(), cache.protected_size()) == before
+    cache.dec_lock_ref(leaves[0], receipt)
+    assert cache.protected_size() == 0

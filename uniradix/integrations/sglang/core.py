@@ -299,8 +299,7 @@ class UniradixTreeCore(TreeCoreViews):
         return result
 
     def dec_lock_ref(self, node_id: int, params: Any, skip_swa: bool = False) -> Any:
-        if params.node_id != node_id:
-            raise ValueError(f"lock receipt of node {params.node_id} released on node {node_id}")
+        _check_receipt(node_id, params)
         node, skipped = self._node(node_id), params.skipped_lock_components
         # After an early SWA release (`dec_swa_lock_only`) the SWA part, and the Mamba part
         # below it in priority, are already gone.
@@ -316,8 +315,7 @@ class UniradixTreeCore(TreeCoreViews):
         return DecLockRefResult()
 
     def dec_swa_lock_only(self, node_id: int, params: Any) -> Any:
-        if params.node_id != node_id:
-            raise ValueError(f"lock receipt of node {params.node_id} released on node {node_id}")
+        _check_receipt(node_id, params)
         result = DecSwaLockOnlyResult()
         node = self._node(node_id)
         if self.swa is not None and node.parent is not None:
@@ -390,3 +388,15 @@ class UniradixTreeCore(TreeCoreViews):
     ) -> None:
         if self.mamba is not None:
             self.mamba.evict_excess(self._node(tail_node_id), device_frees)
+
+
+class LockReceiptError(ValueError, RuntimeError):
+    """A lock released with another node's receipt: bad input, and the protocol violation
+    SGLang's conformance kit expects its cores to report (as an assertion or RuntimeError)."""
+
+
+def _check_receipt(node_id: int, params: Any) -> None:
+    if params.node_id != node_id:
+        raise LockReceiptError(
+            f"lock receipt anchored on node {params.node_id} released on node {node_id}"
+        )
