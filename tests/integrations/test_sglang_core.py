@@ -130,15 +130,17 @@ def test_sglang_plugin_entry_point_registers_the_backend():
 
 def test_sglang_cores_benchmark_runs_and_checks_the_cores_agree(tmp_path):
     """benchmarks/sglang_cores.py at a tiny scale: every core built as asked, equal hit
-    rates and KV events (the run exits otherwise), a table with every shown op."""
+    rates and KV events (the run exits otherwise) on FULL, FULL+SWA and FULL+Mamba caches,
+    a table with every shown op."""
     from benchmarks import sglang_cores
 
     out = tmp_path / "cores.md"
-    sglang_cores.main(["--workloads", "chat", "--scale", "0.05", "--pool-tokens", "2048",
-                       "--out", str(out)])  # fmt: skip
+    sglang_cores.main(["--workloads", "chat", "--configs", "full,full+swa,full+mamba",
+                       "--scale", "0.05", "--pool-tokens", "2048", "--out", str(out)])  # fmt: skip
     text = out.read_text()
     assert "uniradix=UniradixTreeCore" in text and "python=UnifiedTreeCore" in text
-    assert all(f"| chat | 1 | {op} |" in text for op in sglang_cores.SHOWN_OPS)
+    for config in ("full", "full+swa", "full+mamba"):
+        assert all(f"| chat | {config} | 1 | {op} |" in text for op in sglang_cores.SHOWN_OPS)
 
 
 def test_a_receipt_released_on_another_node_is_refused_as_sglangs_cores_do():
