@@ -7,6 +7,7 @@ early, frees out-of-window slots and hands Mamba states back."""
 
 from __future__ import annotations
 
+import dataclasses
 import unittest
 from unittest import mock
 
@@ -158,3 +159,13 @@ FUZZ_CONFIGS = [c for c in CONFIGS if c.has_swa and not c.has_mamba and c.page_s
 def test_sglang_kit_fuzz_passes_on_both_cores(cfg, seed):
     run_kit_fuzz(cfg, "python", seed)
     run_kit_fuzz(cfg, "uniradix", seed)
+
+
+def test_eagle_on_a_mamba_cache_keys_by_tokens_on_both_cores():
+    """With Mamba, SGLang's cores ignore EAGLE's bigram keys; the uniradix core accepts the
+    setting and plays the same as SGLang's."""
+    cfg = dataclasses.replace(
+        next(c for c in CONFIGS if c.label == "FULL_MAMBA_ps1"), is_eagle=True
+    )
+    traces = [play_hybrid(build(cfg, core), 1, None, 120, 4) for core in ("python", "uniradix")]
+    assert traces[0] == traces[1]

@@ -113,6 +113,10 @@ def test_unsupported_configurations_are_refused_with_the_reason():
     session = SimpleNamespace(tree_components=(CT.FULL,), enable_session_radix_cache=True)
     with pytest.raises(ValueError, match=r"session-aware caching \(enable_session_radix_cache"):
         check_supported(session)
+    with pytest.raises(ValueError, match=r"EAGLE bigram keys \(is_eagle=True\)"):
+        check_supported(SimpleNamespace(tree_components=(CT.FULL, CT.SWA), is_eagle=True))
+    # As SGLang's cores do, a Mamba cache keys EAGLE requests by tokens: accepted.
+    check_supported(SimpleNamespace(tree_components=(CT.FULL, CT.MAMBA), is_eagle=True))
     cache = build("uniradix", 1)
     with pytest.raises(NotImplementedError, match="demote needs SGLang's host tier"):
         cache.tree_core.demote(cache.root_node_handle())
