@@ -2,7 +2,8 @@
 `uniradix.integrations.sglang`), SGLang's Rust core and its Python core.
 
     .venv/bin/python benchmarks/sglang_cores.py [--workloads chat,fewshot] [--page-sizes 1]
-        [--scale 0.3] [--pool-tokens 16384] [--out benchmarks/results/sglang_cores.md]
+        [--configs full,full+swa,full+mamba] [--scale 0.3] [--pool-tokens 16384]
+        [--out benchmarks/results/sglang_cores.md]
 
 Needs SGLang 0.5.23 in .venv (scripts/setup_sglang.sh). Each core gets its own cache on the
 same pools and plays the same request stream (`benchmarks/streams.py`) through the same
@@ -44,9 +45,11 @@ BATCH = 16
 TURN_BATCHES = 4
 
 
-def _adapter(core: str, page_size: int, pool_tokens: int, kv_events: bool) -> SGLangAdapter:
+def _adapter(
+    core: str, config: str, page_size: int, pool_tokens: int, kv_events: bool
+) -> SGLangAdapter:
     os.environ["SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND"] = core
-    cache = build_cache("full", page_size, pool_tokens, kv_events=kv_events)
+    cache = build_cache(config, page_size, pool_tokens, kv_events=kv_events)
     return SGLangAdapter(cache, page_size)
 
 
@@ -56,12 +59,14 @@ def _digest_events(digest: Any, cache: Any) -> None:
         digest.update(msgspec.msgpack.encode(event))
 
 
-def event_digests(spec: StreamSpec, page_size: int, pool_tokens: int) -> dict[str, str]:
+def event_digests(
+    spec: StreamSpec, config: str, page_size: int, pool_tokens: int
+) -> dict[str, str]:
     """An untimed pass per core with KV events on (SGLang's Python recorder hashes every
     page in Python, which would swamp the timed ops): the digest of all its events."""
     digests = {}
     for core in CORES:
-        adapter = _adapter(core, page_size, pool_tokens, kv_events=True)
+        adapter = _adapter(core, config, page_size, pool_tokens, kv_events=True)
         player, digest = Player(adapter, requests(spec), BATCH), hashlib.sha256()
         while not player.step(TURN_BATCHES):
             _digest_events(digest, adapter.cache)
@@ -70,11 +75,13 @@ def event_digests(spec: StreamSpec, page_size: int, pool_tokens: int) -> dict[st
     return digests
 
 
-def run_stream(workload: str, page_size: int, scale: float, pool_tokens: int) -> dict[str, Any]:
+def run_stream(
+    workload: str, config: str, page_size: int, scale: float, pool_tokens: int
+) -> dict[str, Any]:
     spec = StreamSpec(workload=workload, scale=scale, batch=BATCH)
     runs, classes = {}, {}
     for core in CORES:
-        adapter = _adapter(core, page_size, pool_tokens, kv_events=False)
+        adapter = _adapter(core, config, page_size, pool_tokens, kv_events=False)
         classes[core] = type(adapter.cache.tree_core).__name__
         runs[core] = Measurement(
             lambda a=adapter: a, lambda: requests(spec), heap=False, batch=BATCH
@@ -87,10 +94,10 @@ def run_stream(workload: str, page_size: int, scale: float, pool_tokens: int) ->
     results = {core: runs[core].finish() for core in CORES}
     rates = {core: round(r["hit_rate"], 9) for core, r in results.items()}
     if len(set(rates.values())) != 1:
-        raise SystemExit(f"{workload} p{page_size}: hit rates differ across cores: {rates}")
-    events = event_digests(spec, page_size, pool_tokens)
+        raise SystemExit(f"{workload} {config} p{page_size}: hit rates differ: {rates}")
+    events = event_digests(spec, config, page_size, pool_tokens)
     if len(set(events.values())) != 1:
-        raise SystemExit(f"{workload} p{page_size}: KV events differ across cores: {events}")
+        raise SystemExit(f"{workload} {config} p{page_size}: KV events differ: {events}")
     return {"results": results, "classes": classes, "events": events["uniradix"]}
 
 
@@ -100,29 +107,31 @@ def _op(result: dict[str, Any], op: str) -> float:
     return float(stats["median_us"]) if stats else float("nan")
 
 
-def table(rows: list[tuple[str, int, dict[str, Any]]], command: str) -> str:
+def table(rows: list[tuple[str, str, int, dict[str, Any]]], command: str) -> str:
     lines = [
         "# SGLang's UnifiedRadixCache per op: uniradix core vs SGLang's Rust and Python cores",
         "",
         f"Command: `{command}`",
         "",
-        "Median µs per call (FULL attention, CPU); `u/rust`: uniradix over Rust (below 1:"
+        "Median µs per call (CPU; config: the cache's components, SWA window 128);"
+        " `u/rust`: uniradix over Rust (below 1:"
         " uniradix faster), KV events off. Hit rates, and KV events (sha256 of SGLang's events"
         " in order, from a second, untimed pass with events on), are equal across the three"
         " cores (checked by the run).",
         "",
-        "| workload | page | op | uniradix | rust | python | u/rust | hit rate | KV events |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| workload | config | page | op | uniradix | rust | python | u/rust | hit rate"
+        " | KV events |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for workload, page_size, run in rows:
+    for workload, config, page_size, run in rows:
         r = run["results"]
         for op in SHOWN_OPS:
             u, rust, py = (_op(r[c], op) for c in CORES)
             lines.append(
-                f"| {workload} | {page_size} | {op} | {u:.1f} | {rust:.1f} | {py:.1f} |"
+                f"| {workload} | {config} | {page_size} | {op} | {u:.1f} | {rust:.1f} | {py:.1f} |"
                 f" {u / rust:.2f} | {r['uniradix']['hit_rate']:.4f} | {run['events']} |"
             )
-    classes = rows[0][2]["classes"] if rows else {}
+    classes = rows[0][3]["classes"] if rows else {}
     lines += ["", "Tree core classes built: " + ", ".join(f"{k}={v}" for k, v in classes.items())]
     return "\n".join(lines) + "\n"
 
@@ -131,6 +140,7 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workloads", default="chat,fewshot")
     p.add_argument("--page-sizes", default="1")
+    p.add_argument("--configs", default="full", help="full, full+swa, full+mamba (comma-separated)")
     p.add_argument("--scale", type=float, default=0.3)
     p.add_argument("--pool-tokens", type=int, default=16384)
     p.add_argument("--out", type=Path, default=REPO / "benchmarks/results/sglang_cores.md")
@@ -138,10 +148,10 @@ def main(argv: list[str] | None = None) -> None:
     assert set(SHOWN_OPS) <= set(OPS), f"ops {SHOWN_OPS} not all measured by benchmarks/ops.py"
     rows = []
     for workload in args.workloads.split(","):
-        for page_size in (int(x) for x in args.page_sizes.split(",")):
-            rows.append(
-                (workload, page_size, run_stream(workload, page_size, args.scale, args.pool_tokens))
-            )
+        for config in args.configs.split(","):
+            for page_size in (int(x) for x in args.page_sizes.split(",")):
+                run = run_stream(workload, config, page_size, args.scale, args.pool_tokens)
+                rows.append((workload, config, page_size, run))
     command = "python benchmarks/sglang_cores.py " + " ".join(
         sys.argv[1:] if argv is None else argv
     )

@@ -113,6 +113,10 @@ def test_unsupported_configurations_are_refused_with_the_reason():
     session = SimpleNamespace(tree_components=(CT.FULL,), enable_session_radix_cache=True)
     with pytest.raises(ValueError, match=r"session-aware caching \(enable_session_radix_cache"):
         check_supported(session)
+    with pytest.raises(ValueError, match=r"EAGLE bigram keys \(is_eagle=True\)"):
+        check_supported(SimpleNamespace(tree_components=(CT.FULL, CT.SWA), is_eagle=True))
+    # As SGLang's cores do, a Mamba cache keys EAGLE requests by tokens: accepted.
+    check_supported(SimpleNamespace(tree_components=(CT.FULL, CT.MAMBA), is_eagle=True))
     cache = build("uniradix", 1)
     with pytest.raises(NotImplementedError, match="demote needs SGLang's host tier"):
         cache.tree_core.demote(cache.root_node_handle())
@@ -130,12 +134,34 @@ def test_sglang_plugin_entry_point_registers_the_backend():
 
 def test_sglang_cores_benchmark_runs_and_checks_the_cores_agree(tmp_path):
     """benchmarks/sglang_cores.py at a tiny scale: every core built as asked, equal hit
-    rates and KV events (the run exits otherwise), a table with every shown op."""
+    rates and KV events (the run exits otherwise) on FULL, FULL+SWA and FULL+Mamba caches,
+    a table with every shown op."""
     from benchmarks import sglang_cores
 
     out = tmp_path / "cores.md"
-    sglang_cores.main(["--workloads", "chat", "--scale", "0.05", "--pool-tokens", "2048",
-                       "--out", str(out)])  # fmt: skip
+    sglang_cores.main(["--workloads", "chat", "--configs", "full,full+swa,full+mamba",
+                       "--scale", "0.05", "--pool-tokens", "2048", "--out", str(out)])  # fmt: skip
     text = out.read_text()
     assert "uniradix=UniradixTreeCore" in text and "python=UnifiedTreeCore" in text
-    assert all(f"| chat | 1 | {op} |" in text for op in sglang_cores.SHOWN_OPS)
+    for config in ("full", "full+swa", "full+mamba"):
+        assert all(f"| chat | {config} | 1 | {op} |" in text for op in sglang_cores.SHOWN_OPS)
+
+
+def test_a_receipt_released_on_another_node_is_refused_as_sglangs_cores_do():
+    """SGLang's kit expects a protocol violation (AssertionError or RuntimeError naming the
+    anchor); uniradix's rule asks ValueError for bad input: the error is both."""
+    cache = build("uniradix", 1)
+    allocator = cache.token_to_kv_pool_allocator
+    leaves = []
+    for tokens in ([1, 2, 3], [7, 8, 9]):
+        key = RadixKey(array("q", tokens))
+        cache.insert(InsertParams(key=key, value=allocator.alloc(3)))
+        leaves.append(cache.match_prefix(MatchPrefixParams(key=key)).last_device_node)
+    receipt = cache.inc_lock_ref(leaves[0]).to_dec_params()
+    before = (cache.evictable_size(), cache.protected_size())
+    for error in (ValueError, RuntimeError):
+        with pytest.raises(error, match=f"lock receipt anchored on node {leaves[0]}"):
+            cache.dec_lock_ref(leaves[1], receipt)
+    assert (cache.evictable_size(), cache.protected_size()) == before
+    cache.dec_lock_ref(leaves[0], receipt)
+    assert cache.protected_size() == 0

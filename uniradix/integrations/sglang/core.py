@@ -44,7 +44,7 @@ from uniradix.integrations.sglang.mamba import MambaTree
 from uniradix.integrations.sglang.refused import check_supported
 from uniradix.integrations.sglang.swa import SWA_INDEX, SwaTree
 from uniradix.integrations.sglang.views import TreeCoreViews
-from uniradix.tree.core import OverlapHook, TreeCore
+from uniradix.tree.core import TreeCore
 from uniradix.tree.node import TreeNode
 from uniradix.tree.policy import eviction_policy
 
@@ -194,18 +194,25 @@ class UniradixTreeCore(TreeCoreViews):
         if params.value is None:  # SGLang's own tests insert keys alone: slots = token ids
             value = torch.tensor(key.tolist()[:num_units], dtype=torch.int64)
         else:
-            value = params.value[:num_units]
+            value = params.value
+            if value.shape[0] > num_units:  # a slice costs more than the check
+                value = value[:num_units]
         result = InsertResult(
             prefix_len=0, adopted_ranges={} if params.track_adopted_ranges else None
         )
         actions: list[Any] = []
-        on_overlap = self._overlap_hook(value, params, result, actions)
+        swa, floor = self.swa, params.prev_prefix_len
+        on_overlap = _no_hook if swa is None else swa.overlap_hook(value, params, result, actions)
         target, present, is_new = self.tree.insert(
             key, num_units, on_overlap, params.inserted_len, params.priority or 0
         )
+        if swa is None and floor < present:
+            # The request's own slots for tokens the tree already held, past its prefix: one
+            # range, freed as SGLang's per-node frees would free it.
+            actions.append(FreeDeviceKV(indices=[value[floor:present]]))
         if is_new:
             result.record_adopted_range(FULL, present, num_units)
-            target.data[0].value = to_slots(value[present:])
+            target.data[0].value = to_slots(value, present)
             self._nodes[target.id] = target
             self._evictable += target.num_tokens
             self.tree.update_leaf(target)
@@ -225,26 +232,6 @@ class UniradixTreeCore(TreeCoreViews):
             return InsertStepResult(actions=actions)
         self._refresh_after_insert(target)
         return InsertStepResult(actions=actions, result=result)
-
-    def _overlap_hook(
-        self, value: torch.Tensor, params: Any, result: Any, actions: list[Any]
-    ) -> OverlapHook:
-        """For each node the key already covers, the request's duplicate slots past
-        `prev_prefix_len` are handed back (with SWA, see `SwaTree.overlap_hook`)."""
-        if self.swa is not None:
-            return self.swa.overlap_hook(value, params, result, actions)
-        floor = params.prev_prefix_len
-        # One FreeDeviceKV for the whole insert: the same frees in the same order.
-        duplicates: list[torch.Tensor] = []
-
-        def on_overlap(node: TreeNode, offset: int, units: int) -> None:
-            start = max(offset, floor)
-            if start < offset + units:
-                if not duplicates:
-                    actions.append(FreeDeviceKV(indices=duplicates))
-                duplicates.append(value[start : offset + units])
-
-        return on_overlap
 
     def _refresh_after_insert(self, target: TreeNode) -> None:
         if self.swa is not None and target.parent is not None:
@@ -299,8 +286,7 @@ class UniradixTreeCore(TreeCoreViews):
         return result
 
     def dec_lock_ref(self, node_id: int, params: Any, skip_swa: bool = False) -> Any:
-        if params.node_id != node_id:
-            raise ValueError(f"lock receipt of node {params.node_id} released on node {node_id}")
+        _check_receipt(node_id, params)
         node, skipped = self._node(node_id), params.skipped_lock_components
         # After an early SWA release (`dec_swa_lock_only`) the SWA part, and the Mamba part
         # below it in priority, are already gone.
@@ -316,8 +302,7 @@ class UniradixTreeCore(TreeCoreViews):
         return DecLockRefResult()
 
     def dec_swa_lock_only(self, node_id: int, params: Any) -> Any:
-        if params.node_id != node_id:
-            raise ValueError(f"lock receipt of node {params.node_id} released on node {node_id}")
+        _check_receipt(node_id, params)
         result = DecSwaLockOnlyResult()
         node = self._node(node_id)
         if self.swa is not None and node.parent is not None:
@@ -390,3 +375,19 @@ class UniradixTreeCore(TreeCoreViews):
     ) -> None:
         if self.mamba is not None:
             self.mamba.evict_excess(self._node(tail_node_id), device_frees)
+
+
+def _no_hook(node: TreeNode, offset: int, units: int) -> None:
+    """The full-only insert needs nothing per reused node (its duplicates are one range)."""
+
+
+class LockReceiptError(ValueError, RuntimeError):
+    """A lock released with another node's receipt: bad input, and the protocol violation
+    SGLang's conformance kit expects its cores to report (as an assertion or RuntimeError)."""
+
+
+def _check_receipt(node_id: int, params: Any) -> None:
+    if params.node_id != node_id:
+        raise LockReceiptError(
+            f"lock receipt anchored on node {params.node_id} released on node {node_id}"
+        )

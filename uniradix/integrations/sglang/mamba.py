@@ -65,7 +65,8 @@ class MambaTree:
         data = node.data[self.index]
         if data.value is not None:
             raise ValueError(f"node {node.id} already holds a Mamba state")
-        data.value = value.detach().cpu().numpy().copy()
+        # A host copy in the state's own dtype (the controller frees it back as it gave it).
+        data.value = (value if value.is_cpu else value.detach().cpu()).numpy().copy()
         self.lru.insert_mru(node)
         # A state that arrives under a lock is protected; the last release makes it evictable.
         if data.lock_ref > 0:

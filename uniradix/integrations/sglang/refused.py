@@ -36,9 +36,11 @@ def check_supported(params: Any) -> None:
         )
     refused = {
         "enable_session_radix_cache": "session-aware caching",
-        "is_eagle": "EAGLE bigram keys",
         "component_registry_override": "custom components",
     }
+    # SGLang keys a Mamba cache by tokens even for EAGLE (its cores drop bigrams there).
+    if _MAMBA not in components:
+        refused["is_eagle"] = "EAGLE bigram keys"
     for name, what in refused.items():
         if getattr(params, name, None):
             raise ValueError(f"the uniradix TreeCore does not support {what} ({name}=True)")
