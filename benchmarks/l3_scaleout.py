@@ -11,8 +11,9 @@ ideal, cache-aware >= 0.9x.
 
 The servers are local `redis-server` processes without persistence on free loopback ports.
 Run from the repository root:
-`python -m benchmarks.l3_scaleout --trace TRACE [--requests 1000] [--out
-benchmarks/results/storage.md]` (`--requests 0`: the whole trace). `--out` replaces this
+`python -m benchmarks.l3_scaleout [--trace TRACE] [--requests 1000] [--out
+benchmarks/results/storage.md]` (`--requests 0`: the whole trace; the trace defaults to
+`benchmarks.trace.TRACE`, `$UNIRADIX_TRACE`). `--out` replaces this
 benchmark's section of that file (or appends it), leaving the rest as it is.
 """
 
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.redis_servers import RedisProcess, start_cluster
+from benchmarks.trace import TRACE
 
 HEADING = "## Scale-out: 4 instances sharing L3"
 PER_INSTANCE = ["--full-tokens", "1048576", "--host-tokens", "1048576"]
@@ -136,7 +138,9 @@ def replace_section(path: Path, text: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trace", required=True, help="a Mooncake-format JSONL trace")
+    parser.add_argument(
+        "--trace", default=str(TRACE), help="a Mooncake-format JSONL trace (default: %(default)s)"
+    )
     parser.add_argument("--requests", type=int, default=1000, help="first N (0: all)")
     parser.add_argument("--out", help="the results file whose section to replace")
     args = parser.parse_args()

@@ -6,6 +6,7 @@ over): counted misses, no call longer than its timeouts, no wrong data, then hit
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -179,4 +180,22 @@ def test_plain_redis_py_cluster_client_still_works(redis_cluster: list[RedisServ
     keys, data = pages(30, seed=5)
     assert store.batch_set(keys, data) == 30
     assert store.batch_exists(keys) == 30
+    store.close()
+
+
+def test_threads_share_one_cluster_store(redis_cluster: list[RedisServer]) -> None:
+    store = cluster_store(redis_cluster)
+    batches = [pages(50, seed=10 + t) for t in range(4)]
+
+    def work(keys: list[PageKey], data: list[bytes]) -> bool:
+        for _ in range(10):
+            if store.batch_set(keys, data) != 50 or store.batch_exists(keys) != 50:
+                return False
+            if [bytes(p) for p in store.batch_get(keys, 256)] != data:  # type: ignore[arg-type]
+                return False
+        return True
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(lambda b: work(*b), batches))
+    assert store.stats().failed_ops == 0 and store.stats().pages_read == 4 * 10 * 50
     store.close()
