@@ -15,7 +15,8 @@ failover). Then the slot map is refreshed once and the affected pages are sent a
 A page still redirected after that is a miss for the caller (absent, not stored); a master
 still lost, or a cluster still down, fails the whole call (the backend counts a store
 failure, and its breaker turns L3 off when failures go on). Every command is bounded by the
-client's socket timeouts, so a call never hangs.
+client's socket timeouts, so a call never hangs: a master that stops answering costs one
+timeout (not retried), a lost one at most a refresh and a second attempt.
 """
 
 from __future__ import annotations
@@ -44,7 +45,10 @@ Spread = Callable[[Reply, int], list[Reply]]
 REDIRECTED = (AskError, TryAgainError)  # `MovedError` is an `AskError`
 """Replies meaning "not on this master now": a miss once the retry is spent."""
 _STALE_MAP = (*REDIRECTED, ClusterDownError)
-_NODE_LOST = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
+# A master that refused or dropped the connection (killed, restarted, replaced): the map may
+# be stale, worth one refresh. A timeout is not retried: a master that stopped answering
+# would cost its timeout again.
+_NODE_LOST = (redis.exceptions.ConnectionError, OSError)
 MAX_THREADS = 8
 
 
