@@ -34,7 +34,6 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from uniradix.hashing.storage_keys import KEY_PREFIX
 from uniradix.storage.redis_wire import Reply, Sent, receive, send
 
 Packer = Callable[[list[int]], Sequence[bytes | memoryview]]
@@ -49,11 +48,8 @@ _STALE_MAP = (*REDIRECTED, ClusterDownError)
 # be stale, worth one refresh. A timeout is not retried: a master that stopped answering
 # would cost its timeout again.
 _NODE_LOST = (redis.exceptions.ConnectionError, OSError)
-MAX_THREADS = 8
-
-
-_SLOTS = 16384  # a key's slot is CRC16(key) mod 16384; page names have no {hash tag}
-assert "{" not in KEY_PREFIX
+# A key's slot is CRC16(key) mod 16384: page names (`ur1.<hex>.<hex>`) have no {hash tag}.
+_SLOTS = 16384
 
 
 class ClusterBatches:
