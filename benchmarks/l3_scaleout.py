@@ -13,8 +13,8 @@ The servers are local `redis-server` processes without persistence on free loopb
 Run from the repository root:
 `python -m benchmarks.l3_scaleout [--trace TRACE] [--requests 1000] [--out
 benchmarks/results/storage.md]` (`--requests 0`: the whole trace; the trace defaults to
-`benchmarks.trace.TRACE`, `$UNIRADIX_TRACE`). `--out` replaces this
-benchmark's section of that file (or appends it), leaving the rest as it is.
+`benchmarks.trace.TRACE`, `$UNIRADIX_TRACE`). `--out` replaces this benchmark's section for
+that many requests in that file (or appends it), leaving the rest as it is.
 """
 
 from __future__ import annotations
@@ -124,14 +124,16 @@ def render(ideal: dict[str, Any], rows: list[Row], requests: int, trace: str) ->
 
 
 def replace_section(path: Path, text: str) -> None:
-    """Puts `text` (a section starting with `HEADING`) in place of that section of the file,
-    or at its end."""
+    """Puts `text` (a section: a `## ` heading line, then its body) in place of the file's
+    section with the same heading line (so the first 1,000 requests and the whole trace keep
+    a section each), or at the file's end."""
     old = path.read_text() if path.exists() else ""
-    start = old.find(HEADING)
+    heading = text.split("\n", 1)[0] + "\n"
+    start = old.find(heading)
     if start < 0:
         path.write_text(old.rstrip("\n") + "\n\n" + text if old else text)
         return
-    end = old.find("\n## ", start + len(HEADING))
+    end = old.find("\n## ", start + len(heading))
     rest = "" if end < 0 else old[end + 1 :]
     path.write_text(old[:start] + text + ("\n" + rest if rest else ""))
 
