@@ -11,9 +11,10 @@ ideal, cache-aware >= 0.9x.
 
 The servers are local `redis-server` processes without persistence on free loopback ports.
 Run from the repository root:
-`python -m benchmarks.l3_scaleout --trace TRACE [--requests 1000] [--out
-benchmarks/results/storage.md]` (`--requests 0`: the whole trace). `--out` replaces this
-benchmark's section of that file (or appends it), leaving the rest as it is.
+`python -m benchmarks.l3_scaleout [--trace TRACE] [--requests 1000] [--out
+benchmarks/results/storage.md]` (`--requests 0`: the whole trace; the trace defaults to
+`benchmarks.trace.TRACE`, `$UNIRADIX_TRACE`). `--out` replaces this benchmark's section for
+that many requests in that file (or appends it), leaving the rest as it is.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.redis_servers import RedisProcess, start_cluster
+from benchmarks.trace import TRACE
 
 HEADING = "## Scale-out: 4 instances sharing L3"
 PER_INSTANCE = ["--full-tokens", "1048576", "--host-tokens", "1048576"]
@@ -122,21 +124,25 @@ def render(ideal: dict[str, Any], rows: list[Row], requests: int, trace: str) ->
 
 
 def replace_section(path: Path, text: str) -> None:
-    """Puts `text` (a section starting with `HEADING`) in place of that section of the file,
-    or at its end."""
+    """Puts `text` (a section: a `## ` heading line, then its body) in place of the file's
+    section with the same heading line (so the first 1,000 requests and the whole trace keep
+    a section each), or at the file's end."""
     old = path.read_text() if path.exists() else ""
-    start = old.find(HEADING)
+    heading = text.split("\n", 1)[0] + "\n"
+    start = old.find(heading)
     if start < 0:
         path.write_text(old.rstrip("\n") + "\n\n" + text if old else text)
         return
-    end = old.find("\n## ", start + len(HEADING))
+    end = old.find("\n## ", start + len(heading))
     rest = "" if end < 0 else old[end + 1 :]
     path.write_text(old[:start] + text + ("\n" + rest if rest else ""))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trace", required=True, help="a Mooncake-format JSONL trace")
+    parser.add_argument(
+        "--trace", default=str(TRACE), help="a Mooncake-format JSONL trace (default: %(default)s)"
+    )
     parser.add_argument("--requests", type=int, default=1000, help="first N (0: all)")
     parser.add_argument("--out", help="the results file whose section to replace")
     args = parser.parse_args()

@@ -35,6 +35,7 @@ import numpy as np
 import redis
 import xxhash
 
+from benchmarks import l3_scaleout as scaleout
 from benchmarks.redis_servers import RedisProcess, start_cluster
 from uniradix.hashing.page import page_digests
 from uniradix.key import RadixKey
@@ -357,7 +358,11 @@ def main() -> None:
     text = render(results, setup) + "\n" + render_cluster(cluster_rows, cluster_setup)
     print(text)
     if args.out:
-        Path(args.out).write_text(text)
+        out = Path(args.out)
+        old = out.read_text() if out.exists() else ""
+        out.write_text(text)
+        if scaleout.HEADING in old:  # `benchmarks.l3_scaleout`'s section stays
+            scaleout.replace_section(out, old[old.index(scaleout.HEADING) :])
 
 
 if __name__ == "__main__":

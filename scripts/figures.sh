@@ -60,6 +60,7 @@ if want storage; then
         $UR replay --trace "$UNIRADIX_TRACE" --config full --page-size 16 --full-tokens 1048576 \
             --host-tokens 4194304 --storage "file://$l3" --json
         rm -rf "$l3"
+        $PY -m benchmarks.l3_scaleout --requests 1000 --out "$R/storage.md"
     fi
 fi
 

@@ -51,7 +51,9 @@ def test_scaleout_section_replaces_only_its_own(tmp_path: Path) -> None:
     out = tmp_path / "results.md"
     out.write_text("# Storage\n\nbefore\n\n## Other\n\nkept\n")
     replace_section(out, f"{HEADING} (first 10 requests)\n\nold table\n")
-    replace_section(out, f"{HEADING} (first 20 requests)\n\nnew table\n")
+    replace_section(out, f"{HEADING} (all 40 requests)\n\nwhole trace\n")
+    replace_section(out, f"{HEADING} (first 10 requests)\n\nnew table\n")
     text = out.read_text()
-    assert text.count(HEADING) == 1 and "new table" in text and "old table" not in text
+    assert text.count(HEADING) == 2 and "old table" not in text
     assert text.startswith("# Storage\n\nbefore\n\n## Other\n\nkept\n")
+    assert text.index("new table") < text.index("whole trace")  # replaced in place

@@ -5,7 +5,9 @@ over): counted misses, no call longer than its timeouts, no wrong data, then hit
 
 from __future__ import annotations
 
+import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -179,4 +181,46 @@ def test_plain_redis_py_cluster_client_still_works(redis_cluster: list[RedisServ
     keys, data = pages(30, seed=5)
     assert store.batch_set(keys, data) == 30
     assert store.batch_exists(keys) == 30
+    store.close()
+
+
+def test_threads_share_one_cluster_store(redis_cluster: list[RedisServer]) -> None:
+    store = cluster_store(redis_cluster)
+    batches = [pages(50, seed=10 + t) for t in range(4)]
+
+    def work(keys: list[PageKey], data: list[bytes]) -> bool:
+        for _ in range(10):
+            if store.batch_set(keys, data) != 50 or store.batch_exists(keys) != 50:
+                return False
+            if [bytes(p) for p in store.batch_get(keys, 256)] != data:  # type: ignore[arg-type]
+                return False
+        return True
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(lambda b: work(*b), batches))
+    assert store.stats().failed_ops == 0 and store.stats().pages_read == 4 * 10 * 50
+    store.close()
+
+
+def test_a_master_that_stops_answering_costs_one_timeout(own_cluster: list[RedisServer]) -> None:
+    store = cluster_store(own_cluster, "?timeout_s=0.3&breaker_failures=2&breaker_cooldown_s=0.3")
+    keys, data = pages(30, seed=6)
+    assert store.batch_set(keys, data) == 30
+    frozen = owner(own_cluster, key_slot(keys[0].name.encode()))
+    assert frozen.proc is not None
+    frozen.proc.send_signal(signal.SIGSTOP)
+    try:
+        start = time.monotonic()
+        got = store.batch_get(keys, 256)
+        assert time.monotonic() - start < 1.0  # one 0.3 s timeout, no retry
+        assert all(getattr(p, "reason", None) is MissReason.BACKEND_ERROR for p in got)
+        assert timed(store.batch_exists, keys) == 0  # the breaker opens after two failures
+        assert store.stats().breaker_state == "open"
+    finally:
+        frozen.proc.send_signal(signal.SIGCONT)
+    deadline = time.monotonic() + 10
+    while store.batch_exists(keys) != 30:
+        assert time.monotonic() < deadline, "hits did not resume"
+        time.sleep(0.1)
+    assert [bytes(p) for p in store.batch_get(keys, 256)] == data  # type: ignore[arg-type]
     store.close()

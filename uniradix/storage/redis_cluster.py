@@ -15,7 +15,8 @@ failover). Then the slot map is refreshed once and the affected pages are sent a
 A page still redirected after that is a miss for the caller (absent, not stored); a master
 still lost, or a cluster still down, fails the whole call (the backend counts a store
 failure, and its breaker turns L3 off when failures go on). Every command is bounded by the
-client's socket timeouts, so a call never hangs.
+client's socket timeouts, so a call never hangs: a master that stops answering costs one
+timeout (not retried), a lost one at most a refresh and a second attempt.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from uniradix.hashing.storage_keys import KEY_PREFIX
 from uniradix.storage.redis_wire import Reply, Sent, receive, send
 
 Packer = Callable[[list[int]], Sequence[bytes | memoryview]]
@@ -44,12 +44,12 @@ Spread = Callable[[Reply, int], list[Reply]]
 REDIRECTED = (AskError, TryAgainError)  # `MovedError` is an `AskError`
 """Replies meaning "not on this master now": a miss once the retry is spent."""
 _STALE_MAP = (*REDIRECTED, ClusterDownError)
-_NODE_LOST = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
-MAX_THREADS = 8
-
-
-_SLOTS = 16384  # a key's slot is CRC16(key) mod 16384; page names have no {hash tag}
-assert "{" not in KEY_PREFIX
+# A master that refused or dropped the connection (killed, restarted, replaced): the map may
+# be stale, worth one refresh. A timeout is not retried: a master that stopped answering
+# would cost its timeout again.
+_NODE_LOST = (redis.exceptions.ConnectionError, OSError)
+# A key's slot is CRC16(key) mod 16384: page names (`ur1.<hex>.<hex>`) have no {hash tag}.
+_SLOTS = 16384
 
 
 class ClusterBatches:
