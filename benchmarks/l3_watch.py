@@ -10,6 +10,8 @@ printed.
 - `TimedConnection`, a redis-py connection class: times each socket connect and each wait
   for a reply, the waits the client's `socket_timeout` / `socket_connect_timeout` bound.
 - `NoticeCounter`, a logging handler: counts the lines L3 prints (`uniradix.storage`).
+- `StallMeter`, a thread that sleeps 10 ms at a time and notes how late it wakes: how long
+  the process could not run at all (a loaded machine), the floor under every call's time.
 """
 
 from __future__ import annotations
@@ -170,3 +172,32 @@ class NoticeCounter(logging.Handler):
         log = logging.getLogger("uniradix.storage")
         log.removeHandler(self)
         log.propagate = True
+
+
+class StallMeter:
+    """Sleeps `tick_s` at a time on its own thread; `longest_s` is the latest wake-up seen
+    (beyond the tick), `stalls` how many came later than `limit_s`."""
+
+    def __init__(self, tick_s: float = 0.01, limit_s: float = 0.05) -> None:
+        self.tick_s, self.limit_s = tick_s, limit_s
+        self.longest_s = 0.0
+        self.stalls = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="stall-meter", daemon=True)
+
+    def __enter__(self) -> StallMeter:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            t0 = time.perf_counter()
+            if self._stop.wait(self.tick_s):
+                return
+            late = time.perf_counter() - t0 - self.tick_s
+            self.longest_s = max(self.longest_s, late)
+            self.stalls += late > self.limit_s
