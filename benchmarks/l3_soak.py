@@ -48,7 +48,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from benchmarks.delay_proxy import DelayProxy
-from benchmarks.l3_watch import Longest, NoticeCounter, StoreWatch, TimedConnection
+from benchmarks.l3_watch import Longest, NoticeCounter, StallMeter, StoreWatch, TimedConnection
 from benchmarks.redis_servers import RedisProcess
 from benchmarks.soak import ShuffledEngine, Soak, random_specs
 from benchmarks.store_faults import FaultInjector, FileFaults, RedisFaults
@@ -276,7 +276,11 @@ def soak_lane(
     checks = violations = 0
     leaks: dict[str, int] = {}
     work = Path(tempfile.mkdtemp(prefix="uniradix-l3-soak-"))
-    with NoticeCounter() as notices, open_store(store, work, hold_s) as (backend, kinds):
+    with (
+        StallMeter() as stalls,
+        NoticeCounter() as notices,
+        open_store(store, work, hold_s) as (backend, kinds),
+    ):
         watch = StoreWatch(backend)
         injector = FaultInjector(kinds, seed, gap_s, lane.ops).start()
         t0 = time.perf_counter()
@@ -317,6 +321,8 @@ def soak_lane(
         "faults": faults,
         "fault_errors": injector.errors,
         "notices": notices.counts,
+        "process_stall_s": stalls.longest_s,
+        "process_stalls": stalls.stalls,
         "store_stats": stats,
     }
 

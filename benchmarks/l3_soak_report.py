@@ -84,14 +84,18 @@ def render(
         f"Longest cache call: `{cache_call[0]}` {cache_call[1]:.3f} s; longest prefetch wait "
         f"{waited:.3f} s (its deadline at most {prefetch_max_s} s).",
     ]
+    stall = max(r.get("process_stall_s", 0.0) for r in rows)
+    lines.append(
+        f"The process itself stalled (a 10 ms sleep woke late) by up to {stall:.3f} s, "
+        f"{sum(r.get('process_stalls', 0) for r in rows):,} times by more than 50 ms."
+    )
     notices: dict[str, int] = {}
     errors = [e for r in rows for e in r["fault_errors"]]
     for r in rows:
         for words, n in r["notices"].items():
             notices[words] = notices.get(words, 0) + n
-    lines.append(
-        "Lines L3 printed: " + ", ".join(f'"{w}" {n}' for w, n in sorted(notices.items())) + "."
-    )
+    printed = ", ".join(f'"{w}" {n}' for w, n in sorted(notices.items()))
+    lines.append(f"Lines L3 printed: {printed or 'none'}.")
     if errors:
         lines.append(f"Faults that could not be injected: {len(errors)} (first: {errors[0]}).")
     return "\n".join(lines)

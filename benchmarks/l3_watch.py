@@ -10,6 +10,8 @@ printed.
 - `TimedConnection`, a redis-py connection class: times each socket connect and each wait
   for a reply, the waits the client's `socket_timeout` / `socket_connect_timeout` bound.
 - `NoticeCounter`, a logging handler: counts the lines L3 prints (`uniradix.storage`).
+- `StallMeter`, a thread that sleeps 10 ms at a time and notes how late it wakes: how long
+  the process could not run at all (a loaded machine), the floor under every call's time.
 """
 
 from __future__ import annotations
@@ -57,7 +59,9 @@ class Longest:
 class StoreWatch:
     def __init__(self, backend: StorageBackend) -> None:
         self.backend = backend
-        self.written: dict[str, bytes] = {}  # key name -> its payloads' digests, joined
+        # Key name -> its payload's digest, or the set of them when it was written with
+        # other bytes too (a Mamba state saved again from another host slot).
+        self.written: dict[str, bytes | set[bytes]] = {}
         self.pages_checked = 0
         self.wrong_data = 0
         self.wrong_examples: list[str] = []
@@ -87,9 +91,13 @@ class StoreWatch:
             digests = [_digest(p) for p in payloads]
             with self._lock:
                 for key, digest in zip(keys, digests, strict=False):
-                    known = self.written.get(key.name, b"")
-                    if not _holds(known, digest):
-                        self.written[key.name] = known + digest
+                    known = self.written.get(key.name)
+                    if known is None:
+                        self.written[key.name] = digest
+                    elif isinstance(known, set):
+                        known.add(digest)
+                    elif known != digest:
+                        self.written[key.name] = {known, digest}
             return put(keys, payloads)
 
         return recorded
@@ -104,17 +112,15 @@ class StoreWatch:
                     if isinstance(page, Miss):
                         continue
                     self.pages_checked += 1
-                    if not _holds(self.written.get(key.name, b""), _digest(page)):
+                    known = self.written.get(key.name)
+                    digest = _digest(page)
+                    if digest != known and not (isinstance(known, set) and digest in known):
                         self.wrong_data += 1
                         if len(self.wrong_examples) < 5:
                             self.wrong_examples.append(f"{key.name}: {bytes(page[:16]).hex()}")
             return pages
 
         return checked
-
-
-def _holds(joined: bytes, digest: bytes) -> bool:
-    return any(joined[i : i + 8] == digest for i in range(0, len(joined), 8))
 
 
 class TimedConnection(redis.Connection):
@@ -166,3 +172,32 @@ class NoticeCounter(logging.Handler):
         log = logging.getLogger("uniradix.storage")
         log.removeHandler(self)
         log.propagate = True
+
+
+class StallMeter:
+    """Sleeps `tick_s` at a time on its own thread; `longest_s` is the latest wake-up seen
+    (beyond the tick), `stalls` how many came later than `limit_s`."""
+
+    def __init__(self, tick_s: float = 0.01, limit_s: float = 0.05) -> None:
+        self.tick_s, self.limit_s = tick_s, limit_s
+        self.longest_s = 0.0
+        self.stalls = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="stall-meter", daemon=True)
+
+    def __enter__(self) -> StallMeter:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            t0 = time.perf_counter()
+            if self._stop.wait(self.tick_s):
+                return
+            late = time.perf_counter() - t0 - self.tick_s
+            self.longest_s = max(self.longest_s, late)
+            self.stalls += late > self.limit_s
