@@ -409,3 +409,46 @@ def test_two_stores_sharing_a_directory_evict_and_write_without_errors(tmp_path:
     assert any(isinstance(p, memoryview) for p in pages)
     for j, page in enumerate(pages):
         assert isinstance(page, Miss) or bytes(page) == bytes([j % 256]) * 8
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_processes_sharing_a_directory_read_no_wrong_page(tmp_path: Path) -> None:
+    # Three processes write, read, delete and evict on one directory under one cap, small
+    # and large pages mixed: each checks every page it reads; none fails a call.
+    ks, cap = keys(300), 200_000
+    sizes = [50, 20_000, 8]  # packed, a segment each under this cap, packed
+
+    def payload(j: int) -> bytes:
+        return bytes([j % 256]) * sizes[j % 3]
+
+    pids = []
+    for n in range(3):
+        pid = os.fork()
+        if pid == 0:
+            status = 1
+            try:
+                store, rng = FileBackend(tmp_path, max_bytes=cap), random.Random(n)
+                deadline = time.monotonic() + 1.5
+                while time.monotonic() < deadline:
+                    lo = rng.randrange(290)
+                    op = rng.random()
+                    if op < 0.5:
+                        store.batch_set(ks[lo : lo + 10], [payload(j) for j in range(lo, lo + 10)])
+                    elif op < 0.9:
+                        for j, page in enumerate(store.batch_get(ks[lo : lo + 10]), lo):
+                            assert isinstance(page, Miss) or bytes(page) == payload(j)
+                    else:
+                        store.delete(ks[lo : lo + 2])
+                s = store.stats()
+                status = 0 if s.failed_ops == s.pages_corrupt == 0 else 2
+            finally:
+                os._exit(status)
+        pids.append(pid)
+    assert [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids] == [0, 0, 0]
+    fresh = FileBackend(tmp_path, max_bytes=cap)
+    pages = fresh.batch_get(ks)
+    assert any(isinstance(p, memoryview) for p in pages)
+    for j, page in enumerate(pages):
+        assert isinstance(page, Miss) or bytes(page) == payload(j)
+    assert fresh.stats().pages_corrupt == 0
+    assert fresh.used_bytes == du(tmp_path) <= cap  # the new one made it fit its cap
