@@ -120,6 +120,21 @@ def test_large_pages_get_a_segment_each(tmp_path: Path) -> None:
     ]
 
 
+def test_restart_reads_whole_segments_through_its_read_window(tmp_path: Path) -> None:
+    # 1 MiB segments of 135-byte frames: a scan reads them in 64 KiB windows, frames
+    # straddling the windows' ends; large pages between them are read only by their heads.
+    store = FileBackend(tmp_path)
+    ks = keys(12_000)
+    sizes = [55 if i % 1000 else 300 << 10 for i in range(12_000)]
+    for i in range(0, 12_000, 500):
+        assert store.batch_set(ks[i : i + 500], [data(j, sizes[j]) for j in range(i, i + 500)])
+    assert len(list((tmp_path / "segments").iterdir())) > 12
+    fresh = FileBackend(tmp_path)
+    assert fresh.batch_exists(ks) == 12_000 and fresh.used_bytes == du(tmp_path)
+    for j, page in zip(range(0, 12_000, 7), fresh.batch_get(ks[::7]), strict=True):
+        assert isinstance(page, memoryview) and bytes(page) == data(j, sizes[j])
+
+
 def test_page_larger_than_the_cap_is_refused(tmp_path: Path) -> None:
     store = capped(tmp_path, 2)
     assert store.batch_set(keys(1), [data(0)]) == 1

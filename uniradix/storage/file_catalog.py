@@ -97,7 +97,7 @@ class SegmentCatalog:
             st = os.fstat(fd)
             magic = len(segs.MAGIC)
             if st.st_size > seg.end and st.st_size >= magic:
-                read = segs.reader(fd, st.st_size)
+                read = segs.Reader(fd, st.st_size)
                 if seg.end == 0 and read(0, magic) != segs.MAGIC:
                     seg.end = st.st_size  # not a segment: counted, evictable, never read
                 else:
