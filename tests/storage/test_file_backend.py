@@ -467,3 +467,20 @@ def test_processes_sharing_a_directory_read_no_wrong_page(tmp_path: Path) -> Non
         assert isinstance(page, Miss) or bytes(page) == payload(j)
     assert fresh.stats().pages_corrupt == 0
     assert fresh.used_bytes == du(tmp_path) <= cap  # the new one made it fit its cap
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_writes_segments_of_its_own(tmp_path: Path) -> None:
+    store = FileBackend(tmp_path)
+    ks = keys(40)
+    store.batch_set(ks[:10], [data(i, 50) for i in range(10)])  # the parent's open segment
+    pid = os.fork()
+    if pid == 0:  # the child goes on with the parent's store object
+        os._exit(0 if store.batch_set(ks[10:20], [data(i, 50) for i in range(10, 20)]) else 1)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    store.batch_set(ks[20:], [data(i, 50) for i in range(20, 40)])  # appends where it was
+    assert len(list((tmp_path / "segments").iterdir())) == 2
+    pages = FileBackend(tmp_path).batch_get(ks, expected_bytes=50)
+    assert [bytes(p) for p in pages if isinstance(p, memoryview)] == [
+        data(i, 50) for i in range(40)
+    ]
