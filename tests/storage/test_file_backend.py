@@ -209,16 +209,20 @@ def test_torn_tail_of_a_dead_writer_is_cut_at_start(tmp_path: Path) -> None:
     dead = own.with_name(f"{HOST}-{int(done.stdout)}-0123abcd-00000001.seg")
     alive = own.with_name(f"{HOST}-{os.getpid()}-4567abcd-00000001.seg")
     elsewhere = own.with_name(f"otherhost-{int(done.stdout)}-89abcdef-00000001.seg")
+    damaged = own.with_name(f"{HOST}-{int(done.stdout)}-0123abcd-00000002.seg")
     whole = own.stat().st_size
     own.rename(dead)
-    for copy in (alive, elsewhere):  # a live store's, another machine's: may still grow
+    for copy in (alive, elsewhere, damaged):  # a live store's, another machine's: may grow
         copy.write_bytes(dead.read_bytes())
     for path in (dead, alive, elsewhere):
         with open(path, "ab") as f:
             f.write(torn)
+    with open(damaged, "ab") as f:  # not a torn frame (a bad state byte): left as it is
+        f.write(b"\xff" + torn[1:])
     fresh = FileBackend(tmp_path)
     assert dead.stat().st_size == whole
     assert alive.stat().st_size == elsewhere.stat().st_size == whole + len(torn)
+    assert damaged.stat().st_size == whole + len(torn)
     pages = fresh.batch_get(ks[:2], expected_bytes=50)
     assert [bytes(p) for p in pages if isinstance(p, memoryview)] == [data(0, 50), data(1, 50)]
     assert fresh.used_bytes == du(tmp_path)

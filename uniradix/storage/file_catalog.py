@@ -104,7 +104,7 @@ class SegmentCatalog:
                     found, seg.end = segs.scan(read, max(seg.end, magic), st.st_size)
                     for entry in found:
                         self.put(name, seg, *entry)
-                    if trim and seg.end < st.st_size:
+                    if trim and seg.end < st.st_size and segs.torn(read, seg.end, st.st_size):
                         with contextlib.suppress(OSError):
                             os.truncate(path, seg.end)
                             st = os.fstat(fd)

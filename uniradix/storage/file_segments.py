@@ -107,6 +107,16 @@ def scan(read: Read, start: int, size: int) -> tuple[list[Entry], int]:
     return found, offset
 
 
+def torn(read: Read, end: int, size: int) -> bool:
+    """Whether the bytes from `end` (where `scan` stopped) to `size` are one frame cut short,
+    as a writer stopped mid-write leaves it; anything else (a damaged frame) is not."""
+    if size - end < FRAME.size:
+        return True
+    state, zero, name_len, blob_len = FRAME.unpack(read(end, FRAME.size))
+    valid = state in (LIVE, DEAD) and zero == 0 and name_len <= _MAX_NAME
+    return valid and end + FRAME.size + name_len + blob_len > size
+
+
 def segment_name(owner: str, seq: int) -> str:
     return f"{owner}-{seq:08d}{SUFFIX}"
 
