@@ -23,7 +23,7 @@ from tests.storage.conftest import RedisServer
 from uniradix.engine.engine import Engine, GenerateResult
 from uniradix.engine.model import TinyHybridModel
 from uniradix.storage import open_backend
-from uniradix.storage.file_segments import MAGIC, blob_of, frame_head, reader, scan
+from uniradix.storage.file_segments import MAGIC, Reader, blob_of, frame_head, scan
 from uniradix.storage.page_format import HEADER_BYTES
 from uniradix.tiers.controller import HostTier
 from uniradix.tiers.storage_tier import StorageTier
@@ -123,7 +123,7 @@ def _damage_every_page(directory: Path, damage: Callable[[bytes], bytes]) -> int
     for path in sorted((directory / "segments").iterdir()):
         data = path.read_bytes()
         with open(path, "rb") as f:
-            found, _ = scan(reader(f.fileno(), len(data)), len(MAGIC), len(data))
+            found, _ = scan(Reader(f.fileno(), len(data)), len(MAGIC), len(data))
         frames = [MAGIC]
         for name, offset, length in found:
             page = blob_of(data[offset : offset + length])

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 from uniradix.sim.replay import ReplayOptions, run_replay
-from uniradix.storage.file_segments import MAGIC, reader, scan
+from uniradix.storage.file_segments import MAGIC, Reader, scan
 
 SMALL = dict(config="full", page_size=16, max_requests=60, full_tokens=3000, host_tokens=6000)
 
@@ -23,7 +23,7 @@ def corrupt_every_tenth_page(directory: Path) -> int:
     for path in (directory / "segments").iterdir():
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
-            found, _ = scan(reader(f.fileno(), size), len(MAGIC), size)
+            found, _ = scan(Reader(f.fileno(), size), len(MAGIC), size)
         pages += [(name, path, offset + length - 1) for name, offset, length in found]
     for _, path, last in sorted(pages)[::10]:  # by name: spread over the chains
         data = bytearray(path.read_bytes())

@@ -84,10 +84,10 @@ class FileBackend(StorageBackend):
         self.segment_bytes = min(MAX_SEGMENT_BYTES, max(self.block_bytes, share))
         self._index_lock = threading.Lock()  # guards the catalog
         self._write_lock = threading.Lock()  # one writer appends to this store's segments
-        owner = f"{disk.HOST}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        self._cat = SegmentCatalog(self.directory, owner, self.block_bytes, max_bytes)
+        self._cat = SegmentCatalog(self.directory, _new_owner(), self.block_bytes, max_bytes)
         self._segs_dir = self._cat.folder
         self._seq = 0
+        self._pid = os.getpid()
         with self._index_lock:
             self._cat.rebuild()
 
@@ -149,14 +149,16 @@ class FileBackend(StorageBackend):
         return st
 
     def _check_open(self) -> None:
-        """Another store may have removed this store's open segment: start another."""
-        if (
-            self._cat.open is not None
-            and self._cat.open_fd >= 0
-            and os.fstat(self._cat.open_fd).st_nlink == 0
-        ):
+        """Another store may have removed this store's open segment: start another. A forked
+        child is another writer: it appends to segments of its own."""
+        cat = self._cat
+        if os.getpid() != self._pid:
             with self._index_lock:
-                self._cat.forget(self._cat.open)
+                self._pid, cat.owner = os.getpid(), _new_owner()
+                cat.close_open()
+        elif cat.open is not None and cat.open_fd >= 0 and os.fstat(cat.open_fd).st_nlink == 0:
+            with self._index_lock:
+                cat.forget(cat.open)
 
     # -- store operations --------------------------------------------------------------------
 
@@ -302,11 +304,20 @@ class FileBackend(StorageBackend):
             return None
         seg_name, offset, length = loc
         path = self._segs_dir / seg_name
-        with open(path, "rb") as f:
-            f.seek(offset)
-            name_len = segs.FRAME.unpack(f.read(segs.FRAME.size))[2]
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                name_len = segs.FRAME.unpack(f.read(segs.FRAME.size))[2]
+        except FileNotFoundError:  # removed meanwhile
+            return None
         head = segs.FRAME.size + name_len
         return path, offset + head, length - head
+
+
+def _new_owner() -> str:
+    """A store's name in its segments' names: host, pid (whether it may still write), and
+    an instance id (stores of one process apart)."""
+    return f"{disk.HOST}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
 def _from_url(url: str) -> FileBackend:

@@ -97,14 +97,14 @@ class SegmentCatalog:
             st = os.fstat(fd)
             magic = len(segs.MAGIC)
             if st.st_size > seg.end and st.st_size >= magic:
-                read = segs.reader(fd, st.st_size)
+                read = segs.Reader(fd, st.st_size)
                 if seg.end == 0 and read(0, magic) != segs.MAGIC:
                     seg.end = st.st_size  # not a segment: counted, evictable, never read
                 else:
                     found, seg.end = segs.scan(read, max(seg.end, magic), st.st_size)
                     for entry in found:
                         self.put(name, seg, *entry)
-                    if trim and seg.end < st.st_size:
+                    if trim and seg.end < st.st_size and segs.torn(read, seg.end, st.st_size):
                         with contextlib.suppress(OSError):
                             os.truncate(path, seg.end)
                             st = os.fstat(fd)

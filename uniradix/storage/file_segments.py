@@ -35,7 +35,7 @@ SUFFIX = ".seg"
 # The page header's key-space fingerprint and page digest (`page_format`'s offsets table).
 _FINGERPRINT, _DIGEST, _KEY_END = 8, 24, 56
 _MAX_NAME = 1024
-_WHOLE_READ_BYTES = 4 << 20  # a segment up to this size is read in one call when scanned
+_WINDOW_BYTES = 64 << 10
 
 Read = Callable[[int, int], bytes]
 Entry = tuple[str, int, int]
@@ -68,12 +68,20 @@ def blob_of(frame: bytes) -> memoryview | None:
     return memoryview(frame)[FRAME.size + name_len :]
 
 
-def reader(fd: int, size: int) -> Read:
-    """`read(offset, n)` over an open segment of `size` bytes: a small one is read once."""
-    if size <= _WHOLE_READ_BYTES:
-        data = os.pread(fd, size, 0)
-        return lambda offset, n: data[offset : offset + n]
-    return lambda offset, n: os.pread(fd, n, offset)
+class Reader:
+    """`read(offset, n)` over an open segment, through a window of 64 KiB: a scan reads a
+    segment of small pages in a few calls, and of a large page only its head."""
+
+    def __init__(self, fd: int, size: int) -> None:
+        self._fd, self._size = fd, size
+        self._start, self._data = 0, b""
+
+    def __call__(self, offset: int, n: int) -> bytes:
+        at = offset - self._start
+        if at < 0 or at + n > len(self._data):
+            self._start, at = offset, 0
+            self._data = os.pread(self._fd, min(max(n, _WINDOW_BYTES), self._size - offset), offset)
+        return self._data[at : at + n]
 
 
 def scan(read: Read, start: int, size: int) -> tuple[list[Entry], int]:
@@ -97,6 +105,16 @@ def scan(read: Read, start: int, size: int) -> tuple[list[Entry], int]:
                 found.append((name, offset, end - offset))
         offset = end
     return found, offset
+
+
+def torn(read: Read, end: int, size: int) -> bool:
+    """Whether the bytes from `end` (where `scan` stopped) to `size` are one frame cut short,
+    as a writer stopped mid-write leaves it; anything else (a damaged frame) is not."""
+    if size - end < FRAME.size:
+        return True
+    state, zero, name_len, blob_len = FRAME.unpack(read(end, FRAME.size))
+    valid = state in (LIVE, DEAD) and zero == 0 and name_len <= _MAX_NAME
+    return valid and end + FRAME.size + name_len + blob_len > size
 
 
 def segment_name(owner: str, seq: int) -> str:
