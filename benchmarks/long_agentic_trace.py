@@ -3,7 +3,7 @@
     .venv/bin/python -m benchmarks.long_agentic_trace generate OUT.jsonl [--requests 300]
         [--seed 0]
     .venv/bin/python -m benchmarks.long_agentic_trace replay OUT.jsonl [--config full]
-        [-- EXTRA uniradix replay ARGS]
+        [--tree DIR] [-- EXTRA uniradix replay ARGS]
 
 `generate` writes a Mooncake JSONL trace (512-token `hash_ids` blocks) with the shape of
 `aiperf synthesize agentic-code`'s default profile (aiperf itself pulls in a web stack and
@@ -15,8 +15,11 @@ would pass 190k tokens, or at random, more likely the longer it is. `SESSIONS` s
 once, each turn after an agentic (70%, median 1.8 s) or human (median 25 s) pause. Contexts
 run from ~40k to 190k tokens.
 
-`replay` runs `uniradix replay --trace OUT.jsonl --json` in a child process and prints its
-wall time (the process's, and the replay's own without imports and set-up), its peak RSS,
+`replay` runs `uniradix replay --trace OUT.jsonl --json` in a child process (from the
+source tree `--tree`, default this one: another revision's checkout compares before and
+after) and prints its wall time (the process's, and the replay's own without imports and
+set-up), the replay's CPU seconds (`Scheduler.run`'s process time: its wall time less the
+waits for a core, the figure to compare on a loaded machine), its peak RSS,
 its hit rate and a digest of its report minus timings (equal digests: identical replays).
 The pools hold `POOL_TOKENS` full-KV tokens; pages of 16, chunks of 8k.
 """
@@ -27,6 +30,7 @@ import argparse
 import hashlib
 import json
 import math
+import os
 import resource
 import subprocess
 import sys
@@ -37,6 +41,7 @@ import numpy as np
 
 from benchmarks.replay_diff import without_timings
 
+REPO = Path(__file__).resolve().parents[1]
 BLOCK = 512
 SHARED_TOKENS = 32_000
 MAX_CONTEXT = 190_000
@@ -103,20 +108,43 @@ def generate(num_requests: int, seed: int) -> list[dict[str, object]]:
     return rows
 
 
-def replay(trace: Path, config: str, extra: list[str]) -> dict[str, object]:
+# The child: `uniradix replay` with `Scheduler.run` timed in CPU seconds (written to stderr
+# last), so any revision's tree can be measured the same way.
+_CHILD = """
+import sys, time
+import uniradix.sim.scheduler as s
+from uniradix.cli import main
+run = s.Scheduler.run
+def timed(self):
+    t = time.process_time()
+    run(self)
+    print(f"cpu_s {time.process_time() - t}", file=sys.stderr)
+s.Scheduler.run = timed
+main(sys.argv[1:])
+"""
+
+
+def replay(trace: Path, config: str, extra: list[str], tree: Path = REPO) -> dict[str, object]:
     cmd = [
-        *(sys.executable, "-m", "uniradix.cli", "replay", "--trace", str(trace)),
+        *(sys.executable, "-c", _CHILD, "replay", "--trace", str(trace.resolve())),
         *("--config", config, "--page-size", "16", "--full-tokens", str(POOL_TOKENS)),
         *("--chunk-size", "8192", "--json", "--no-progress", *extra),
     ]
+    env = dict(os.environ, PYTHONPATH=str(tree.resolve()))
     t0 = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env, cwd=tree)
     wall = time.perf_counter() - t0
     if done.returncode != 0:
         raise SystemExit(f"replay failed (exit {done.returncode}): {done.stderr[-2000:]}")
     report = json.loads(done.stdout)
+    cpu = float(done.stderr.strip().splitlines()[-1].split()[1])
     peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return {"wall_s": round(wall, 2), "peak_rss_mb": round(peak_kib / 1024), "report": report}
+    return {
+        "wall_s": round(wall, 2),
+        "cpu_s": round(cpu, 2),
+        "peak_rss_mb": round(peak_kib / 1024),
+        "report": report,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     rep = sub.add_parser("replay")
     rep.add_argument("trace", type=Path)
     rep.add_argument("--config", default="full", choices=["full", "swa", "mamba", "hybrid"])
+    rep.add_argument("--tree", type=Path, default=REPO, help="source tree to replay with")
     rep.add_argument("extra", nargs="*", help="more `uniradix replay` arguments, after --")
     args = parser.parse_args(argv)
     if args.verb == "generate":
@@ -142,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{sum(lengths)} prompt tokens"
         )
         return 0
-    result = replay(args.trace, args.config, args.extra)
+    result = replay(args.trace, args.config, args.extra, args.tree)
     report = result["report"]
     assert isinstance(report, dict)
     # The digest of the report minus its timings: equal digests, identical replays.
@@ -150,8 +179,9 @@ def main(argv: list[str] | None = None) -> int:
         json.dumps(without_timings(report), sort_keys=True).encode()
     ).hexdigest()[:16]
     print(
-        f"process wall {result['wall_s']} s (replay {report['wall_s']:.2f} s, ideal "
-        f"{report['ideal_s']:.2f} s), peak RSS {result['peak_rss_mb']} MB, hit rate "
+        f"process wall {result['wall_s']} s (replay {report['wall_s']:.2f} s, "
+        f"{result['cpu_s']:.2f} CPU s; ideal {report['ideal_s']:.2f} s), "
+        f"peak RSS {result['peak_rss_mb']} MB, hit rate "
         f"{report['hit_rate']:.4f}, report digest {digest}"
     )
     return 0

@@ -41,3 +41,15 @@ def test_agentic_trace_has_the_long_context_shape(tmp_path: Path) -> None:
     again = tmp_path / "again.jsonl"
     long_agentic_trace.main(["generate", str(again), "--requests", "80", "--seed", "3"])
     assert again.read_text() == out.read_text()
+
+
+def test_agentic_replay_reports_cpu_seconds_and_digest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "trace.jsonl"
+    long_agentic_trace.main(["generate", str(trace), "--requests", "4", "--seed", "1"])
+    capsys.readouterr()
+    assert long_agentic_trace.main(["replay", str(trace), "--tree", "."]) == 0
+    out = capsys.readouterr().out
+    cpu = float(out.split(" CPU s")[0].rsplit(" ", 1)[1])
+    assert cpu > 0 and "report digest " in out

@@ -142,7 +142,7 @@ class UnifiedRadixCache:
 
     # ------------------------------------------------------------------ keys
     def make_key(
-        self, token_ids: Sequence[int] | torch.Tensor, extra_key: str | None = None
+        self, token_ids: Sequence[int] | torch.Tensor | np.ndarray, extra_key: str | None = None
     ) -> RadixKey:
         """The key this cache uses for `token_ids` (bigram view when EAGLE is on)."""
         return RadixKey(token_ids, extra_key, is_bigram=self.settings.is_eagle)

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from uniradix.types import Slots
@@ -44,8 +45,9 @@ class ReqToTokenPool:
         self._in_use[row] = False
         self._free_rows.append(row)
 
-    def write(self, row: int, start: int, slots: torch.Tensor) -> None:
-        """Sets `req_to_token[row, start : start + len(slots)] = slots`."""
+    def write(self, row: int, start: int, slots: torch.Tensor | Slots) -> None:
+        """Sets `req_to_token[row, start : start + len(slots)] = slots` (a tensor, or host
+        int64 slots as `TokenSlotAllocator.alloc_host` gives)."""
         end = start + slots.shape[0]
         if not self._in_use[row]:
             raise ValueError(f"write: row {row} is not allocated")
@@ -53,12 +55,15 @@ class ReqToTokenPool:
             raise ValueError(
                 f"write: positions [{start}, {end}) exceed max_context_len={self.max_context_len}"
             )
-        if self._host_table is not None and isinstance(slots, torch.Tensor) and slots.is_cpu:
+        table = self._host_table
+        if table is not None and type(slots) is np.ndarray:
+            table[row, start:end] = slots
+        elif table is not None and isinstance(slots, torch.Tensor) and slots.is_cpu:
             # Through the numpy view: a torch slice assignment costs ~10x more per call, and
             # the scheduler writes once per request per allocation.
-            self._host_table[row, start:end] = slots.numpy()
+            table[row, start:end] = slots.numpy()
         else:
-            self.req_to_token[row, start:end] = slots
+            self.req_to_token[row, start:end] = torch.as_tensor(slots)
 
     def read(self, row: int, start: int, end: int) -> torch.Tensor:
         return self.req_to_token[row, start:end]

@@ -88,6 +88,9 @@ class CheckpointPlan:
         self.free_before_publish = self.align is not None and any(
             c.component_type == ComponentType.SWA for c in cache.components
         )
+        # Whether any pass tracks a Mamba state (extra-buffer mode); else the track
+        # positions are all None
+        self.tracks = self.mamba is not None and self.mamba.pool.extra_buffer
 
     def seqlens(self, prompt_len: int, match: MatchResult) -> tuple[int, ...]:
         """`Req.checkpoint_seqlens` for a request admitted with `match`."""
@@ -116,8 +119,9 @@ class CheckpointPlan:
     def output_track_seqlen(self, request: RunningRequest, start: int, end: int) -> int | None:
         """`track_seqlen` of a decode step of `request`: None while its outputs are not
         checkpointed (placement on and finish states not resumed from often enough)."""
-        if self.mamba is None or not self.mamba.pool.extra_buffer:
+        if not self.tracks:
             return None
+        assert self.mamba is not None
         seqlen = self.mamba.checkpoint_seqlen(start, end)  # None within a page: most steps
         if seqlen is None or self.mamba_align is None or self.tracks_outputs(request):
             return seqlen

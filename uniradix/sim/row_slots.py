@@ -7,6 +7,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from uniradix.memory.allocator import TokenSlotAllocator
 from uniradix.memory.swa_allocator import SWASlotAllocator
 from uniradix.sim.batch import RunningRequest, SchedulerListener
 from uniradix.types import EvictParams
@@ -35,7 +36,10 @@ class RowSlots:
         if need <= 0:
             return True
         self.make_room(need)
-        slots = self.cache.pools.kv_allocator.alloc(need)
+        kv = self.cache.pools.kv_allocator
+        # Host slots where the allocator makes them (a plain one): the row is written through
+        # its host view, so no tensor is made and read back (per request per page of decode).
+        slots = kv.alloc_host(need) if type(kv) is TokenSlotAllocator else kv.alloc(need)
         if slots is None:
             return False
         assert req.req_pool_idx is not None

@@ -284,10 +284,12 @@ class Scheduler:
         previous = self._retracted.get(rid)
         if previous:
             tokens = previous.req.token_ids
-        else:
-            prompt = self.specs[rid].prompt.token_ids()
-            tokens = array("q", prompt.astype(np.int64, copy=False).tobytes())
-        return tokens, self.cache.make_key(tokens[:-1])
+            return tokens, self.cache.make_key(tokens[:-1])
+        prompt = np.ascontiguousarray(self.specs[rid].prompt.token_ids(), dtype=np.int64)
+        # One copy each for the tokens and the key (a long prompt's copies cost page faults).
+        tokens = array("q")
+        tokens.frombytes(prompt.data.cast("B"))
+        return tokens, self.cache.make_key(prompt[:-1])
 
     def abort(self, rid: int) -> None:
         """Drops request `rid` while it waits (not admitted yet): its L3 prefetch is
@@ -341,7 +343,8 @@ class Scheduler:
             self._retract(victim)
             retracted = True
         entries = []
-        track_seqlen = self.checkpoints.output_track_seqlen
+        # Without tracked Mamba states no entry tracks one: no call per request per token.
+        track_seqlen = self.checkpoints.output_track_seqlen if self.checkpoints.tracks else None
         for r in decoding:
             position = len(r.req.token_ids) - 1
             # Rows hold whole pages: a new slot is needed once per page, so the call is skipped
@@ -350,7 +353,8 @@ class Scheduler:
                 ok = self.slots.alloc(r, position + 1)
                 assert ok, "decode allocation failed after decode_fits"
             end = position + 1
-            entries.append(ForwardEntry(r, position, end, True, track_seqlen(r, position, end)))
+            track = None if track_seqlen is None else track_seqlen(r, position, end)
+            entries.append(ForwardEntry(r, position, end, True, track))
         if not entries:
             return retracted
         tokens = self.runner.forward(ForwardBatch(True, entries))
