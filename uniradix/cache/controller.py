@@ -104,7 +104,11 @@ class UnifiedRadixCache:
         self._mamba = self._by_type.get(ComponentType.MAMBA)
         self.host_tier: NoHostTier = NoHostTier()  # `uniradix.tiers.controller` attaches one
         self._validating = overriding(self.components, "match_validator")
-        self._match_required = tuple(c.index for c in self.components if c.match_requires_value)
+        # A match's end, checked by the walk: data of these indices; of these (index, window)
+        self._match_rules = (
+            tuple(c.index for c in self.components if c.match_requires_value),
+            tuple((c.index, c.match_window) for c in self.components if c.match_window),
+        )
         self._insert_checkers = overriding(self.components, "check_insert")
         self._finalizers = overriding(self.components, "finalize_match")
         # Requests' per-step window calls reach only the components that act on them.
@@ -172,7 +176,7 @@ class UnifiedRadixCache:
             validator = c.match_validator()
             if validator is not None:
                 validators.append(validator)
-        walk = self.tree.match(params.key, num_units, validators, self._match_required)
+        walk = self.tree.match(params.key, num_units, validators, *self._match_rules)
         accepted = walk.path[: walk.num_accepted]
         if accepted:
             self.tree.touch_path(accepted)
