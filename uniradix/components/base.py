@@ -243,3 +243,15 @@ def overriding(components: Sequence[TreeComponent], hook: str) -> list[TreeCompo
     it on the hot path (the default does nothing)."""
     default = getattr(TreeComponent, hook)
     return [c for c in components if getattr(type(c), hook) is not default]
+
+
+MatchRules = tuple[tuple[int, ...], tuple[tuple[int, int], ...]]
+
+
+def match_rules(components: Sequence[TreeComponent]) -> MatchRules:
+    """What a match's end needs, for the tree walk to check inline (`TreeCore.match`'s
+    `required` and `windows`): the indices whose data it must hold, and the (index, window)
+    pairs whose last window above it must hold theirs."""
+    required = tuple(c.index for c in components if c.match_requires_value)
+    windows = tuple((c.index, c.match_window) for c in components if c.match_window)
+    return required, windows

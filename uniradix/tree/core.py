@@ -102,11 +102,23 @@ class TreeCore:
             path.append(self.split(child, p))
             off += p * UNIT_BYTES
             break
-        if not validators and not required and not windows:
-            return MatchWalk(path, len(path), off // UNIT_BYTES)
+        if not validators and not required:
+            if not windows:
+                return MatchWalk(path, len(path), off // UNIT_BYTES)
+            if len(windows) == 1:  # SWA alone: the loop below without its generality
+                ((index, window),) = windows
+                live, num_accepted = _UNBOUNDED, 0
+                for i, n in enumerate(path):
+                    if n.data[index].value is None:
+                        live = 0
+                    else:
+                        live += n.num_tokens
+                        if live >= window:
+                            num_accepted = i + 1
+                return MatchWalk(path, num_accepted, off // UNIT_BYTES)
         num_accepted = 0
         # Units with data since the last node without it, per window (none yet: unbounded).
-        live = [_UNBOUNDED] * len(windows)
+        lives = [_UNBOUNDED] * len(windows)
         for i, n in enumerate(path):
             ok = True
             for validate in validators:
@@ -114,11 +126,11 @@ class TreeCore:
             data = n.data
             for w, (index, window) in enumerate(windows):
                 if data[index].value is None:
-                    live[w] = 0
+                    lives[w] = 0
                     ok = False
                 else:
-                    live[w] += n.num_tokens
-                    ok = ok and live[w] >= window
+                    lives[w] += n.num_tokens
+                    ok = ok and lives[w] >= window
             if ok:
                 for index in required:
                     if data[index].value is None:
