@@ -2,8 +2,8 @@
 
 `ADAPTERS` maps a configuration name to a builder `(page_size, pool_tokens) -> adapter`, with
 the pool sizes of `benchmarks/peer/sglang_driver.py`: for `full+swa` an SWA pool as large as
-the full pool and a window of 128; for `full+mamba` 512 state slots, a checkpoint grid of 64,
-and the ping-pong extra buffer at page sizes above 1.
+the full pool, a window of 128 and SGLang's LRU order of windows; for `full+mamba` 512 state
+slots, a checkpoint grid of 64, and the ping-pong extra buffer at page sizes above 1.
 """
 
 from __future__ import annotations
@@ -132,7 +132,9 @@ class HybridAdapter(FullAdapter):
 
 
 def build_swa(page_size: int, pool_tokens: int) -> HybridAdapter:
-    sizes = {"sliding_window": SWA_WINDOW, "swa_tokens": pool_tokens}
+    # SGLang evicts SWA windows in LRU order: the same order here, so both sides run the same
+    # algorithm (uniradix's default, `greedy_dual_output`, keeps per-window credits)
+    sizes = {"sliding_window": SWA_WINDOW, "swa_tokens": pool_tokens, "swa_eviction_policy": "lru"}
     return HybridAdapter(_cache(page_size, pool_tokens, **sizes))
 
 

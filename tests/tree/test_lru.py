@@ -54,3 +54,22 @@ def test_move_to_mru_of_the_head_and_of_the_tail_keeps_every_link():
         backwards.append(node.id)
         node = node.data[0].lru_prev
     assert backwards == [1, 2, 0]
+
+
+def test_place_after_moves_a_listed_node_behind_another_or_leaves_it_in_place():
+    lru = LRUList(index=0, num_components=1)
+    a, b, c, d = nodes(4)
+    for n in (a, b, c, d):
+        lru.insert_mru(n)  # order d, c, b, a
+    lru.place_after(lru.head, a)  # the least recent to the front
+    assert order(lru) == [0, 3, 2, 1] and len(lru) == 4
+    lru.place_after(a, b)  # from the tail end to right behind a
+    assert order(lru) == [0, 1, 3, 2]
+    lru.place_after(a, b)  # already there: nothing moves
+    assert order(lru) == [0, 1, 3, 2] and len(lru) == 4
+    backwards = []
+    node = lru.tail.data[0].lru_prev
+    while node is not lru.head:
+        backwards.append(node.id)
+        node = node.data[0].lru_prev
+    assert backwards == [2, 3, 1, 0]

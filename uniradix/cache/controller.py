@@ -30,7 +30,7 @@ from uniradix.cache.lock_receipts import LockReceipts
 from uniradix.cache.mamba_requests import MambaRequests, NoMambaRequests
 from uniradix.cache.paths import concat_values
 from uniradix.cache.sessions import NullSessions, SessionCache, SessionRelease
-from uniradix.components.base import TreeComponent, overriding
+from uniradix.components.base import TreeComponent, match_rules, overriding
 from uniradix.components.registry import (
     DEFAULT_REGISTRY,
     ComponentRegistry,
@@ -104,7 +104,7 @@ class UnifiedRadixCache:
         self._mamba = self._by_type.get(ComponentType.MAMBA)
         self.host_tier: NoHostTier = NoHostTier()  # `uniradix.tiers.controller` attaches one
         self._validating = overriding(self.components, "match_validator")
-        self._match_required = tuple(c.index for c in self.components if c.match_requires_value)
+        self._match_rules = match_rules(self.components)
         self._insert_checkers = overriding(self.components, "check_insert")
         self._finalizers = overriding(self.components, "finalize_match")
         # Requests' per-step window calls reach only the components that act on them.
@@ -172,12 +172,14 @@ class UnifiedRadixCache:
             validator = c.match_validator()
             if validator is not None:
                 validators.append(validator)
-        walk = self.tree.match(params.key, num_units, validators, self._match_required)
-        accepted = walk.path[: walk.num_accepted]
+        walk = self.tree.match(params.key, num_units, validators, *self._match_rules)
+        path, k = walk.path, walk.num_accepted
+        accepted = path if k == len(path) else path[:k]  # no copy of a path accepted whole
         if accepted:
             self.tree.touch_path(accepted)
             slots = concat_values([n.data[0].value for n in accepted])
-            indices, num_slots, last = self.to_device(slots), len(slots), accepted[-1]
+            num_slots, last = len(slots), accepted[-1]
+            indices = torch.from_numpy(slots) if self._on_cpu else self.to_device(slots)
         else:  # nothing usable (most Mamba misses): the shared empty tensor, no conversion
             indices, num_slots, last = self._no_indices, 0, self.tree.root
         finalizers = self._finalizers
@@ -188,7 +190,8 @@ class UnifiedRadixCache:
             for c in finalizers[1:]:
                 extra = {**extra, **c.finalize_match(walk, params)}
             result = MatchResult(indices, num_slots, last, walk.matched_len, **extra)
-        self.mamba_requests.after_match(params, result)
+        if params.req is not None:  # Mamba's copy-on-write (nothing to do without a request)
+            self.mamba_requests.after_match(params, result)
         return result
 
     # ------------------------------------------------------------------ insert

@@ -8,7 +8,8 @@ Hook phases (defaults suit a component whose state covers every token, like full
 
 =========  ==============================================================================
 match      `match_requires_value` (a node matches only with this component's data), or
-           `match_validator` (stateful, sees every path node in order); `finalize_match`
+           `match_window` (only under that many units with its data), or `match_validator`
+           (stateful, sees every path node in order); `finalize_match`
 split      `redistribute_on_split` (required)
 setup      `attach_pools` (read-only access to the pools, e.g. the full->SWA slot mapping)
 insert     `check_insert` (reject a bad value before anything changes), `insert_overlap` (may
@@ -117,6 +118,9 @@ class TreeComponent(ABC):
     # True: a match may end only on a node holding this component's data (Mamba: a state to
     # resume from). Checked inline by the tree walk, which costs no call per node.
     match_requires_value = False
+    # A window of units: a match may end only where the last `match_window` units of the path
+    # hold this component's data, or no node above lacks it (SWA). Checked inline by the walk.
+    match_window: int | None = None
 
     def match_validator(self) -> Validator | None:
         """A fresh predicate for one match walk, or None to accept every node."""
@@ -239,3 +243,15 @@ def overriding(components: Sequence[TreeComponent], hook: str) -> list[TreeCompo
     it on the hot path (the default does nothing)."""
     default = getattr(TreeComponent, hook)
     return [c for c in components if getattr(type(c), hook) is not default]
+
+
+MatchRules = tuple[tuple[int, ...], tuple[tuple[int, int], ...]]
+
+
+def match_rules(components: Sequence[TreeComponent]) -> MatchRules:
+    """What a match's end needs, for the tree walk to check inline (`TreeCore.match`'s
+    `required` and `windows`): the indices whose data it must hold, and the (index, window)
+    pairs whose last window above it must hold theirs."""
+    required = tuple(c.index for c in components if c.match_requires_value)
+    windows = tuple((c.index, c.match_window) for c in components if c.match_window)
+    return required, windows

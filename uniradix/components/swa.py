@@ -35,7 +35,7 @@ from uniradix.eviction.swa_orders import swa_order
 from uniradix.eviction.swa_reuse import check_swa_eviction_policy
 from uniradix.memory.pools import CachePools
 from uniradix.memory.swa_allocator import SWASlotAllocator
-from uniradix.tree.core import MatchWalk, TreeCore, Validator
+from uniradix.tree.core import MatchWalk, TreeCore
 from uniradix.tree.lru import LRUList
 from uniradix.tree.node import TreeNode
 from uniradix.types import (
@@ -62,6 +62,7 @@ class SWAComponent(TreeComponent):
             raise ValueError(f"SWA needs settings.sliding_window >= 1, got {window!r}")
         ps = settings.page_size
         self.window = window
+        self.match_window = window  # a match ends under `window` live units (or no tombstone)
         self.window_tail = -(-window // ps) * ps
         self.lru = LRUList(index, tree.num_components)
         self._uuids = itertools.count(1)
@@ -98,20 +99,6 @@ class SWAComponent(TreeComponent):
         return -(-n // self.settings.page_size) * self.settings.page_size
 
     # ------------------------------------------------------------------ match
-    def match_validator(self) -> Validator:
-        i, window = self.index, self.window
-        live = float("inf")  # no tombstone since the root: any node is a valid boundary
-
-        def validate(node: TreeNode) -> bool:
-            nonlocal live
-            if node.data[i].value is None:
-                live = 0
-                return False
-            live += node.num_tokens
-            return live >= window
-
-        return validate
-
     def finalize_match(self, walk: MatchWalk, params: MatchPrefixParams) -> dict[str, Any]:
         path, k = walk.path, walk.num_accepted
         if k:  # the accepted end's depth: the walk's, less the units past it (usually none)
@@ -123,20 +110,19 @@ class SWAComponent(TreeComponent):
         """Moves `node` (ending `depth` units from the root) and its listed ancestors within
         one window (plus a page) to the most recent end, in path order, so a prefix's older
         parts are evicted first; `served`: a match ended at `node` (these windows served)."""
-        lru, prev, covered = self.lru, self.lru.head, 0
+        n, i, lru = node, self.index, self.lru
+        prev, covered = lru.head, 0
         limit = self.window + self.settings.page_size
         order = self._reuse
         mark = None if order is None else order.served if served else order.refreshed
-        for n in self.tree.path_to_root(node):
-            if covered >= limit:
-                break
-            if n in lru:
-                lru.remove(n)
-                lru.insert_after(prev, n)
+        while n.parent is not None and covered < limit:
+            if n.data[i].lru_prev is not None:  # `n in lru`, inline: runs per match and insert
+                lru.place_after(prev, n)
                 prev = n
                 if mark is not None:
                     mark(n, depth - covered, depth)
             covered += n.num_tokens
+            n = n.parent
 
     # ------------------------------------------------------------------ split
     def redistribute_on_split(self, parent: TreeNode, child: TreeNode, split_len: int) -> None:

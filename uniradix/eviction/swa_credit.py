@@ -108,9 +108,18 @@ class SWACreditEviction(GreedyDualCredits, SWAReuseEviction):
         return self._credit.get(node)
 
     def served(self, node: TreeNode, depth: int, window_end: int) -> None:
-        super().served(node, depth, window_end)
-        self._serves[node] = self._serves.get(node, 0) + 1
-        self._set_credit(node, self.inflation + self.worth(node, depth))
+        self._serve(node, depth)
+
+    def _serve(self, node: TreeNode, depth: int) -> None:
+        """Counts one more match `node`'s window served and credits it with the hit at `depth`.
+        One frame for what every credit order does on a serve (runs per node per match): a
+        served node's worth is the reuse-weighted depth term in each of them, as `worth`
+        gives it once `serves` > 0."""
+        self._served.add(node)
+        serves = self._serves.get(node, 0) + 1
+        self._serves[node] = serves
+        worth = (1.0 + self.reuse_weight * serves) * math.pow(depth, self.cost_exponent)
+        self._set_credit(node, self.inflation + worth)
 
     def refreshed(self, node: TreeNode, depth: int, window_end: int) -> None:
         self._set_credit(node, self.inflation + self.worth(node, depth))
@@ -191,7 +200,7 @@ class SWAWindowCreditEviction(SWACreditEviction):
     passed_worth = WINDOW_PASSED_WORTH
 
     def served(self, node: TreeNode, depth: int, window_end: int) -> None:
-        super().served(node, window_end, window_end)
+        self._serve(node, window_end)
 
     def refreshed(self, node: TreeNode, depth: int, window_end: int) -> None:
         super().refreshed(node, depth if node in self._serves else window_end, window_end)

@@ -140,7 +140,7 @@ class SWAOutputCreditEviction(SWAWindowCreditEviction):
                 self.counts.output_served += node.num_tokens
             elif node not in self._outputs and node not in self._passed:
                 self.counts.prompt_served += node.num_tokens
-        super().served(node, depth, window_end)
+        self._serve(node, window_end)  # as `greedy_dual_window` credits a served window
 
     def refreshed(self, node: TreeNode, depth: int, window_end: int) -> None:
         if node not in self._credit:

@@ -19,6 +19,7 @@ from uniradix.tree.node import TreeNode
 from uniradix.tree.policy import PolicyKey
 
 Validator = Callable[[TreeNode], bool]
+_UNBOUNDED = float("inf")
 
 
 class SplitHook(Protocol):
@@ -73,11 +74,14 @@ class TreeCore:
         num_units: int,
         validators: Sequence[Validator],
         required: Sequence[int] = (),
+        windows: Sequence[tuple[int, int]] = (),
     ) -> MatchWalk:
         """Walks the first `num_units` (whole pages) of `key` from the root. Splits a node
         where the key ends or diverges inside it. Every validator sees every path node in
         order (they may be stateful); the match is usable up to the deepest node all of them
-        accepted that also holds data of every component index in `required`."""
+        accepted that also holds data of every component index in `required` and, for each
+        `(index, window)` of `windows`, ends `window` units of the path that all hold data of
+        `index` (or has no node without it above: SWA, checked here at no call per node)."""
         if key.start:
             raise ValueError(f"a match needs every unit of the key, got {key!r:.80}")
         units, ps, ns = key.units, self.page_size, key.extra_key
@@ -101,14 +105,35 @@ class TreeCore:
             off += p * UNIT_BYTES
             break
         if not validators and not required:
-            return MatchWalk(path, len(path), off // UNIT_BYTES)
+            if not windows:
+                return MatchWalk(path, len(path), off // UNIT_BYTES)
+            if len(windows) == 1:  # SWA alone: the loop below without its generality
+                ((index, window),) = windows
+                live, num_accepted = _UNBOUNDED, 0
+                for i, n in enumerate(path):
+                    if n.data[index].value is None:
+                        live = 0
+                    else:
+                        live += n.num_tokens
+                        if live >= window:
+                            num_accepted = i + 1
+                return MatchWalk(path, num_accepted, off // UNIT_BYTES)
         num_accepted = 0
+        # Units with data since the last node without it, per window (none yet: unbounded).
+        lives = [_UNBOUNDED] * len(windows)
         for i, n in enumerate(path):
             ok = True
             for validate in validators:
                 ok = validate(n) and ok
+            data = n.data
+            for w, (index, window) in enumerate(windows):
+                if data[index].value is None:
+                    lives[w] = 0
+                    ok = False
+                else:
+                    lives[w] += n.num_tokens
+                    ok = ok and lives[w] >= window
             if ok:
-                data = n.data
                 for index in required:
                     if data[index].value is None:
                         ok = False

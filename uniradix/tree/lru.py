@@ -62,6 +62,23 @@ class LRUList:
         d.lru_prev = d.lru_next = None
         self.size -= 1
 
+    def place_after(self, prev: TreeNode, node: TreeNode) -> None:
+        """Moves the listed `node` right behind `prev` (where it may already be): `remove`
+        then `insert_after`, inline, for the window refresh of every SWA match."""
+        i = self.index
+        d = node.data[i]
+        old_prev, nxt = d.lru_prev, d.lru_next
+        assert old_prev is not None and nxt is not None, f"{node} is not in LRU list {i}"
+        if old_prev is prev:
+            return
+        old_prev.data[i].lru_next = nxt
+        nxt.data[i].lru_prev = old_prev
+        new_next = prev.data[i].lru_next
+        assert new_next is not None, "place_after: prev is not in the list"
+        d.lru_prev, d.lru_next = prev, new_next
+        prev.data[i].lru_next = node
+        new_next.data[i].lru_prev = node
+
     def move_to_mru(self, node: TreeNode) -> None:
         """`remove` then `insert_mru`, inline: runs on every match that resumes a state."""
         i, head = self.index, self.head
