@@ -46,6 +46,7 @@ CONFIGS = ("swa", "mamba", "hybrid")
 TRACES = (  # those whose working set is large enough for the budgets to differ
     "mooncake",
     "agentic_interfered/s0",
+    "bursts/s0",
     "agentic_interfered/s1",
     "branches/s1",
     "bursts/s1",

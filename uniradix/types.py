@@ -57,8 +57,9 @@ class FreeSlots(NamedTuple):
     node_value: bool = False
 
 
-# The default order of Mamba states (`uniradix.eviction.aux_eviction`): it ties or beats
-# `flop_aware` on every built-in workload and Mamba config measured (docs/hit_rates.md).
+# The default order of Mamba states (`uniradix.eviction.mamba_probation`): it ties or beats
+# every other order on the tuning half of the trace suite, and on every judging cell but one
+# (within 0.97x of the best there but in one full+SWA+Mamba cell: docs/hit_rates.md).
 DEFAULT_AUX_EVICTION_POLICY = "reuse_aware"
 # The order of SWA windows (`uniradix.eviction.swa_reuse`, `swa_credit`, `swa_output`):
 # "lru", "reuse_aware", "greedy_dual", "greedy_dual_window" or "greedy_dual_output" (unless

@@ -17,7 +17,7 @@ import argparse
 import importlib.util
 import sys
 from collections.abc import Collection
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.traces import aiperf_agentic, sharegpt
@@ -41,7 +41,7 @@ class SuiteTrace:
 
 
 def base(**source: object) -> ReplayOptions:
-    return replace(ReplayOptions.of(page_size=PAGE, max_running=8, chunk_size=4096), **source)
+    return ReplayOptions.of(page_size=PAGE, max_running=8, chunk_size=4096).updated(**source)
 
 
 def ideal_rate(options: ReplayOptions) -> float:

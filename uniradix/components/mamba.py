@@ -31,7 +31,7 @@ import numpy as np
 
 from uniradix.components.base import TreeComponent, mark_evicted
 from uniradix.eviction.aux_eviction import BranchAwareEviction, check_aux_eviction_policy
-from uniradix.eviction.flop_aware import credit_order
+from uniradix.eviction.mamba_probation import credit_order
 from uniradix.tree.core import MatchWalk, TreeCore
 from uniradix.tree.lru import LRUList
 from uniradix.tree.node import TreeNode

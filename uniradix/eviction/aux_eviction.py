@@ -5,7 +5,8 @@
 
 `flop_aware` orders Mamba states by GreedyDual over the compute a state saves beyond the
 nearest state above it (`uniradix.eviction.flop_aware`); `reuse_aware` (the default) weighs
-that compute by the matches that resumed on the state's path (same module). Under
+that compute by the matches that resumed on the state's path (same module) and evicts states
+with no sign of reuse first (`uniradix.eviction.mamba_probation`). Under
 both, and `lru`, SWA windows follow `swa_eviction_policy` (`greedy_dual_output`, the
 default, `greedy_dual_window`, `greedy_dual`, `reuse_aware` or `lru`:
 `uniradix.eviction.swa_reuse`, `swa_credit`, `swa_output`).

@@ -32,7 +32,9 @@ prompt shared by a later request 62% of the time, one sharing nothing 23%; the m
 alone rates the other
 way (a fresh request's states save its whole prompt, a continuation's only the new turn), so
 `flop_aware` kept one-off prompts' states and lost conversations' tails. The exponent above 1
-keeps costly states longer against cheap recent ones (measured, see `REUSE_WEIGHT`).
+keeps costly states longer against cheap recent ones (measured, see `REUSE_WEIGHT`). On top
+of these credits `reuse_aware` evicts states with no sign of reuse first
+(`uniradix.eviction.mamba_probation`).
 
 Worked example: states at 512 (credit L+c(512)), 8192 (L+c(8192)-c(512)) and 8200 (L+c(8200)-
 c(8192), eight tokens' worth): the state at 8200 goes first although it is the most recent;
@@ -173,12 +175,3 @@ class FlopAwareEviction(GreedyDualCredits, BranchAwareEviction):
             break
         self._push_back(locked)
         return victim
-
-
-def credit_order(component: EvictingComponent, policy: str) -> FlopAwareEviction | None:
-    """The credit order of a Mamba component under `policy` (None: not a credit policy)."""
-    if policy == "flop_aware":
-        return FlopAwareEviction(component)
-    if policy == "reuse_aware":
-        return FlopAwareEviction(component, REUSE_WEIGHT, COST_EXPONENT)
-    return None
