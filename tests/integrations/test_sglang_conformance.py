@@ -169,3 +169,14 @@ def test_eagle_on_a_mamba_cache_keys_by_tokens_on_both_cores():
     )
     traces = [play_hybrid(build(cfg, core), 1, None, 120, 4) for core in ("python", "uniradix")]
     assert traces[0] == traces[1]
+
+
+@pytest.mark.parametrize("label", ["FULL_SWA_ps4_sw4", "FULL_SWA_MAMBA_ps64_sw64"])
+@pytest.mark.parametrize("policy", ["lfu", "slru", "fifo", "mru", "priority"])
+def test_every_eviction_policy_on_hybrid_caches(label, policy):
+    """The leaf order of every policy, hit counts included (a new leaf counts its first hit
+    after SWA has split it, as in SGLang's core), equal on both cores."""
+    base = next(c for c in CONFIGS if c.label == label)
+    cfg = dataclasses.replace(base, eviction_policy=policy)
+    traces = [play_config(build(cfg, core), cfg, n=120, seed=5) for core in ("python", "uniradix")]
+    assert traces[0] == traces[1]

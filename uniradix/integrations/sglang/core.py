@@ -215,11 +215,15 @@ class UniradixTreeCore(TreeCoreViews):
             target.data[0].value = to_slots(value, present)
             self._nodes[target.id] = target
             self._evictable += target.num_tokens
-            self.tree.update_leaf(target)
             if self._events is not None:
                 self._events.stored(target, params.key, present, params.session_id)
             if self.swa is not None:
                 self.swa.commit_leaf(target, present, params, result, actions)
+            # As SGLang's core: the new leaf counts a hit, once SWA has split it (its lowest
+            # part only, measured from the walk's end).
+            if present + target.num_tokens > params.inserted_len:
+                target.hit_count += 1
+            self.tree.update_leaf(target)
         if self.mamba is not None:
             self.mamba.commit(target, is_new, params, result, actions)
         if self.swa is not None and params.swa_branching_seqlen is not None:
