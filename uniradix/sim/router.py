@@ -54,11 +54,14 @@ class CacheAware:
     request on one instance); ties, and prompts no instance holds, go to the least loaded.
     A prompt that continues one of the last `recent` prompts (it holds that prompt's last
     page: the next turn of a conversation) goes where that one went, whatever the load:
-    moving it would recompute its whole context elsewhere and split the conversation, while
-    only prompts that merely share a prefix (a new conversation on a common system prompt)
-    are balanced. Without that rule, new conversations pile onto the instance holding their
-    system prompt until the slack moves later turns away, each move losing a context
-    (docs/events.md, "Why full+SWA routing was at 0.85").
+    moving it would recompute its whole context elsewhere and split the conversation. Any
+    other prompt is scored on what it holds past the prefix it shares with the remembered
+    prompts: that prefix (a system prompt new conversations start from) soon sits on every
+    instance serving them, so it must not decide where a conversation lives; a new
+    conversation then goes to the least loaded, a returning one (its last turn forgotten)
+    to the instance holding its own context. Without these two rules, new conversations
+    piled onto the instance holding their system prompt until the slack moved later turns
+    away, each move losing a context (docs/events.md, "Why full+SWA routing was at 0.85").
 
     What an instance holds is what it can resume from, as its events said (a hybrid
     instance's SWA / Mamba groups included: `KVEventIndex.weighted_prefix`), plus the pages
@@ -115,6 +118,9 @@ class CacheAware:
             held.append(score)
             self.expected_pages[i] = n
         owner = self._continued(hashes)
+        if owner is None:
+            shared = self._shared_prefix(hashes)
+            held = [max(0.0, h - shared) for h in held]
         limit = min(loads) + self.slack
         best = max((held[i], -loads[i]) for i in range(len(loads)) if loads[i] <= limit)
         if owner is not None:
@@ -125,6 +131,16 @@ class CacheAware:
             choice = next(i for i in range(len(loads)) if (held[i], -loads[i]) == best)
         self._remember(choice, hashes)
         return choice
+
+    def _shared_prefix(self, hashes: list[int]) -> int:
+        """Leading pages of `hashes` that some remembered prompt holds too."""
+        counts = self._in_flight
+        n = 0
+        for h in hashes:
+            if not any(h in c for c in counts):
+                break
+            n += 1
+        return n
 
     def _continued(self, hashes: list[int]) -> int | None:
         """The instance of the remembered prompt this one extends deepest (the prompt
