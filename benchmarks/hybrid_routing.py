@@ -13,7 +13,8 @@ full+SWA+Mamba):
 
 Without `--trace` it writes a synthetic Mooncake trace (conversations on shared system
 prompts, each turn resending the context plus new blocks, seeded) to a temporary file.
-Results: `benchmarks/results/hybrid_routing.json` and a table on stdout.
+Results: `benchmarks/results/hybrid_routing.json` (one entry per trace and request count)
+and a table on stdout.
 """
 
 from __future__ import annotations
@@ -158,8 +159,12 @@ def main() -> None:
             trace = str(Path(tmp) / "synthetic.jsonl")
             synthetic_trace(Path(trace), args.requests)
         results = measure(trace, args.requests)
-    source = args.trace or f"synthetic Mooncake trace ({args.requests} requests, seed 0)"
-    Path(args.out).write_text(json.dumps({"trace": source, "results": results}, indent=1) + "\n")
+    source = args.trace or "synthetic Mooncake trace (seed 0)"
+    # One entry per trace and request count: a run replaces only its own.
+    out = Path(args.out)
+    runs = json.loads(out.read_text()).get("runs", {}) if out.exists() else {}
+    runs[f"{Path(source).name}, {args.requests} requests"] = results
+    out.write_text(json.dumps({"runs": runs}, indent=1) + "\n")
     print(table(results))
 
 

@@ -115,24 +115,3 @@ def test_vllm_cpu_medium_counts_as_the_host_tier() -> None:
     assert index.blocks("v", "CPU_PINNED") == set(h)
     assert index.resumable_lengths(tokens, ("GPU", "CPU_PINNED")) == {"v": 16}
     assert index.weighted_prefix(h, {"GPU": 1.0, "CPU_PINNED": 0.8})["v"] == (2 + 2 * 0.8, 4)
-
-
-def test_a_continued_conversation_stays_and_new_ones_balance() -> None:
-    """Instance x holds a system prompt. A conversation's next turn (it holds the last page
-    of the turn routed before) stays on x however loaded x is; a new conversation on the
-    same system prompt goes by hit within the load slack, so past it to y."""
-    index = KVEventIndex(block_size=4)
-    system = list(range(16))
-    index.apply("x", KVEventBatch(0.0, [_store(index.page_hashes(system), None, "GPU")], 0))
-    index.add_instance("y")
-    router = CacheAware(index, ["x", "y"], slack=2, recent=8)
-    turn1 = system + list(range(100, 108))
-    assert router.choose(np.asarray(turn1), [0, 0]) == 0
-    turn2 = turn1 + list(range(200, 206))  # the last turn, an answer, a new question
-    assert router.choose(np.asarray(turn2), [9, 0]) == 0
-    other = system + list(range(300, 308))
-    assert router.choose(np.asarray(other), [9, 0]) == 1
-    assert router.choose(np.asarray(other + [1, 2, 3, 4]), [0, 9]) == 1
-    forgetful = CacheAware(index, ["x", "y"], slack=2, recent=0)
-    assert forgetful.choose(np.asarray(turn1), [0, 0]) == 0
-    assert forgetful.choose(np.asarray(turn2), [9, 0]) == 1  # without memory, the slack rules

@@ -52,13 +52,6 @@ class CacheAware:
     """The instance holding the longest prefix of the prompt among those whose load is
     within `slack` requests of the least loaded (so a popular prefix cannot pile every
     request on one instance); ties, and prompts no instance holds, go to the least loaded.
-    A prompt that continues one of the last `recent` prompts (it holds that prompt's last
-    page: the next turn of a conversation) goes where that one went, whatever the load:
-    moving it would recompute its whole context elsewhere and split the conversation, while
-    only prompts that merely share a prefix (a new conversation on a common system prompt)
-    are balanced. Without that rule, new conversations pile onto the instance holding their
-    system prompt until the slack moves later turns away, each move losing a context
-    (docs/events.md, "Why full+SWA routing was at 0.85").
 
     What an instance holds is what it can resume from, as its events said (a hybrid
     instance's SWA / Mamba groups included: `KVEventIndex.weighted_prefix`), plus the pages
@@ -96,9 +89,6 @@ class CacheAware:
         self.recent = recent
         self._routed: deque[tuple[int, list[int]]] = deque()
         self._in_flight: list[Counter[int]] = [Counter() for _ in self.names]
-        # The last page of each remembered prompt -> the instance of the latest with it.
-        self._ends: dict[int, int] = {}
-        self._end_counts: Counter[int] = Counter()
         self._fallback = LeastLoaded()
         self.expected_pages = [0] * len(self.names)  # per instance, at the last `choose`
 
@@ -114,36 +104,20 @@ class CacheAware:
                 score += 1.0
             held.append(score)
             self.expected_pages[i] = n
-        owner = self._continued(hashes)
         limit = min(loads) + self.slack
         best = max((held[i], -loads[i]) for i in range(len(loads)) if loads[i] <= limit)
-        if owner is not None:
-            choice = owner
-        elif best[0] == 0:
+        if best[0] == 0:
             choice = self._fallback.choose(tokens, loads)
         else:
             choice = next(i for i in range(len(loads)) if (held[i], -loads[i]) == best)
         self._remember(choice, hashes)
         return choice
 
-    def _continued(self, hashes: list[int]) -> int | None:
-        """The instance of the remembered prompt this one extends deepest (the prompt
-        holds its last page), or None."""
-        ends = self._ends
-        for h in reversed(hashes):
-            owner = ends.get(h)
-            if owner is not None:
-                return owner
-        return None
-
     def _remember(self, instance: int, hashes: list[int]) -> None:
         if not self.recent:
             return
         self._routed.append((instance, hashes))
         self._in_flight[instance].update(hashes)
-        if hashes:
-            self._ends[hashes[-1]] = instance
-            self._end_counts[hashes[-1]] += 1
         if len(self._routed) > self.recent:
             old, old_hashes = self._routed.popleft()
             counts = self._in_flight[old]
@@ -151,11 +125,6 @@ class CacheAware:
             for h in old_hashes:
                 if counts[h] <= 0:
                     del counts[h]
-            if old_hashes:
-                end = old_hashes[-1]
-                self._end_counts[end] -= 1
-                if self._end_counts[end] <= 0:
-                    del self._end_counts[end], self._ends[end]
 
 
 def make_router(name: str, index: KVEventIndex, names: Sequence[str], recent: int = 128) -> Router:
