@@ -308,8 +308,8 @@ def test_output_windows_are_marked_only_past_the_last_checkpoint() -> None:
 @pytest.mark.parametrize(
     ("policy", "credit", "order"),
     [
-        ("greedy_dual_window", 10**1.5, [106, 100, 305, 300, 206, 200]),
-        ("greedy_dual_output", 8 + 10**1.5, [100, 305, 300, 106, 206, 200]),
+        ("greedy_dual_window", 10**1.5, [305, 300, 106, 100, 206, 200]),
+        ("greedy_dual_output", 8 + 10**1.5, [305, 300, 100, 106, 206, 200]),
     ],
 )
 def test_an_insert_refreshes_its_checkpoints_windows_beyond_its_last_window(
@@ -321,8 +321,11 @@ def test_an_insert_refreshes_its_checkpoints_windows_beyond_its_last_window(
     and a page of its end ([200..205], [206..209], output nodes, sampled: full worth), not
     [106..109], the window at its checkpoint. Then R = [300..308] at L + 9 ** 1.5 = 35.
     `greedy_dual_window` leaves the checkpoint's window at its old credit, below R's, and
-    evicts it first; `greedy_dual_output` credits it at L + 10 ** 1.5 with the insert (a
-    window's nodes worth the hit at its end, as the insert's own window is), so R goes first.
+    would evict it first; `greedy_dual_output` credits it at L + 10 ** 1.5 with the insert (a
+    window's nodes worth the hit at its end, as the insert's own window is). R, a one-off on
+    no shared path, is on probation and goes first under both; then `greedy_dual_window`
+    takes the checkpoint's window [106..109] first, `greedy_dual_output` only after
+    [100..105].
     On the synthetic continuation-0.5 traces at W=4096 such a window (a previous turn's grid
     window whose top node ends more than a window below the next turn's end) was where the
     next turn resumed."""
@@ -339,3 +342,22 @@ def test_an_insert_refreshes_its_checkpoints_windows_beyond_its_last_window(
     assert order_obj.credit(by_first[106]) == pytest.approx(credit)
     assert order_obj.credit(by_first[100]) == pytest.approx(10**1.5)  # not in the window at 10
     assert evict_order(cache) == order
+
+
+@pytest.mark.parametrize("policy", ["greedy_dual", "greedy_dual_window", "greedy_dual_output"])
+def test_a_one_off_window_goes_before_a_continued_conversations(policy: str) -> None:
+    """Window 4, page 1. A conversation's turn [100..107] and its next turn, which passes
+    over it ([100..107, 200..207]), then a one-off prompt [300..323], deeper so more credited.
+    No window served a match; the conversation's are on a shared path, the one-off's on none
+    (on probation): the one-off goes first, then the credit order."""
+    cache = swa_cache(policy)
+    insert(cache, list(range(100, 108)))
+    insert(cache, [*range(100, 108), *range(200, 208)])
+    insert(cache, list(range(300, 324)))
+    order_obj = order_of(cache)
+    by_first = {int(np.frombuffer(n.key, dtype="<i8")[0]): n for n in order_obj.component.lru}
+    one_off, turn = order_obj.credit(by_first[300]), order_obj.credit(by_first[200])
+    assert one_off is not None and turn is not None and one_off > turn
+    order = evict_order(cache)
+    one_off_nodes = [first for first in order if first >= 300]
+    assert one_off_nodes and order[: len(one_off_nodes)] == one_off_nodes
