@@ -148,8 +148,10 @@ def test_a_state_published_on_a_backed_up_fragment_is_backed_up_by_write_through
     assert engine.ops(2) == [("mamba", "d2h", [s2], [2])]
     assert values(top, AUX) == ([s2], [2])
     ack_all(tier, engine)
+    receipt = cache.inc_lock_ref(leaf)  # whatever the Mamba order, the victim is top's state
     assert cache.evict(EvictParams(mamba_num=1)).mamba_num_evicted == 1  # top: internal
     assert values(top, AUX) == (None, [2])  # a device tombstone, not a loss
+    cache.dec_lock_ref(leaf, receipt)
     cache.evict(EvictParams(num_tokens=8))
     m = cache.match_prefix(MatchPrefixParams(RadixKey([1, 2, 3, 4, 99])))
     assert (m.host_hit_length, m.mamba_host_hit_length) == (4, 1) and m.last_host_node is top
