@@ -31,7 +31,7 @@ from uniradix.memory.allocator import to_numpy
 from uniradix.tree.core import TreeCore, Validator
 from uniradix.tree.lru import LRUList
 from uniradix.tree.node import TreeNode
-from uniradix.types import CacheSettings, FreeSlots, InsertParams, Slots
+from uniradix.types import CacheSettings, FreeSlots, InsertContext, InsertParams, Slots
 
 BLOCK = 128
 NAME = "sidecar"
@@ -89,8 +89,8 @@ class SidecarComponent(TreeComponent):
         value = (params.extra_values or {}).get(NAME)
         return None if value is None else to_numpy(value)
 
-    def check_insert(self, value: Slots, params: InsertParams) -> None:
-        incoming = self._incoming(params)
+    def check_insert(self, ins: InsertContext) -> None:
+        incoming, value = self._incoming(ins.params), ins.value
         if incoming is not None and incoming.shape[0] != value.shape[0] // BLOCK:
             raise ValueError(
                 f"{NAME}: {incoming.shape[0]} entries for {value.shape[0]} tokens "
@@ -98,14 +98,9 @@ class SidecarComponent(TreeComponent):
             )
 
     def insert_overlap(
-        self,
-        node: TreeNode,
-        offset: int,
-        num_tokens: int,
-        value: Slots,
-        params: InsertParams,
-        actions: list[FreeSlots],
+        self, ins: InsertContext, node: TreeNode, offset: int, num_tokens: int
     ) -> int:
+        params = ins.params
         incoming = self._incoming(params)
         if incoming is None:
             return num_tokens
@@ -118,24 +113,18 @@ class SidecarComponent(TreeComponent):
             end = start
         duplicates = incoming[owned_from // BLOCK : end // BLOCK] if owned_from < end else None
         if duplicates is not None and duplicates.shape[0]:
-            actions.append(FreeSlots(NAME, duplicates))  # the tree has these entries already
+            ins.actions.append(FreeSlots(NAME, duplicates))  # the tree has these entries already
         return num_tokens
 
-    def commit_insert(
-        self,
-        node: TreeNode,
-        is_new_leaf: bool,
-        leaf_value: Slots | None,
-        params: InsertParams,
-        actions: list[FreeSlots],
-    ) -> None:
+    def commit_insert(self, ins: InsertContext, node: TreeNode) -> None:
         """Gives the new leaf's part of the key (which SWA may have split into several nodes)
         its entries, then splits it at every block boundary, so a match can stop there."""
-        if not is_new_leaf or leaf_value is None:
+        leaf_value = ins.leaf_value
+        if leaf_value is None:
             return
         end = self.tree.prefix_len(node)
         start = end - leaf_value.shape[0]
-        incoming = self._incoming(params)
+        incoming = self._incoming(ins.params)
         pieces, n, covered = [], node, 0
         while covered < end - start:
             pieces.append(n)

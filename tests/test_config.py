@@ -9,12 +9,22 @@ from uniradix import build_cache
 from uniradix.cli import build_parser, replay_flags
 from uniradix.cli_generate import generate_flags
 from uniradix.cli_groups import Flag, options_from_args
-from uniradix.config import CacheConfig, Eviction, Host, Pools, Storage, is_group
+from uniradix.config import (
+    CacheConfig,
+    Eviction,
+    Host,
+    Pools,
+    Requests,
+    Sessions,
+    Storage,
+    is_group,
+)
 from uniradix.engine.engine import EngineConfig
 from uniradix.engine.run import GenerateOptions
 from uniradix.plan.command import plan_flags
 from uniradix.sim.replay import ReplayOptions
 from uniradix.sim.scheduler_config import SchedulerConfig
+from uniradix.types import CacheSettings
 
 # Knobs no flag sets, and why: the replay derives them (pool tensors, Mamba extra buffer,
 # request rows from the trace), or they are the library's only (shared open backends).
@@ -187,3 +197,18 @@ def test_help_shows_the_flags_grouped(command: str, capsys: pytest.CaptureFixtur
         }
     for title, flag in expected.items():
         assert flag in sections[title], title
+
+
+def test_every_cache_setting_but_the_internal_ones_is_set_from_a_knob():
+    # `build_cache` fills CacheSettings from the knobs of the same names: a setting renamed
+    # on one side only would silently keep its default.
+    settings = {f.name for f in dataclasses.fields(CacheSettings)}
+    assert settings - set(CacheConfig().flat()) == {"extra", "session_closed_memory"}
+
+
+def test_a_front_end_config_takes_its_embedded_groups_and_the_derived_ones_on_top():
+    front = ReplayOptions.of(host_tokens=4096, eviction_policy="lfu")
+    config = CacheConfig.embedded_in(front, requests=Requests(max_running_requests=3))
+    assert config.host is front.host and config.eviction is front.eviction
+    assert config.pools is front.pools and config.requests.max_running_requests == 3
+    assert config.sessions == Sessions()  # the replay's `sessions` is a switch, not the group

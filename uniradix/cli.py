@@ -110,89 +110,99 @@ def _replay_parser(commands: argparse._SubParsersAction) -> None:  # type: ignor
     _cluster_arguments(p.add_argument_group("cluster and KV events"))
 
 
-def _cluster_arguments(p: argparse._ActionsContainer) -> None:
+def kv_events_flags() -> list[Flag]:
+    """The cluster replay's KV event flags, each on the `KVEventsConfig` field it sets (its
+    own `add_argument` keywords: the CLI's defaults differ from the config's for `bind`)."""
     from uniradix.events.endpoints import BIND_MODES
     from uniradix.events.groups import COMPONENTS
     from uniradix.events.publisher import SENDERS
     from uniradix.events.wire import WIRE_SHAPES
     from uniradix.hashing.events import HASH_ALGOS
+
+    endpoint = {"metavar": "ENDPOINT"}
+    return [
+        Flag("--kv-events", "endpoint", "publish KV events (ZMQ PUB)", endpoint),
+        Flag("--kv-events-replay", "replay_endpoint", "replay ROUTER endpoint", endpoint),
+        Flag(
+            "--kv-events-bind",
+            "bind",
+            "auto: bind when ENDPOINT has '*' (vLLM/SGLang rule), else connect",
+            {"choices": BIND_MODES, "default": "auto"},
+        ),
+        Flag("--kv-events-snapshot", "snapshot_endpoint", "snapshot ROUTER endpoint", endpoint),
+        Flag(
+            "--kv-events-components",
+            "components",
+            "auto/all: SWA and Mamba groups too (vLLM hybrid fields); full: full only",
+            {"choices": COMPONENTS, "default": "auto"},
+        ),
+        Flag("--kv-events-wire", "wire", "", {"choices": WIRE_SHAPES, "default": "map"}),
+        Flag("--kv-events-topic", "topic", "e.g. kv@{pod}@{model} for llm-d", {"default": ""}),
+        Flag(
+            "--kv-events-hash-algo",
+            "hash_algo",
+            "",
+            {"choices": HASH_ALGOS, "default": "sglang_sha256"},
+        ),
+        Flag(
+            "--kv-events-hash-seed",
+            "hash_seed",
+            "vLLM's PYTHONHASHSEED (needed by vllm_sha256_cbor)",
+        ),
+        Flag("--kv-events-sender", "sender", "", {"choices": SENDERS, "default": "thread"}),
+        Flag(
+            "--kv-events-sender-wait-ms",
+            "sender_wait_ms",
+            "the thread sender, once woken, waits this long and sends every batch queued by "
+            "then (0: one wake-up per batch)",
+            {"type": int, "default": 20},
+        ),
+    ]
+
+
+def _flag_dest(flag: Flag) -> str:
+    return flag.name.lstrip("-").replace("-", "_")
+
+
+def _cluster_arguments(p: argparse._ActionsContainer) -> None:
     from uniradix.sim.router import ROUTERS
 
     p.add_argument("--instances", type=int, default=1, help="instances behind a router")
     p.add_argument("--router", choices=ROUTERS, default="round-robin")
-    p.add_argument("--kv-events", metavar="ENDPOINT", help="publish KV events (ZMQ PUB)")
-    p.add_argument("--kv-events-replay", metavar="ENDPOINT", help="replay ROUTER endpoint")
-    p.add_argument(
-        "--kv-events-bind",
-        choices=BIND_MODES,
-        default="auto",
-        help="auto: bind when ENDPOINT has '*' (vLLM/SGLang rule), else connect",
-    )
-    p.add_argument("--kv-events-snapshot", metavar="ENDPOINT", help="snapshot ROUTER endpoint")
-    p.add_argument(
-        "--kv-events-components",
-        choices=COMPONENTS,
-        default="auto",
-        help="auto/all: SWA and Mamba groups too (vLLM hybrid fields); full: full only",
-    )
-    p.add_argument("--kv-events-wire", choices=WIRE_SHAPES, default="map")
-    p.add_argument("--kv-events-topic", default="", help="e.g. kv@{pod}@{model} for llm-d")
-    p.add_argument("--kv-events-hash-algo", choices=HASH_ALGOS, default="sglang_sha256")
-    p.add_argument(
-        "--kv-events-hash-seed", help="vLLM's PYTHONHASHSEED (needed by vllm_sha256_cbor)"
-    )
-    p.add_argument("--kv-events-sender", choices=SENDERS, default="thread")
-    p.add_argument(
-        "--kv-events-sender-wait-ms",
-        type=int,
-        default=20,
-        help="the thread sender, once woken, waits this long and sends every batch queued by "
-        "then (0: one wake-up per batch)",
-    )
+    for flag in kv_events_flags():
+        p.add_argument(flag.name, help=flag.help or None, **flag.kwargs)
 
 
 def _cluster(args: argparse.Namespace, options: ReplayOptions) -> int:
     import json
 
+    from uniradix.cli_flags import leak_status
     from uniradix.events.endpoints import bind_flag
     from uniradix.events.publisher import KVEventsConfig
     from uniradix.sim.cluster import cluster_text, run_cluster
 
     kv_events = None
     if args.kv_events:
-        kv_events = KVEventsConfig(
-            endpoint=args.kv_events,
-            replay_endpoint=args.kv_events_replay,
-            bind=bind_flag(args.kv_events_bind),
-            components=args.kv_events_components,
-            snapshot_endpoint=args.kv_events_snapshot,
-            wire=args.kv_events_wire,
-            topic=args.kv_events_topic,
-            model=args.config,
-            hash_algo=args.kv_events_hash_algo,
-            hash_seed=args.kv_events_hash_seed,
-            sender=args.kv_events_sender,
-            sender_wait_ms=args.kv_events_sender_wait_ms,
-        )
+        given = {flag.knob: getattr(args, _flag_dest(flag)) for flag in kv_events_flags()}
+        given.update(bind=bind_flag(given["bind"]), model=args.config)
+        kv_events = KVEventsConfig(**given)
     summary = run_cluster(options, args.instances, args.router, kv_events)
     print(json.dumps(summary) if args.json else cluster_text(summary))
-    leaked = {i["name"]: n for i in summary["instances"] if (n := sum(i["leaked"].values()))}
-    if leaked:
-        print(f"uniradix replay: leaked slots per instance: {leaked}", file=sys.stderr)
-        return 1
-    return 0
+    leaked = {i["name"]: sum(i["leaked"].values()) for i in summary["instances"]}
+    return leak_status("uniradix replay", "instance", leaked)
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from uniradix.cli_flags import fail, resource_failure
+    from uniradix.cli_flags import Failed, leak_status, run_reported
     from uniradix.cli_groups import options_from_args
-    from uniradix.errors import InvariantError
     from uniradix.plan.command import add_pool_bytes, budget_options
     from uniradix.sim.compute import ModelShape
-    from uniradix.sim.replay import ReplayOptions, run_replay
+    from uniradix.sim.replay import ReplayOptions, ReplayResult, run_replay
     from uniradix.sim.report import markdown_summary, summary_json, write_report
 
-    try:
+    def work() -> ReplayResult | int:
+        """The replay's result, or the exit status of a cluster replay (which prints its
+        own summary)."""
         options = options_from_args(ReplayOptions(), args, replay_flags()).updated(
             model=ModelShape(
                 args.full_layers,
@@ -208,16 +218,13 @@ def _replay(args: argparse.Namespace) -> int:
             return _cluster(args, options)
         result = run_replay(options)
         add_pool_bytes(result.summary, sizes)
-    except InvariantError as exc:
-        print(f"uniradix replay: {exc}", file=sys.stderr)
-        return 1
-    except (ValueError, OSError) as exc:
-        print(f"uniradix replay: error: {exc}", file=sys.stderr)
-        return 2
-    except (MemoryError, RuntimeError) as exc:
-        if (message := resource_failure(exc)) is None:
-            raise
-        return fail("uniradix replay", message)
+        return result
+
+    result = run_reported("uniradix replay", work)
+    if isinstance(result, Failed):
+        return result.status
+    if isinstance(result, int):
+        return result
     print(summary_json(result) if args.json else markdown_summary(result), end="\n")
     status = 0
     if args.report:
@@ -227,11 +234,7 @@ def _replay(args: argparse.Namespace) -> int:
         except RuntimeError as exc:
             print(f"uniradix replay: {exc}", file=sys.stderr)
             status = 1
-    leaked = {pool: n for pool, n in result.summary["leaked"].items() if n}
-    if leaked:
-        print(f"uniradix replay: leaked slots per pool: {leaked}", file=sys.stderr)
-        status = 1
-    return status
+    return max(status, leak_status("uniradix replay", "pool", result.summary["leaked"]))
 
 
 def _events_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

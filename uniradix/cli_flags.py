@@ -16,7 +16,9 @@ import math
 import re
 import sys
 from collections.abc import Callable
-from typing import NoReturn
+from typing import NamedTuple, NoReturn, TypeVar
+
+T = TypeVar("T")
 
 # Integer flags that may be 0; every other integer flag must be >= 1.
 INT_MINIMUM = {
@@ -44,6 +46,12 @@ BYTE_UNITS = {
 _SIZE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z]*)\s*")
 
 
+class Failed(NamedTuple):
+    """A command's failure, already reported on stderr: its exit status."""
+
+    status: int
+
+
 class OneLineParser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line (`prog: error: message`), exit status 2.
     Subparsers inherit the class, so every subcommand behaves the same."""
@@ -66,11 +74,15 @@ def int_at_least(minimum: int) -> Callable[[str], int]:
     return parse
 
 
-def fraction(text: str) -> float:
+def _number(text: str) -> float:
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+
+
+def fraction(text: str) -> float:
+    value = _number(text)
     if not 0.0 <= value <= 1.0:  # also rejects nan
         raise argparse.ArgumentTypeError(f"must be a number in [0, 1], got {text}")
     return value
@@ -92,10 +104,7 @@ def byte_size(text: str) -> int:
 
 
 def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    value = _number(text)
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"must be a number > 0, got {text}")
     return value
@@ -143,3 +152,32 @@ def fail(prog: str, message: str) -> int:
     """Prints the one-line error of a check made after parsing; returns exit status 2."""
     print(f"{prog}: error: {message}", file=sys.stderr)
     return 2
+
+
+def run_reported(prog: str, work: Callable[[], T]) -> T | Failed:
+    """`work()`, or, when it fails in a way a user can act on, that failure printed as one
+    line and its exit status: 1 for a broken invariant, 2 for bad input, a file error or
+    pools that cannot be allocated or make no progress. Any other error propagates."""
+    from uniradix.errors import InvariantError
+
+    try:
+        return work()
+    except InvariantError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return Failed(1)
+    except (ValueError, OSError) as exc:
+        return Failed(fail(prog, str(exc)))
+    except (MemoryError, RuntimeError) as exc:
+        if (message := resource_failure(exc)) is None:
+            raise
+        return Failed(fail(prog, message))
+
+
+def leak_status(prog: str, what: str, leaked: dict[str, int]) -> int:
+    """1 after printing the nonzero entries of `leaked` (slots per pool or per instance that
+    no request holds and no pool counts free), else 0."""
+    nonzero = {name: n for name, n in leaked.items() if n}
+    if not nonzero:
+        return 0
+    print(f"{prog}: leaked slots per {what}: {nonzero}", file=sys.stderr)
+    return 1

@@ -55,32 +55,18 @@ def add_generate_parser(commands: argparse._SubParsersAction) -> None:  # type: 
 def run_generate_command(args: argparse.Namespace) -> int:
     import torch
 
-    from uniradix.cli_flags import fail, resource_failure
+    from uniradix.cli_flags import Failed, leak_status, run_reported
     from uniradix.engine.run import GenerateOptions, run_generate, text_summary
-    from uniradix.errors import InvariantError
 
     options = options_from_args(GenerateOptions(), args, generate_flags())
     # The tiny model's tensors are too small for intra-op threads: on a busy machine their
     # barrier waits made a run 200x slower.
     torch.set_num_threads(1)
-    try:
-        summary = run_generate(options)
-    except InvariantError as exc:
-        print(f"uniradix generate: {exc}", file=sys.stderr)
-        return 1
-    except (ValueError, OSError) as exc:
-        print(f"uniradix generate: error: {exc}", file=sys.stderr)
-        return 2
-    except (MemoryError, RuntimeError) as exc:
-        if (message := resource_failure(exc)) is None:
-            raise
-        return fail("uniradix generate", message)
+    summary = run_reported("uniradix generate", lambda: run_generate(options))
+    if isinstance(summary, Failed):
+        return summary.status
     print(json.dumps(summary) if args.json else text_summary(summary))
-    status = 0
-    leaked = {pool: n for pool, n in summary["leaked"].items() if n}
-    if leaked:
-        print(f"uniradix generate: leaked slots per pool: {leaked}", file=sys.stderr)
-        status = 1
+    status = leak_status("uniradix generate", "pool", summary["leaked"])
     if summary["mismatches"]:
         print(
             f"uniradix generate: prompts {summary['mismatched_prompts']} differ from the "

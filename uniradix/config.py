@@ -217,3 +217,15 @@ class CacheConfig(Nested):
     storage: Storage = field(default_factory=Storage)
     sessions: Sessions = field(default_factory=Sessions)
     disable_radix_cache: bool = False
+
+    @classmethod
+    def embedded_in(cls, front: object, **groups: Any) -> CacheConfig:
+        """The config of a front end (`ReplayOptions`, `EngineConfig`): every group it embeds
+        under this config's field name, then `groups` (those the front end derives) on top,
+        so no front end copies its groups over by hand."""
+        found = {}
+        for f in dataclasses.fields(cls):
+            value = getattr(front, f.name, None)
+            if is_group(value):
+                found[f.name] = value
+        return cls(**{**found, **groups})

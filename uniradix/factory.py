@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from uniradix.cache.controller import UnifiedRadixCache
@@ -29,6 +30,14 @@ def components(config: CacheConfig) -> tuple[ComponentType, ...]:
     if config.pools.mamba_slots is not None:
         types.append(ComponentType.MAMBA)
     return tuple(types)
+
+
+def cache_settings(config: CacheConfig) -> CacheSettings:
+    """The settings the components read: each from the knob of the same name, so a knob is
+    declared once (in its group); the settings no knob sets keep their defaults."""
+    knobs = config.flat()
+    names = [f.name for f in dataclasses.fields(CacheSettings)]
+    return CacheSettings(**{name: knobs[name] for name in names if name in knobs})
 
 
 def mamba_pool(config: CacheConfig) -> MambaReqPool | None:
@@ -84,18 +93,7 @@ def build_cache(
         swa_kv_pool=swa_kv_pool,
         extra=extra_pools,
     )
-    eviction = config.eviction
-    settings = CacheSettings(
-        page_size=ps,
-        is_eagle=requests.is_eagle,
-        eviction_policy=eviction.eviction_policy,
-        aux_eviction_policy=eviction.aux_eviction_policy,
-        swa_eviction_policy=eviction.swa_eviction_policy,
-        sliding_window=p.sliding_window,
-        mamba_cache_chunk_size=p.mamba_cache_chunk_size,
-        mamba_max_states_per_path=p.mamba_max_states_per_path,
-        enable_session_cache=config.sessions.enable_session_cache,
-    )
+    settings = cache_settings(config)
     all_components = [*components(config), *extra_specs]
     if config.disable_radix_cache:
         return DisabledRadixCache(pools, settings, all_components, registry=registry)

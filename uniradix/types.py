@@ -166,6 +166,22 @@ class InsertResult(NamedTuple):
     mamba_exist: bool = False
 
 
+@dataclass(slots=True)
+class InsertContext:
+    """One insert as every component's insert hook sees it, built once per `insert` so a
+    hook takes it and the node it acts on instead of the same five arguments each.
+
+    `value`: the caller's full-KV slots floored to whole pages, one per key unit; `actions`:
+    the frees the cache applies, in order, once the hooks ran; `leaf_value`: the new leaf's
+    full-KV slots (a copy), set before `commit_insert` and None when the insert made no leaf.
+    """
+
+    params: InsertParams
+    value: Slots
+    actions: list[FreeSlots]
+    leaf_value: Slots | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class EvictParams:
     num_tokens: int = 0

@@ -30,7 +30,7 @@ from uniradix.sim.metrics import ReplayMetrics
 from uniradix.sim.replay import run_replay
 from uniradix.sim.scheduler import Scheduler
 from uniradix.tree.node import TreeNode
-from uniradix.types import FreeSlots, InsertParams, MatchResult, Req, Slots
+from uniradix.types import FreeSlots, InsertContext, MatchResult, Req
 
 BLOCK = 512
 
@@ -68,18 +68,11 @@ class StateCensus:
         commit = MambaComponent.commit_insert
         evict = MambaComponent.evict_node
 
-        def commit_insert(
-            self: MambaComponent,
-            node: TreeNode,
-            is_new_leaf: bool,
-            leaf_value: Slots | None,
-            params: InsertParams,
-            actions: list[FreeSlots],
-        ) -> None:
+        def commit_insert(self: MambaComponent, ins: InsertContext, node: TreeNode) -> None:
             fresh = self.slot(node) is None
-            commit(self, node, is_new_leaf, leaf_value, params, actions)
+            commit(self, ins, node)
             slot = self.slot(node)
-            if fresh and slot is not None and params.mamba_value is not None:
+            if fresh and slot is not None and ins.params.mamba_value is not None:
                 kind = census.kind(self.tree.prefix_len(node))
                 census.kind_of_slot[slot] = kind
                 census.stored[kind] += 1

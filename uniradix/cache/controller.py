@@ -54,6 +54,7 @@ from uniradix.types import (
     FreeKind,
     FreeSlots,
     IncLockRefResult,
+    InsertContext,
     InsertParams,
     InsertResult,
     MatchPrefixParams,
@@ -205,9 +206,10 @@ class UnifiedRadixCache:
             value = value[:num_units]
         if not 0 <= params.prev_prefix_len <= key_len:
             raise ValueError(f"prev_prefix_len={params.prev_prefix_len} outside [0, {key_len}]")
-        for c in self._insert_checkers:
-            c.check_insert(value, params)
         actions: list[FreeSlots] = []
+        ins = InsertContext(params, value, actions)
+        for c in self._insert_checkers:
+            c.check_insert(ins)
         prev, aux = params.prev_prefix_len, self._overlapping
         # Only a host tier leaves host-only (demoted) nodes in the tree; without one nothing
         # is revived, and the per-node check would cost a sink's insert ~2%.
@@ -219,9 +221,7 @@ class UnifiedRadixCache:
             revived = revival_sink is not None and node.data[0].value is None
             adopted_from = num
             for c in aux:
-                adopted_from = min(
-                    adopted_from, c.insert_overlap(node, offset, num, value, params, actions)
-                )
+                adopted_from = min(adopted_from, c.insert_overlap(ins, node, offset, num))
             if revived and revival_sink is not None and node.data[0].value is not None:
                 revival_sink.on_stored(node, MEDIUM_GPU)
             start = max(0, prev - offset)
@@ -232,11 +232,12 @@ class UnifiedRadixCache:
             key, num_units, on_overlap, params.inserted_len, params.priority
         )
         # A copy: never view a request row (and no slice first when the whole key is new).
-        leaf_value = (value[prefix_len:] if prefix_len else value).copy() if is_new else None
+        if is_new:
+            ins.leaf_value = (value[prefix_len:] if prefix_len else value).copy()
         mamba = self._mamba
         mamba_exist = mamba is not None and (target is self.tree.root or mamba.has_value(target))
         for c in self.components:
-            c.commit_insert(target, is_new, leaf_value, params, actions)
+            c.commit_insert(ins, target)
         if is_new:
             self.tree.update_leaf(target)
             if self.event_sink is not None:

@@ -36,7 +36,7 @@ from uniradix.types import (
     ComponentKey,
     ComponentType,
     FreeSlots,
-    InsertParams,
+    InsertContext,
     MatchPrefixParams,
     Req,
     Slots,
@@ -136,38 +136,25 @@ class TreeComponent(ABC):
         """`parent` took the first `split_len` units of `child`: move data accordingly."""
 
     # ------------------------------------------------------------------ insert
-    def check_insert(self, value: Slots, params: InsertParams) -> None:
-        """Raises ValueError if `value` (page aligned, one slot per key unit) cannot be
-        inserted with `params`; runs before the insert changes anything."""
+    def check_insert(self, ins: InsertContext) -> None:
+        """Raises ValueError if `ins.value` cannot be inserted with `ins.params`; runs before
+        the insert changes anything."""
         return
 
     def insert_overlap(
-        self,
-        node: TreeNode,
-        offset: int,
-        num_tokens: int,
-        value: Slots,
-        params: InsertParams,
-        actions: list[FreeSlots],
+        self, ins: InsertContext, node: TreeNode, offset: int, num_tokens: int
     ) -> int:
         """The insert reuses `node` (key units `[offset, offset + num_tokens)`). Returns the
-        node-relative position from which this component adopted the incoming `value`, so
+        node-relative position from which this component adopted the incoming `ins.value`, so
         those slots are not freed as duplicates (`num_tokens`: adopted nothing).
 
         A hook may split `node` (the tree keeps `node` as the deeper part): components after
         it then see `node` covering only the last units of the span."""
         return num_tokens
 
-    def commit_insert(
-        self,
-        node: TreeNode,
-        is_new_leaf: bool,
-        leaf_value: Slots | None,
-        params: InsertParams,
-        actions: list[FreeSlots],
-    ) -> None:
-        """Publishes this component's data on `node`, the node ending the inserted key;
-        `leaf_value` is the full-KV slice of a new leaf."""
+    def commit_insert(self, ins: InsertContext, node: TreeNode) -> None:
+        """Publishes this component's data on `node`, the node ending the inserted key (a new
+        leaf when `ins.leaf_value` is set)."""
         return
 
     # ------------------------------------------------------------------ evict

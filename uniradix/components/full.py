@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from uniradix.components.base import TreeComponent
 from uniradix.slots import whole_pages
 from uniradix.tree.node import TreeNode
-from uniradix.types import ComponentType, FreeKind, FreeSlots, InsertParams, Slots
+from uniradix.types import ComponentType, FreeKind, FreeSlots, InsertContext
 
 
 class FullComponent(TreeComponent):
@@ -26,16 +26,9 @@ class FullComponent(TreeComponent):
         p.value, c.value = c.value[:split_len], c.value[split_len:]
         p.lock_ref = c.lock_ref
 
-    def commit_insert(
-        self,
-        node: TreeNode,
-        is_new_leaf: bool,
-        leaf_value: Slots | None,
-        params: InsertParams,
-        actions: list[FreeSlots],
-    ) -> None:
-        if is_new_leaf:
-            assert leaf_value is not None
+    def commit_insert(self, ins: InsertContext, node: TreeNode) -> None:
+        leaf_value = ins.leaf_value
+        if leaf_value is not None:
             node.data[self.index].value = leaf_value
             self.evictable_tokens += leaf_value.shape[0]  # a new leaf: nothing locks it yet
 

@@ -28,7 +28,7 @@ from uniradix.components.full import FullComponent
 from uniradix.tree.core import MatchWalk, TreeCore, Validator
 from uniradix.tree.leaves import EvictableLeaves
 from uniradix.tree.node import TreeNode
-from uniradix.types import CacheSettings, FreeSlots, InsertParams, MatchPrefixParams, Slots
+from uniradix.types import CacheSettings, FreeSlots, InsertContext, MatchPrefixParams, Slots
 
 
 def _on_device(node: TreeNode) -> bool:
@@ -123,20 +123,14 @@ class HostFullComponent(FullComponent):
 
     # ------------------------------------------------------------------ insert
     def insert_overlap(
-        self,
-        node: TreeNode,
-        offset: int,
-        num_tokens: int,
-        value: Slots,
-        params: InsertParams,
-        actions: list[FreeSlots],
+        self, ins: InsertContext, node: TreeNode, offset: int, num_tokens: int
     ) -> int:
         """`recover_after_unevict`: an insert over a host-only node revives it with the
         caller's fresh slots (the caller computed those tokens), so nothing is freed."""
         d = node.data[0]
         if d.value is not None:
             return num_tokens
-        d.value = value[offset : offset + num_tokens].copy()
+        d.value = ins.value[offset : offset + num_tokens].copy()
         self._credit(node, num_tokens)
         self._after_revive(node)
         return 0

@@ -40,7 +40,7 @@ from uniradix.types import (
     ComponentType,
     FreeKind,
     FreeSlots,
-    InsertParams,
+    InsertContext,
     MatchPrefixParams,
     Slots,
 )
@@ -137,17 +137,10 @@ class MambaComponent(TreeComponent):
         """The new parent's data stays empty: no state exists for the shorter prefix."""
 
     # ------------------------------------------------------------------ insert
-    def commit_insert(
-        self,
-        node: TreeNode,
-        is_new_leaf: bool,
-        leaf_value: Slots | None,
-        params: InsertParams,
-        actions: list[FreeSlots],
-    ) -> None:
-        """Attaches `params.mamba_value` to `node` unless it holds a state already (then the
-        cache reports `mamba_exist` and the caller keeps, and must free, its slot)."""
-        value = params.mamba_value
+    def commit_insert(self, ins: InsertContext, node: TreeNode) -> None:
+        """Attaches `ins.params.mamba_value` to `node` unless it holds a state already (then
+        the cache reports `mamba_exist` and the caller keeps, and must free, its slot)."""
+        value = ins.params.mamba_value
         if value is None or node is self.tree.root:
             return
         d = node.data[self.index]
@@ -166,7 +159,7 @@ class MambaComponent(TreeComponent):
         if self._credits is not None:
             self._credits.touch(node)
         if fresh and self.max_states_per_path is not None:
-            self._cap_path_states(node, actions)
+            self._cap_path_states(node, ins.actions)
 
     def note_finish_state(self, node: TreeNode) -> None:
         """`node`'s state was just stored by a finished request's publish: one more finish

@@ -19,7 +19,7 @@ from uniradix.tree.node import TreeNode
 from uniradix.types import (
     FreeKind,
     FreeSlots,
-    InsertParams,
+    InsertContext,
     MatchPrefixParams,
     Req,
     Slots,
@@ -94,15 +94,8 @@ class HostMambaComponent(AuxHostComponent, MambaComponent):
         self.host.update(node)
 
     # ------------------------------------------------------------------ hooks
-    def commit_insert(
-        self,
-        node: TreeNode,
-        is_new_leaf: bool,
-        leaf_value: Slots | None,
-        params: InsertParams,
-        actions: list[FreeSlots],
-    ) -> None:
-        super().commit_insert(node, is_new_leaf, leaf_value, params, actions)
+    def commit_insert(self, ins: InsertContext, node: TreeNode) -> None:
+        super().commit_insert(ins, node)
         if node is not self.tree.root:
             self.host.update(node)
 

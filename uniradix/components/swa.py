@@ -43,6 +43,7 @@ from uniradix.types import (
     ComponentType,
     FreeKind,
     FreeSlots,
+    InsertContext,
     InsertParams,
     MatchPrefixParams,
     Req,
@@ -140,7 +141,8 @@ class SWAComponent(TreeComponent):
             mark_evicted(p)
 
     # ------------------------------------------------------------------ insert
-    def check_insert(self, value: Slots, params: InsertParams) -> None:
+    def check_insert(self, ins: InsertContext) -> None:
+        value, params = ins.value, ins.params
         ps, cursor = self.settings.page_size, params.swa_evicted_seqlen
         if not isinstance(cursor, int) or cursor < 0 or cursor % ps:
             raise ValueError(
@@ -162,27 +164,28 @@ class SWAComponent(TreeComponent):
             )
 
     def insert_overlap(
-        self,
-        node: TreeNode,
-        offset: int,
-        num_tokens: int,
-        value: Slots,
-        params: InsertParams,
-        actions: list[FreeSlots],
+        self, ins: InsertContext, node: TreeNode, offset: int, num_tokens: int
     ) -> int:
-        """Recovers a tombstoned `node` from the incoming slots whose SWA is still live:
-        positions from the request's SWA cursor (and past the prefix it shares with the tree)
-        on. A part below stays a tombstone, split off as a parent."""
+        """Recovers a tombstoned `node` from the incoming slots whose SWA is still live."""
         if node.data[self.index].value is not None:
             return num_tokens
         end = offset + num_tokens
+        start = self._live_start(ins, node, offset, end)
+        if start < end:
+            self._recover(node, ins.value[start:end], end, ins.actions)
+        return start - offset
+
+    def _live_start(self, ins: InsertContext, node: TreeNode, offset: int, end: int) -> int:
+        """Where the incoming SWA over `node`'s units `[offset, end)` is live: from the
+        request's SWA cursor and past the prefix it shares with the tree. `node` is split
+        there (the part below stays a tombstone, as the parent); `end` when nothing is live."""
+        params = ins.params
         start = max(offset, params.swa_evicted_seqlen, self._page_ceil(params.prev_prefix_len))
         if start >= end:
-            return num_tokens
+            return end
         if start > offset:
             self.tree.split(node, start - offset)
-        self._recover(node, value[start:end], end, actions)
-        return start - offset
+        return start
 
     def _recover(self, node: TreeNode, incoming: Slots, end: int, actions: list[FreeSlots]) -> None:
         full = node.data[0]
@@ -203,18 +206,12 @@ class SWAComponent(TreeComponent):
         if self._reuse is not None:
             self._reuse.refreshed(node, depth, depth)
 
-    def commit_insert(
-        self,
-        node: TreeNode,
-        is_new_leaf: bool,
-        leaf_value: Slots | None,
-        params: InsertParams,
-        actions: list[FreeSlots],
-    ) -> None:
+    def commit_insert(self, ins: InsertContext, node: TreeNode) -> None:
         if node.parent is None:
             return
+        params = ins.params
         end = self._page_floor(len(params.key))  # the units the insert walked: `node`'s depth
-        if is_new_leaf:
+        if ins.leaf_value is not None:
             self._commit_leaf(node, end, params)
         self._refresh_window(node, end)
         if self._reuse is not None and params.checkpoint_seqlens:

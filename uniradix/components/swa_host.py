@@ -22,7 +22,7 @@ from uniradix.tree.node import TreeNode
 from uniradix.types import (
     FreeKind,
     FreeSlots,
-    InsertParams,
+    InsertContext,
     MatchPrefixParams,
     Slots,
 )
@@ -135,13 +135,7 @@ class HostSWAComponent(AuxHostComponent, SWAComponent):
         self.host.update(parent)
 
     def insert_overlap(
-        self,
-        node: TreeNode,
-        offset: int,
-        num_tokens: int,
-        value: Slots,
-        params: InsertParams,
-        actions: list[FreeSlots],
+        self, ins: InsertContext, node: TreeNode, offset: int, num_tokens: int
     ) -> int:
         """As the device half, except over a node the full component has just revived with
         the caller's slots (a demoted node): those slots are the node's now, so the SWA peers
@@ -149,15 +143,13 @@ class HostSWAComponent(AuxHostComponent, SWAComponent):
         d, full = node.data[self.index], node.data[0].value
         if d.value is not None or full is None:
             return num_tokens
-        if not np.array_equal(full, value[offset : offset + num_tokens]):
-            return super().insert_overlap(node, offset, num_tokens, value, params, actions)
+        if not np.array_equal(full, ins.value[offset : offset + num_tokens]):
+            return super().insert_overlap(ins, node, offset, num_tokens)
         end = offset + num_tokens
-        start = max(offset, params.swa_evicted_seqlen, self._page_ceil(params.prev_prefix_len))
+        start = self._live_start(ins, node, offset, end)
         if start >= end:
             return num_tokens
-        if start > offset:
-            self.tree.split(node, start - offset)
-        self._publish(node, self.allocator.peers_of(value[start:end]), end)
+        self._publish(node, self.allocator.peers_of(ins.value[start:end]), end)
         return 0
 
     def check_invariants(self, errors: list[str]) -> None:

@@ -221,7 +221,8 @@ def build_engine_cache(model: TinyHybridModel, config: EngineConfig) -> UnifiedR
         raise ValueError(f"mamba_slots={pools.mamba_slots} but the model has no Mamba layer")
     max_running = config.scheduler.max_running
     return build_cache(
-        CacheConfig(
+        CacheConfig.embedded_in(
+            config,
             pools=replace(
                 pools,
                 device=str(model.device),
@@ -241,10 +242,6 @@ def build_engine_cache(model: TinyHybridModel, config: EngineConfig) -> UnifiedR
                 mamba_temporal_shape=m.ssm_state_shape,
                 mamba_dtype=m.dtype,
             ),
-            eviction=config.eviction,
-            host=config.host,
-            storage=config.storage,
-            sessions=config.sessions,
         )
     )
 

@@ -39,14 +39,6 @@ class MambaMixer(nn.Module):
         self.D = nn.Parameter(torch.empty(inner_size))
         self.out_weight = nn.Parameter(torch.empty(hidden_size, inner_size))
 
-    @property
-    def conv_state_shape(self) -> tuple[int, int]:
-        return (self.inner_size, self.d_conv - 1)
-
-    @property
-    def ssm_state_shape(self) -> tuple[int, int]:
-        return (self.inner_size, self.d_state)
-
     def forward(
         self, x: torch.Tensor, conv_state: torch.Tensor, ssm_state: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

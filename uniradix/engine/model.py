@@ -268,7 +268,7 @@ class TinyHybridModel(nn.Module):
             x: torch.Tensor = block.mixer_norm(h)
             mixer = block.mixer
             if isinstance(mixer, MambaMixer):
-                conv, ssm = self._read_mamba(mixer, layer_id, start_positions, stores)
+                conv, ssm = self._read_mamba(layer_id, start_positions, stores)
                 y, conv, ssm = mixer(x.view(b, n, -1), conv, ssm)
                 for i, store in enumerate(stores):
                     store.write_mamba_state(layer_id, conv[i], ssm[i])
@@ -290,28 +290,25 @@ class TinyHybridModel(nn.Module):
         return h @ self.lm_head.T
 
     def _read_mamba(
-        self,
-        mixer: MambaMixer,
-        layer_id: int,
-        start_positions: list[int],
-        stores: list[RequestState],
+        self, layer_id: int, start_positions: list[int], stores: list[RequestState]
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Stacked `(conv, ssm)` states of the requests; zeros for one starting at 0."""
         conv_states, ssm_states = [], []
+        config = self.config  # every Mamba layer's states have the config's shapes
         for start, store in zip(start_positions, stores, strict=True):
             if start == 0:
-                conv = torch.zeros(mixer.conv_state_shape, dtype=self.config.dtype)
-                ssm = torch.zeros(mixer.ssm_state_shape, dtype=self.config.dtype)
+                conv = torch.zeros(config.conv_state_shape, dtype=config.dtype)
+                ssm = torch.zeros(config.ssm_state_shape, dtype=config.dtype)
             else:
                 conv, ssm = store.read_mamba_state(layer_id)
                 if (tuple(conv.shape), tuple(ssm.shape)) != (
-                    mixer.conv_state_shape,
-                    mixer.ssm_state_shape,
+                    config.conv_state_shape,
+                    config.ssm_state_shape,
                 ):
                     raise ValueError(
                         f"layer {layer_id}: store returned Mamba states {tuple(conv.shape)}, "
-                        f"{tuple(ssm.shape)}, expected {mixer.conv_state_shape}, "
-                        f"{mixer.ssm_state_shape}"
+                        f"{tuple(ssm.shape)}, expected {config.conv_state_shape}, "
+                        f"{config.ssm_state_shape}"
                     )
             conv_states.append(conv.to(self.device))
             ssm_states.append(ssm.to(self.device))

@@ -13,9 +13,9 @@ from __future__ import annotations
 import msgspec
 
 
-class BlockStored(msgspec.Struct, tag=True, omit_defaults=True):
-    """Full pages that entered a tier: one hash per page of `block_size` tokens, chained from
-    `parent_block_hash` (None: the chain starts at the root)."""
+class StoredHead(msgspec.Struct):
+    """The fields every shape of a store event starts with, in wire order: the positional
+    shapes' 7-element base is the tag and these."""
 
     block_hashes: list[int]
     parent_block_hash: int | None
@@ -23,6 +23,15 @@ class BlockStored(msgspec.Struct, tag=True, omit_defaults=True):
     block_size: int
     lora_id: int | None
     medium: str | None
+
+
+STORED_HEAD_LEN = len(StoredHead.__struct_fields__)
+
+
+class BlockStored(StoredHead, tag=True, omit_defaults=True):
+    """Full pages that entered a tier: one hash per page of `block_size` tokens, chained from
+    `parent_block_hash` (None: the chain starts at the root)."""
+
     lora_name: str | None
     cache_salt: str | None = None
     group_idx: int | None = None
@@ -54,16 +63,10 @@ class KVEventBatch(msgspec.Struct, array_like=True):
     data_parallel_rank: int | None = None
 
 
-class ArrayBlockStored(msgspec.Struct, tag="BlockStored", array_like=True):
+class ArrayBlockStored(StoredHead, tag="BlockStored", array_like=True):
     """Positional `BlockStored`: 7 elements; SGLang salted stores add a metadata map, vLLM's
     hybrid events `lora_name, extra_keys, group_idx, kind, window` (position 7 is either)."""
 
-    block_hashes: list[int]
-    parent_block_hash: int | None
-    token_ids: list[int]
-    block_size: int
-    lora_id: int | None
-    medium: str | None
     metadata: dict[str, str] | str | None = None
     extra_keys: list[object] | None = None
     group_idx: int | None = None

@@ -25,6 +25,7 @@ from typing import Any
 import msgspec
 
 from uniradix.events.types import (
+    STORED_HEAD_LEN,
     AllBlocksCleared,
     ArrayBlockRemoved,
     ArrayBlockStored,
@@ -34,6 +35,7 @@ from uniradix.events.types import (
     BlockStored,
     KVEvent,
     KVEventBatch,
+    StoredHead,
 )
 from uniradix.hashing.node_digests import hash_cells
 
@@ -52,15 +54,7 @@ def check_wire(wire: str) -> str:
 
 def _positional(event: KVEvent, wire: str) -> list[Any]:
     if isinstance(event, BlockStored):
-        out: list[Any] = [
-            "BlockStored",
-            event.block_hashes,
-            event.parent_block_hash,
-            event.token_ids,
-            event.block_size,
-            event.lora_id,
-            event.medium,
-        ]
+        out: list[Any] = ["BlockStored", *msgspec.structs.astuple(event)[:STORED_HEAD_LEN]]
         if wire == "sglang-array" and event.cache_salt:
             out.append({"cache_salt": event.cache_salt})
         elif wire == "vllm-array" and _auxiliary(event):
@@ -106,14 +100,10 @@ def _from_array(event: ArrayKVEvent) -> KVEvent:
     if isinstance(event, ArrayBlockStored):
         meta = event.metadata
         salt = meta.get("cache_salt") if isinstance(meta, dict) else None
+        head = {name: getattr(event, name) for name in StoredHead.__struct_fields__}
         return BlockStored(
-            event.block_hashes,
-            event.parent_block_hash,
-            event.token_ids,
-            event.block_size,
-            event.lora_id,
-            event.medium,
-            meta if isinstance(meta, str) else None,
+            **head,
+            lora_name=meta if isinstance(meta, str) else None,
             cache_salt=salt,
             group_idx=event.group_idx,
             kv_cache_spec_kind=event.kv_cache_spec_kind,

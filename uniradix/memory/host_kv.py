@@ -21,7 +21,6 @@ compute. Zero layers is allowed: the pool then has no tensors and only carries a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
@@ -197,30 +196,9 @@ class HostKVPool:
         return torch.from_numpy(pages)
 
 
-class HostMambaStates:
-    """Host copy of a `MambaStatePool`'s tensors, same layout::
-
-    conv_states:     [num_layers, num_slots + 1, *conv_shape]
-    temporal_states: [num_layers, num_slots + 1, *temporal_shape]   (slot 0: padding)
-    """
-
-    def __init__(
-        self,
-        num_slots: int,
-        num_layers: int = 0,
-        conv_shape: Sequence[int] = (1,),
-        temporal_shape: Sequence[int] = (1,),
-        dtype: torch.dtype = torch.float32,
-        pin_memory: bool = False,
-    ) -> None:
-        if num_slots < 1 or num_layers < 0:
-            raise ValueError(
-                f"need num_slots >= 1 and num_layers >= 0, got {num_slots}, {num_layers}"
-            )
-        self.num_slots = num_slots
-        rows = (num_layers, num_slots + 1)
-        self.conv_states = _zeros((*rows, *conv_shape), dtype, pin_memory)
-        self.temporal_states = _zeros((*rows, *temporal_shape), dtype, pin_memory)
+class HostMambaStates(MambaStatePool):
+    """Host copy of a `MambaStatePool`'s tensors, the same layout on the CPU (slot 0:
+    padding), plus the byte view of one slot's state that L3 stores."""
 
     @classmethod
     def like(cls, device_states: MambaStatePool, num_slots: int) -> HostMambaStates:
@@ -233,13 +211,6 @@ class HostMambaStates:
             conv.dtype,
             pin_memory=conv.is_cuda and device_states.num_layers > 0,
         )
-
-    @property
-    def num_layers(self) -> int:
-        return int(self.conv_states.shape[0])
-
-    def size_bytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in (self.conv_states, self.temporal_states))
 
     # ------------------------------------------------------------------ state bytes (L3)
     def state_nbytes(self) -> int:

@@ -9,6 +9,13 @@ from __future__ import annotations
 import torch
 
 
+def check_rows(num_slots: int, num_layers: int) -> None:
+    """The sizes a pool of per-layer tensors indexed by slot accepts (zero layers: a
+    simulation's accounting only)."""
+    if num_slots < 1 or num_layers < 0:
+        raise ValueError(f"need num_slots >= 1 and num_layers >= 0, got {num_slots}, {num_layers}")
+
+
 class KVPool:
     def __init__(
         self,
@@ -19,10 +26,7 @@ class KVPool:
         dtype: torch.dtype = torch.float32,
         device: str = "cpu",
     ) -> None:
-        if num_slots < 1 or num_layers < 0:
-            raise ValueError(
-                f"need num_slots >= 1 and num_layers >= 0, got {num_slots}, {num_layers}"
-            )
+        check_rows(num_slots, num_layers)
         shape = (num_slots, num_kv_heads, head_dim)
         self.num_slots = num_slots
         self.k_buffers = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from uniradix.memory.allocator import TokenSlotAllocator
+from uniradix.memory.kv_pool import check_rows
 from uniradix.types import Req
 
 PING_PONG_SIZE = 2
@@ -73,7 +74,8 @@ class MambaSlotAllocator(TokenSlotAllocator):
 
 
 class MambaStatePool:
-    """The conv and temporal state tensors of every Mamba layer, indexed by slot."""
+    """The conv and temporal state tensors of every Mamba layer, indexed by slot; on the
+    host (`HostMambaStates`) pinned when they mirror a CUDA pool."""
 
     def __init__(
         self,
@@ -83,14 +85,15 @@ class MambaStatePool:
         temporal_shape: Sequence[int] = (1,),
         dtype: torch.dtype = torch.float32,
         device: str = "cpu",
+        pin_memory: bool = False,
     ) -> None:
-        if num_slots < 1 or num_layers < 0:
-            raise ValueError(
-                f"need num_slots >= 1 and num_layers >= 0, got {num_slots}, {num_layers}"
-            )
+        check_rows(num_slots, num_layers)
+        self.num_slots = num_slots
         rows = (num_layers, num_slots + 1)
-        self.conv_states = torch.zeros((*rows, *conv_shape), dtype=dtype, device=device)
-        self.temporal_states = torch.zeros((*rows, *temporal_shape), dtype=dtype, device=device)
+        self.conv_states, self.temporal_states = (
+            torch.zeros((*rows, *shape), dtype=dtype, device=device, pin_memory=pin_memory)
+            for shape in (conv_shape, temporal_shape)
+        )
         # No state memory (a simulation): copies and clears have nothing to move.
         self._stateless = self.conv_states.numel() == 0 and self.temporal_states.numel() == 0
 

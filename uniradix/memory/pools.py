@@ -71,11 +71,7 @@ class CachePools:
         sizes = {"full": a.capacity, "req": self.req_to_token_pool.size}
         if isinstance(a, SWASlotAllocator):
             sizes["swa"] = a.swa_capacity
-        if self.mamba is not None:
-            sizes["mamba"] = self.mamba.allocator.capacity
-        for name, pool in self.extra.items():
-            sizes[name] = pool.capacity
-        return sizes
+        return sizes | {name: pool.capacity for name, pool in self._slot_pools().items()}
 
     def available(self) -> dict[str, int]:
         return {name: read() for name, read in self.free_readers().items()}
@@ -89,11 +85,15 @@ class CachePools:
             readers |= {"full": a.full_available_size, "swa": a.swa_available_size}
         else:
             readers["full"] = a.available_size
+        return readers | {name: pool.available_size for name, pool in self._slot_pools().items()}
+
+    def _slot_pools(self) -> dict[str, ExtraPool]:
+        """The pools besides KV slots and request rows, counted alike by name: the Mamba
+        state slots, then the extra pools."""
+        pools: dict[str, ExtraPool] = {}
         if self.mamba is not None:
-            readers["mamba"] = self.mamba.allocator.available_size
-        for name, pool in self.extra.items():
-            readers[name] = pool.available_size
-        return readers
+            pools["mamba"] = self.mamba.allocator
+        return pools | self.extra
 
     def reset(self) -> None:
         self.kv_allocator.reset()

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from uniradix.plan.sweep import PlanPoint, PlanResult
+from uniradix.sim.report import headless_pyplot
 
 GB = 10**9
 
@@ -59,15 +60,7 @@ def write_plan_report(result: PlanResult, directory: str | Path) -> list[Path]:
     written = [out / "plan.json", out / "plan.md"]
     written[0].write_text(json.dumps(result.to_json(), indent=2) + "\n")
     written[1].write_text(markdown_plan(result))
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise RuntimeError(
-            f"plots need matplotlib (pip install 'uniradix[plots]'); wrote only {written}"
-        ) from None
+    plt = headless_pyplot(written)
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     for points, style, label in ((result.best, "o-", "best split"), (result.even, "s--", "even")):
         shown = [q for q in points if q.hit_rate is not None]

@@ -142,7 +142,8 @@ def build_replay_cache(
     swa = ComponentType.SWA in components
     mamba = ComponentType.MAMBA in components
     return build_cache(
-        CacheConfig(
+        CacheConfig.embedded_in(
+            options,
             pools=replace(
                 options.pools,
                 sliding_window=options.pools.sliding_window if swa else None,
@@ -151,9 +152,6 @@ def build_replay_cache(
                 mamba_extra_buffer=mamba and options.pools.page_size > 1,
             ),
             requests=Requests(options.scheduler.max_running, max_context_len),
-            eviction=options.eviction,
-            host=options.host,
-            storage=options.storage,
             sessions=Sessions(options.sessions),
         )
     )

@@ -135,13 +135,9 @@ def _plot_hits_by_tier(plt: Any, result: ReplayResult, path: Path) -> Path:
     return path
 
 
-def write_report(result: ReplayResult, directory: str | Path) -> list[Path]:
-    """Writes summary.json, summary.md and the plots into `directory`; returns the paths."""
-    out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
-    written = [out / "summary.json", out / "summary.md"]
-    written[0].write_text(json.dumps(result.summary, indent=2, sort_keys=True) + "\n")
-    written[1].write_text(markdown_summary(result))
+def headless_pyplot(written: list[Path]) -> Any:
+    """matplotlib's pyplot drawing to files only; without matplotlib, a RuntimeError saying
+    which files of the report (`written`) were written all the same."""
     try:
         import matplotlib
 
@@ -151,6 +147,17 @@ def write_report(result: ReplayResult, directory: str | Path) -> list[Path]:
         raise RuntimeError(
             f"plots need matplotlib (pip install 'uniradix[plots]'); wrote only {written}"
         ) from None
+    return plt
+
+
+def write_report(result: ReplayResult, directory: str | Path) -> list[Path]:
+    """Writes summary.json, summary.md and the plots into `directory`; returns the paths."""
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    written = [out / "summary.json", out / "summary.md"]
+    written[0].write_text(json.dumps(result.summary, indent=2, sort_keys=True) + "\n")
+    written[1].write_text(markdown_summary(result))
+    plt = headless_pyplot(written)
 
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.plot(*_thin(result.cumulative_hit_rate), label="replay")

@@ -23,22 +23,14 @@ import numpy as np
 
 from uniradix.tiers import aux_tier
 from uniradix.tiers.transfer import CopyOp, Direction
-from uniradix.tiers.views import HostTierView, LoadCounters
+from uniradix.tiers.views import HostTierView
 from uniradix.tree.node import TreeNode
 from uniradix.types import Slots
-
-
-class WriteCounters(LoadCounters, Protocol):
-    written_tokens: int
-    write_skipped_tokens: int
-    write_failed_tokens: int
 
 
 class BackupTier(HostTierView, Protocol):
     """The host tier as its backups use it."""
 
-    @property
-    def stats(self) -> WriteCounters: ...
     @property
     def threshold(self) -> int | None: ...
     @property

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from uniradix.memory.host_pools import HostPools
     from uniradix.memory.pools import CachePools
     from uniradix.tiers.host_aux import HostAux
+    from uniradix.tiers.stats import HostTierStats
     from uniradix.tiers.tickets import Tickets
     from uniradix.tiers.transfer import TransferEngine
     from uniradix.tiers.write_policy import WritePolicy
@@ -69,20 +70,6 @@ class CacheView(Protocol):
     def apply(self, actions: list[FreeSlots]) -> None: ...
 
 
-class LoadCounters(Protocol):
-    """The load-back counters of `HostTierStats` (updated in place)."""
-
-    loaded_tokens: int
-    load_skipped: int
-    load_failed: int
-    load_copy_failed: int
-    aux_loaded: dict[str, int]
-    aux_written: dict[str, int]
-    aux_write_skipped: dict[str, int]
-    aux_host_evicted: dict[str, int]
-    host_insert_dropped_tokens: int
-
-
 class StorageReservations(Protocol):
     """The L3 wiring as the host pool's identity counts it."""
 
@@ -104,7 +91,7 @@ class HostTierView(Protocol):
     @property
     def load_back_threshold(self) -> int: ...
     @property
-    def stats(self) -> LoadCounters: ...
+    def stats(self) -> HostTierStats: ...
     @property
     def writes(self) -> dict[int, tuple[TreeNode, IncLockRefResult]]: ...
     @property
