@@ -1,6 +1,7 @@
 """Hybrid hit rates on the trace suite: trace x budget x config (full+SWA, full+Mamba,
-full+SWA+Mamba) with LRU, the default order, every other named order, the oracle and full
-attention, the judging half marked; hits per Mamba slot and per SWA token.
+full+SWA+Mamba) with LRU, the default order, every retired order (study copies,
+`benchmarks/studies/retired_orders.py`), the oracle and full attention, the judging half
+marked; hits per Mamba slot and per SWA token.
 
     .venv/bin/python -m benchmarks.hit_table [--traces NAME ...] [--budgets tight mid ample]
         [--mooncake PATH] [--sharegpt PATH] [--out benchmarks/results]
@@ -12,7 +13,8 @@ windows, W = 1024); Mamba slots 1/8 (`tight`, `mid`: issue 28's "512-slot-like")
 (`ample`) of the contexts the full pool holds (its tokens over the mean request length), at
 least twice `max_running`. Where twice the longest request exceeds the budget (aiperf's long
 contexts) budgets differ in their Mamba slots only. Orders vary one pool at a time: on
-full+SWA+Mamba the Mamba order varies with the SWA default (`lru` is LRU in both pools).
+full+SWA+Mamba the Mamba order varies with the SWA default (`lru` and `branch_aware` order
+both pools, as the retired `--aux-eviction-policy branch_aware` did).
 The oracle is Belady with the future known (`benchmarks/mamba_oracle.py`,
 `benchmarks/swa_oracle.py`; both on full+SWA+Mamba); it is an estimate, not a bound, where
 those modules say. Rows go to `hit_table.jsonl` as they are measured (a rerun skips cells
@@ -31,10 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.mamba_oracle import oracle_replay as mamba_oracle_replay
+from benchmarks.studies.retired_orders import BRANCH_AWARE, MAMBA_STUDY_ORDERS, SWA_STUDY_ORDERS
 from benchmarks.swa_oracle import swa_oracle_replay
 from benchmarks.traces.suite import PAGE, SuiteTrace, suite
-from uniradix.eviction.aux_eviction import AUX_EVICTION_POLICIES
-from uniradix.eviction.swa_reuse import SWA_EVICTION_POLICIES
 from uniradix.sim.ideal import ideal_hits
 from uniradix.sim.replay import ReplayOptions, load_specs, run_replay
 from uniradix.types import DEFAULT_AUX_EVICTION_POLICY, DEFAULT_SWA_EVICTION_POLICY
@@ -76,11 +77,16 @@ def _pages(tokens: float) -> int:
 
 
 def orders(config: str) -> list[str]:
-    """LRU, the default, the other named orders, the oracle: of the pool `config` varies."""
-    names = SWA_EVICTION_POLICIES if config == "swa" else AUX_EVICTION_POLICIES
+    """LRU, the default, the retired orders (study copies, `study:` names), the oracle: of the
+    pool `config` varies."""
+    retired = SWA_STUDY_ORDERS if config == "swa" else MAMBA_STUDY_ORDERS
     default = DEFAULT_SWA_EVICTION_POLICY if config == "swa" else DEFAULT_AUX_EVICTION_POLICY
-    rest = [n for n in names if n not in ("lru", default)]
-    return ["lru", default, *rest, ORACLE]
+    return ["lru", default, *retired, ORACLE]
+
+
+def label(order: str) -> str:
+    """An order's column and `order` field in the rows: a retired order by its old name."""
+    return order.removeprefix("study:")
 
 
 def measure(options: ReplayOptions, config: str, order: str) -> dict[str, Any]:
@@ -91,8 +97,8 @@ def measure(options: ReplayOptions, config: str, order: str) -> dict[str, Any]:
         opts = opts.updated(swa_eviction_policy=order)
     else:
         opts = opts.updated(aux_eviction_policy=order)
-        if order == "lru":
-            opts = opts.updated(swa_eviction_policy="lru")
+        if order in ("lru", BRANCH_AWARE):  # both pools, as the library's aux order once did
+            opts = opts.updated(swa_eviction_policy=order)
     s = run_replay(opts).summary
     if any(s["leaked"].values()):
         raise RuntimeError(f"leak in {config} {order}: {s['leaked']}")
@@ -107,7 +113,7 @@ def row(trace: SuiteTrace, budget: str, opts: ReplayOptions, config: str, order:
         "half": trace.half,
         "budget": budget,
         "config": config,
-        "order": order,
+        "order": label(order),
         "hit_rate": s["hit_rate"],
         "full_hit_rate": full,
         "ideal_hit_rate": s["ideal_hit_rate"],
@@ -163,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
                      (name, budget, "full")), None,
                 )  # fmt: skip
                 for config, order in cells:
-                    if (name, budget, config, order) in done:
+                    if (name, budget, config, label(order)) in done:
                         continue
                     t0 = time.perf_counter()
                     s = measure(opts, config, order)
@@ -189,7 +195,7 @@ def markdown(rows: list[dict[str, Any]], argv: str) -> str:
     cells = list(dict.fromkeys((r["trace"], r["budget"]) for r in rows))
     judged: list[tuple[bool, float, float]] = []  # (near the best, oracle, default) per cell
     for config in CONFIGS:
-        names = orders(config)
+        names = [label(o) for o in orders(config)]
         if not any(k[2] == config for k in keyed):
             continue
         lines += [

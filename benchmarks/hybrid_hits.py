@@ -3,7 +3,7 @@ Mooncake trace and every built-in workload (issue 14's sizes), and the auxiliary
 which each hybrid config reaches 0.95x full-only.
 
     .venv/bin/python -m benchmarks.hybrid_hits --label before [--sources trace multi_turn ...]
-        [--policy lru] [--swa-policy reuse_aware] [--placement] [--pool-search]
+        [--policy lru] [--swa-policy study:greedy_dual_window] [--placement] [--pool-search]
         [--mamba-slots 512] [--max-requests 2000] [--configs swa hybrid] [--swa-floor]
         [--scales 1 1.25 1.5 2]
         [--out benchmarks/results]
@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.studies.retired_orders import MAMBA_STUDY_ORDERS, SWA_STUDY_ORDERS
 from benchmarks.trace import TRACE
 from uniradix.sim.ideal import ideal_hits
 from uniradix.sim.replay import ReplayOptions, load_specs, run_replay
@@ -96,8 +97,13 @@ def main() -> int:
     parser.add_argument("--label", default="run")
     parser.add_argument("--sources", nargs="+", default=[*sorted(WORKLOADS), "trace"])
     parser.add_argument("--trace", default=str(TRACE))
-    parser.add_argument("--policy", default=None, help="aux eviction policy (None: default)")
-    parser.add_argument("--swa-policy", default=None, help="SWA eviction policy (None: default)")
+    study = "(None: default; lru; or a retired order's study copy: {})"
+    parser.add_argument(
+        "--policy", default=None, help="Mamba eviction order " + study.format(MAMBA_STUDY_ORDERS)
+    )
+    parser.add_argument(
+        "--swa-policy", default=None, help="SWA eviction order " + study.format(SWA_STUDY_ORDERS)
+    )
     parser.add_argument("--max-requests", type=int, default=None, help="the first N only")
     parser.add_argument(
         "--configs", nargs="+", default=None, help="of swa mamba hybrid (default: all)"

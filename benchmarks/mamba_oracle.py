@@ -1,6 +1,7 @@
 """How far an oracle eviction of Mamba states gets: Belady's order (evict the state whose next
 use lies farthest in the future) with the trace's future requests known, next to `lru` and
-`flop_aware`, at issue 14's pool sizes. It tells how much of the full+Mamba gap is the
+`flop_aware` (retired; its study copy, `benchmarks/studies/retired_orders.py`), at issue 14's
+pool sizes. It tells how much of the full+Mamba gap is the
 eviction policy and how much is capacity. `oracle_replay(options)` runs it on any trace, config
 with a Mamba pool, and budget (`benchmarks/hit_table.py`).
 
@@ -30,7 +31,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from benchmarks.hybrid_hits import PAGE, TRACE, base_options, full_pool, sized
-from uniradix.eviction.flop_aware import FlopAwareEviction
+from benchmarks.studies.retired_orders import FLOP_AWARE, FlopAwareMamba
 from uniradix.sim.replay import ReplayOptions, admissible, load_specs, run_replay
 from uniradix.sim.request_spec import RequestSpec
 from uniradix.sim.scheduler import Scheduler
@@ -94,7 +95,7 @@ class Oracle:
             oracle.clock = rid
             return admit(self, rid, budget)
 
-        def farthest(self: FlopAwareEviction) -> TreeNode | None:
+        def farthest(self: FlopAwareMamba) -> TreeNode | None:
             i = self.index
             live = [
                 n for n in self._credit if n.data[i].value is not None and n.data[i].lock_ref == 0
@@ -103,25 +104,26 @@ class Oracle:
             return max(live, key=oracle.next_use, default=None)
 
         Scheduler._admit = timed_admit  # type: ignore[method-assign,assignment]
-        FlopAwareEviction._least_credit = farthest  # type: ignore[method-assign]
+        FlopAwareMamba._least_credit = farthest  # type: ignore[method-assign]
 
 
 @contextmanager
 def installed(oracle: Oracle) -> Iterator[Oracle]:
     """`oracle` chooses `flop_aware`'s victims inside the block only."""
-    saved = Scheduler._admit, FlopAwareEviction._least_credit
+    saved = Scheduler._admit
     oracle.install()
     try:
         yield oracle
     finally:
-        Scheduler._admit, FlopAwareEviction._least_credit = saved  # type: ignore[method-assign]
+        Scheduler._admit = saved  # type: ignore[method-assign]
+        del FlopAwareMamba._least_credit  # the inherited one again
 
 
 def oracle_replay(options: ReplayOptions) -> dict[str, Any]:
     """The replay summary of `options` (a config with a Mamba pool) with the Mamba states'
     victims chosen by the oracle (its SWA order, if any, is `options`')."""
     with installed(Oracle(options)):
-        s = run_replay(options.updated(aux_eviction_policy="flop_aware")).summary
+        s = run_replay(options.updated(aux_eviction_policy=FLOP_AWARE)).summary
     if any(s["leaked"].values()):
         raise RuntimeError(f"leak under the oracle: {s['leaked']}")
     return s
@@ -142,7 +144,7 @@ def main() -> int:
     print("|---|---|---|---|")
     rows = {}
     for slots in args.mamba_slots:
-        for policy in ("lru", "flop_aware"):
+        for policy in ("lru", FLOP_AWARE):
             options = sized(base, args.config, window, 1).updated(mamba_slots=slots)
             options = options.updated(aux_eviction_policy=policy)
             rows[(slots, policy)] = run_replay(options).summary["hit_rate"] / full
@@ -150,9 +152,9 @@ def main() -> int:
     oracle.install()
     for slots in args.mamba_slots:
         options = sized(base, args.config, window, 1).updated(mamba_slots=slots)
-        s = run_replay(options.updated(aux_eviction_policy="flop_aware")).summary
+        s = run_replay(options.updated(aux_eviction_policy=FLOP_AWARE)).summary
         assert not any(s["leaked"].values()), s["leaked"]
-        lru, flop = rows[(slots, "lru")], rows[(slots, "flop_aware")]
+        lru, flop = rows[(slots, "lru")], rows[(slots, FLOP_AWARE)]
         print(f"| {slots} | {lru:.3f} | {flop:.3f} | {s['hit_rate'] / full:.3f} |")
     print(f"oracle victim choices: {oracle.victims}")
     return 0

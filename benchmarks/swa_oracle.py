@@ -4,7 +4,7 @@ the SWA orders, at issue 14's pool sizes. It tells how much of the full+SWA gap 
 eviction order and how much is capacity (as `benchmarks/mamba_oracle.py` for Mamba states).
 
     .venv/bin/python -m benchmarks.swa_oracle [--max-requests 2000] [--windows 1024 4096]
-        [--config swa] [--policies lru reuse_aware] [--scale 1]
+        [--config swa] [--policies lru reuse_credit] [--scale 1]
 
 A window is *used* by a request only where that request's match ends within one window above
 it: full-only's hit length `h` of each request (from a full-attention-only replay at the same
@@ -33,6 +33,7 @@ from typing import Any
 from benchmarks.hybrid_hits import PAGE, TRACE, base_options, full_pool, sized
 from benchmarks.mamba_oracle import oracle_replay as mamba_oracle_replay
 from benchmarks.mamba_oracle import replayed_specs
+from benchmarks.studies import retired_orders
 from benchmarks.studies.swa_window_demand import full_only_hits, full_only_hits_at
 from uniradix.components.swa import SWAComponent
 from uniradix.sim.replay import ReplayOptions, run_replay
@@ -187,12 +188,14 @@ def main() -> int:
     parser.add_argument("--max-requests", type=int, default=2000, help="0: the whole trace")
     parser.add_argument("--windows", type=int, nargs="+", default=[1024, 4096])
     parser.add_argument("--config", default="swa", choices=["swa", "hybrid"])
-    parser.add_argument("--policies", nargs="*", default=["lru", "reuse_aware"])
+    parser.add_argument("--policies", nargs="*", default=["lru", "reuse_credit"])
     parser.add_argument("--scale", type=int, default=1, help="SWA pool multiple")
     parser.add_argument(
         "--first-use",
         default=None,
-        help="an SWA policy: the oracle only evicts never-served windows no later request uses",
+        help="an SWA policy (or a retired one's study copy, e.g. "
+        f"{retired_orders.GREEDY_DUAL_WINDOW}): the oracle only evicts never-served windows "
+        "no later request uses",
     )
     args = parser.parse_args()
     limit = args.max_requests or None

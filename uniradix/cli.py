@@ -17,8 +17,12 @@ if TYPE_CHECKING:
 
 def replay_flags() -> list[Flag]:
     """`uniradix replay`'s flags on `ReplayOptions` knobs (one line adds one)."""
-    from uniradix.eviction.aux_eviction import AUX_EVICTION_POLICIES
-    from uniradix.eviction.swa_reuse import SWA_EVICTION_POLICIES
+    from uniradix.cli_flags import checked_name
+    from uniradix.eviction.orders import (
+        ORDER_NAMES,
+        check_aux_eviction_policy,
+        check_swa_eviction_policy,
+    )
     from uniradix.sim.replay import CONFIG_COMPONENTS
     from uniradix.sim.traces import TRACE_FORMATS
     from uniradix.sim.workloads import WORKLOADS
@@ -46,14 +50,14 @@ def replay_flags() -> list[Flag]:
         Flag(
             "--aux-eviction-policy",
             "aux_eviction_policy",
-            "eviction order of SWA windows and Mamba states",
-            {"choices": AUX_EVICTION_POLICIES},
+            "eviction order of Mamba states (reuse_credit: no sign of reuse first, then credits)",
+            {"choices": ORDER_NAMES, "type": checked_name(check_aux_eviction_policy)},
         ),
         Flag(
             "--swa-eviction-policy",
             "swa_eviction_policy",
-            "eviction order of SWA windows (ignored with --aux-eviction-policy branch_aware)",
-            {"choices": SWA_EVICTION_POLICIES},
+            "eviction order of SWA windows (reuse_credit: no sign of reuse first, then credits)",
+            {"choices": ORDER_NAMES, "type": checked_name(check_swa_eviction_policy)},
         ),
         Flag("--host-tokens", "host_tokens", "host tier (L2) size in tokens", n, True),
         Flag("--hicache-ratio", "hicache_ratio", "host tier size / device pool size", r, True),

@@ -110,6 +110,19 @@ def positive_float(text: str) -> float:
     return value
 
 
+def checked_name(check: Callable[[object], str]) -> Callable[[str], str]:
+    """An argparse type from a library check that raises ValueError naming the bad value
+    (a retired eviction order names its replacement) and returns the name to use."""
+
+    def parse(text: str) -> str:
+        try:
+            return check(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
+
+
 def byte_sizes(text: str) -> list[int]:
     """A comma-separated list of sizes (`8GB,16GB,32GB`), each as `byte_size` reads it."""
     return [byte_size(part) for part in text.split(",")]

@@ -145,10 +145,9 @@ class Tensors:
 
 @dataclass(frozen=True)
 class Eviction:
-    """Eviction orders: of full KV (`eviction_policy`), of SWA windows and Mamba states
-    (`aux_eviction_policy`, `uniradix.eviction.aux_eviction`), and of SWA windows
-    (`swa_eviction_policy`, `uniradix.eviction.swa_reuse`) unless the aux order is
-    "branch_aware"."""
+    """Eviction orders: of full KV (`eviction_policy`), of Mamba states
+    (`aux_eviction_policy`) and of SWA windows (`swa_eviction_policy`), each "reuse_credit"
+    (the default) or "lru" (`uniradix.eviction.orders`)."""
 
     group_title = "eviction"
     eviction_policy: str = "lru"

@@ -57,15 +57,11 @@ class FreeSlots(NamedTuple):
     node_value: bool = False
 
 
-# The default order of Mamba states (`uniradix.eviction.mamba_probation`): it ties or beats
-# every other order on the tuning half of the trace suite, and on every judging cell but one
-# (within 0.97x of the best there but in one full+SWA+Mamba cell: docs/hit_rates.md).
-DEFAULT_AUX_EVICTION_POLICY = "reuse_aware"
-# The order of SWA windows (`uniradix.eviction.swa_reuse`, `swa_credit`, `swa_output`):
-# "lru", "reuse_aware", "greedy_dual", "greedy_dual_window" or "greedy_dual_output" (unless
-# `aux_eviction_policy` is "branch_aware", which orders SWA windows itself). Each of these wins
-# or ties the one before it on every trace and workload measured (docs/hit_rates.md).
-DEFAULT_SWA_EVICTION_POLICY = "greedy_dual_output"
+# The default orders of Mamba states and SWA windows (`uniradix.eviction.orders`): states and
+# windows with no sign of reuse first, then GreedyDual credits weighted by reuse. The only
+# other order of each pool is "lru"; why this one is the default: docs/hit_rates.md.
+DEFAULT_AUX_EVICTION_POLICY = "reuse_credit"
+DEFAULT_SWA_EVICTION_POLICY = "reuse_credit"
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,11 +71,8 @@ class CacheSettings:
     Mamba: states are checkpointed only at multiples of the checkpoint grid
     `lcm(mamba_cache_chunk_size, page_size)` (the SSM kernel materializes states per chunk);
     `mamba_max_states_per_path` caps the states kept along one root-to-node path (None: no
-    cap). `aux_eviction_policy` orders the eviction of SWA windows and Mamba states ("lru",
-    "branch_aware", "flop_aware" or "reuse_aware", see `uniradix.eviction.aux_eviction`);
-    `swa_eviction_policy` orders SWA windows ("lru", "reuse_aware", "greedy_dual",
-    "greedy_dual_window" or "greedy_dual_output", `uniradix.eviction.swa_reuse`, `swa_credit`
-    and `swa_output`) unless the aux policy is "branch_aware".
+    cap). `aux_eviction_policy` orders the eviction of Mamba states and `swa_eviction_policy`
+    that of SWA windows: "reuse_credit" (the default) or "lru" (`uniradix.eviction.orders`).
     """
 
     page_size: int = 1

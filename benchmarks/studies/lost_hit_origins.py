@@ -3,7 +3,7 @@ full-KV match end `F`), was `F` a position where an earlier request had been giv
 checkpoint (`Req.checkpoint_seqlens`), or one it only computed through?
 
     .venv/bin/python -m benchmarks.studies.lost_hit_origins [--max-requests 2000] [--config hybrid]
-        [--window 1024] [--mamba-slots 512] [--swa-policy greedy_dual_output]
+        [--window 1024] [--mamba-slots 512] [--swa-policy reuse_credit]
 
 Kinds of `F` (the lost tokens of each, as a share of the full-KV hit tokens, split by the
 cause `uniradix.sim.lost_hits` names):

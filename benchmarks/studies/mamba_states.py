@@ -3,7 +3,7 @@ keeps, and which checkpoints (by where they sit in the request that stored them)
 evicted unused, and resumed from.
 
     .venv/bin/python -m benchmarks.studies.mamba_states [--source trace] [--max-requests 2000]
-        [--config mamba] [--policy flop_aware] [--max-running 64]
+        [--config mamba] [--policy study:flop_aware] [--max-running 64]
 
 Sizes as `benchmarks.hybrid_hits` (page 16, full KV a quarter of the working set, 512 Mamba
 slots). A checkpoint's kind, from the storing request's prompt length `L`: `grid` at
@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from benchmarks.hybrid_hits import TRACE, base_options, full_pool, sized
+from benchmarks.studies.retired_orders import FLOP_AWARE
 from uniradix.cache.controller import UnifiedRadixCache
 from uniradix.components.mamba import MambaComponent
 from uniradix.sim.batch import RunningRequest, held_by
@@ -134,7 +135,7 @@ def main() -> int:
     parser.add_argument("--source", default="trace")
     parser.add_argument("--max-requests", type=int, default=2000)
     parser.add_argument("--config", default="mamba", choices=["mamba", "hybrid"])
-    parser.add_argument("--policy", default="flop_aware")
+    parser.add_argument("--policy", default=FLOP_AWARE)
     parser.add_argument("--max-running", type=int, default=None)
     args = parser.parse_args()
     base = base_options(args.source, str(TRACE)).updated(max_requests=args.max_requests)

@@ -3,7 +3,7 @@ whether a row one order loses at seed 0 is a systematic loss or the seed's luck.
 
     .venv/bin/python -m benchmarks.studies.swa_order_seeds --source agentic --config hybrid
         --window 1024 --mamba-slots 16 24 32 --seeds 30
-        [--orders greedy_dual greedy_dual_window] [--traces A.jsonl B.jsonl]
+        [--orders study:greedy_dual study:greedy_dual_window] [--traces A.jsonl B.jsonl]
 
 Sizes as `benchmarks.hybrid_hits` (issue 14's: page 16, full KV a quarter of each seed's
 working set, SWA pool a quarter of that or its floor), so seed 0 of a workload is that
@@ -19,6 +19,7 @@ import argparse
 import sys
 
 from benchmarks.hybrid_hits import base_options, full_pool, sized
+from benchmarks.studies.retired_orders import GREEDY_DUAL, GREEDY_DUAL_WINDOW
 from uniradix.sim.replay import ReplayOptions, run_replay
 
 
@@ -46,7 +47,7 @@ def main() -> int:
     parser.add_argument("--window", type=int, default=1024)
     parser.add_argument("--mamba-slots", type=int, nargs="+", default=[24])
     parser.add_argument("--seeds", type=int, default=30)
-    parser.add_argument("--orders", nargs=2, default=["greedy_dual", "greedy_dual_window"])
+    parser.add_argument("--orders", nargs=2, default=[GREEDY_DUAL, GREEDY_DUAL_WINDOW])
     args = parser.parse_args()
     if args.seeds < 1:
         raise ValueError(f"--seeds={args.seeds} must be positive")

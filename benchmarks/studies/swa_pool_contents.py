@@ -6,7 +6,7 @@ and locked. Where the pool is mostly windows nobody uses again while hits are lo
 evictions, the eviction order, not the memory, is what to fix.
 
     .venv/bin/python -m benchmarks.studies.swa_pool_contents [--max-requests 2000] [--window 4096]
-        [--swa-policy greedy_dual] [--every 100] [--skip 500]
+        [--swa-policy study:greedy_dual] [--every 100] [--skip 500]
 
 Shares are of all sampled live SWA tokens (samples before request `--skip` are left out: the
 pool is still filling). A measurement in this process, not a feature: it wraps the

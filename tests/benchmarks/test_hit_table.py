@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.hit_table import BUDGETS, ORACLE, main, markdown, measure, orders, row, sized
+from benchmarks.hit_table import BUDGETS, ORACLE, label, main, markdown, measure, orders, row, sized
 from benchmarks.traces.suite import JUDGE, SuiteTrace, base
 from benchmarks.traces.trace_io import CACHE_ENV, token_row, write_jsonl
 from uniradix.sim.replay import ReplayOptions
@@ -65,7 +65,7 @@ def test_the_command_writes_the_table_and_a_rerun_measures_nothing_again(
     argv = ["--traces", "multi_turn/s0", "--budgets", "tight", "--configs", "mamba"]
     assert main([*argv, "--out", str(tmp_path)]) == 0
     lines = (tmp_path / "hit_table.jsonl").read_text().splitlines()
-    assert [json.loads(x)["order"] for x in lines] == ["full", *orders("mamba")]
+    assert [json.loads(x)["order"] for x in lines] == ["full", *map(label, orders("mamba"))]
     table = (tmp_path / "hit_table.md").read_text()
     assert "| multi_turn/s0 | tight | tune |" in table and "Judging cells" in table
     assert not (tmp_path / "cache").exists()  # no other trace was generated

@@ -2,9 +2,10 @@
 and the seed draws other requests."""
 
 from benchmarks.hybrid_hits import base_options, full_pool, run, sized
+from benchmarks.studies.retired_orders import GREEDY_DUAL, GREEDY_DUAL_WINDOW
 from benchmarks.studies.swa_order_seeds import ratios
 
-ORDERS = ["greedy_dual", "greedy_dual_window"]
+ORDERS = [GREEDY_DUAL, GREEDY_DUAL_WINDOW]
 
 
 def test_seed_zero_is_the_hybrid_hits_row() -> None:

@@ -3,6 +3,7 @@ order's serve and pass marks, leaf or inner, and its lock."""
 
 import numpy as np
 
+from benchmarks.studies.retired_orders import GREEDY_DUAL
 from benchmarks.studies.swa_pool_contents import window_class
 from benchmarks.swa_oracle import NEVER
 from tests.driver import MiniScheduler
@@ -26,7 +27,7 @@ def test_windows_are_named_by_use_serve_pass_and_lock() -> None:
     """Window 4, page 1: a 16-token prompt prefilled in two chunks of 8 with its checkpoint at
     16 (its chunk-end window [104..107] is passed), then a match of the first 8 tokens (it
     ends under that window: served, no longer only passed) while the request still runs."""
-    cache = swa_cache("greedy_dual")
+    cache = swa_cache(GREEDY_DUAL)
     swa = cache.component(ComponentType.SWA)
     assert isinstance(swa, SWAComponent)
     sched = MiniScheduler(cache)

@@ -4,6 +4,7 @@ locks, early release, out-of-window freeing, cascades and the leaf cap split."""
 import pytest
 import torch
 
+from benchmarks.studies.retired_orders import GREEDY_DUAL
 from uniradix import CacheConfig, EvictParams, InsertParams, MatchPrefixParams, RadixKey, Req
 from uniradix.cache.controller import UnifiedRadixCache
 from uniradix.components.swa import SWAComponent
@@ -29,7 +30,7 @@ def make(window: int = 4, ps: int = 1, full: int = 64, swa: int = 32) -> Unified
             max_context_len=128,
             max_running_requests=8,
             # Victims named by the tests: each node credited by its own end.
-            swa_eviction_policy="greedy_dual",
+            swa_eviction_policy=GREEDY_DUAL,
         )
     )
 

@@ -13,6 +13,13 @@ from unittest import mock
 import pytest
 import torch
 
+from benchmarks.studies.retired_orders import (
+    BRANCH_AWARE,
+    FLOP_AWARE,
+    GREEDY_DUAL,
+    GREEDY_DUAL_WINDOW,
+    SWA_REUSE_AWARE,
+)
 from tests.engine.tiny import TINY
 from uniradix.components.mamba import MambaComponent
 from uniradix.engine import TinyHybridModel
@@ -155,7 +162,7 @@ def test_float32_pools_follow_the_model_dtype() -> None:
     assert check.max_abs_logit_diff < 1e-4
 
 
-@pytest.mark.parametrize("policy", ["branch_aware", "flop_aware", "reuse_aware"])
+@pytest.mark.parametrize("policy", [BRANCH_AWARE, FLOP_AWARE, "reuse_credit"])
 @pytest.mark.parametrize("placement", [False, True])
 @pytest.mark.parametrize("page_size", [1, 4])
 @pytest.mark.parametrize("config", ["swa", "mamba", "hybrid"])
@@ -171,6 +178,8 @@ def test_branch_aware_eviction_and_checkpoint_placement_generate_the_same(
         config,
         page_size,
         aux_eviction_policy=policy,
+        # the retired `branch_aware` ordered SWA windows too
+        swa_eviction_policy=policy if policy == BRANCH_AWARE else "reuse_credit",
         checkpoint_placement=placement,
         checkpoint_grid=8,
     )
@@ -185,9 +194,9 @@ def test_branch_aware_eviction_and_checkpoint_placement_generate_the_same(
 
 
 @pytest.mark.parametrize(
-    "swa_policy", ["reuse_aware", "greedy_dual", "greedy_dual_window", "greedy_dual_output"]
+    "swa_policy", [SWA_REUSE_AWARE, GREEDY_DUAL, GREEDY_DUAL_WINDOW, "reuse_credit"]
 )
-@pytest.mark.parametrize("aux_policy", ["flop_aware", "reuse_aware"])
+@pytest.mark.parametrize("aux_policy", [FLOP_AWARE, "reuse_credit"])
 @pytest.mark.parametrize("placement", [False, True])
 @pytest.mark.parametrize("page_size", [1, 4])
 @pytest.mark.parametrize("config", ["swa", "hybrid"])

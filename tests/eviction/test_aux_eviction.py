@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from benchmarks.studies.retired_orders import BRANCH_AWARE, GREEDY_DUAL
 from uniradix import CacheConfig, EvictParams, InsertParams, RadixKey, build_cache
 from uniradix.cache.controller import UnifiedRadixCache
 from uniradix.eviction.aux_eviction import prefix_cost
@@ -44,7 +45,7 @@ def holders(cache: UnifiedRadixCache) -> list[int]:
         ("lru", [8, 12, 16]),
         # Branch-aware: the state at 8 is covered (one child, a deeper state at 12 on the
         # only path), so it goes first; the fork at 4 stays.
-        ("branch_aware", [4, 12, 16]),
+        (BRANCH_AWARE, [4, 12, 16]),
     ],
 )
 def test_covered_mamba_state_goes_before_a_fork(policy: str, left: list[int]) -> None:
@@ -59,7 +60,7 @@ def test_covered_mamba_state_goes_before_a_fork(policy: str, left: list[int]) ->
     cache.check_invariants()
 
 
-@pytest.mark.parametrize(("policy", "victim"), [("lru", 2), ("branch_aware", 8)])
+@pytest.mark.parametrize(("policy", "victim"), [("lru", 2), (BRANCH_AWARE, 8)])
 def test_unusable_swa_remnant_goes_first(policy: str, victim: int) -> None:
     """Window 4, page 1. Tree: an old live window [9]*6 from the root (split 2 | 4 by the
     leaf's window cap); and
@@ -75,7 +76,8 @@ def test_unusable_swa_remnant_goes_first(policy: str, victim: int) -> None:
             sliding_window=4,
             max_context_len=64,
             aux_eviction_policy=policy,
-            swa_eviction_policy="greedy_dual",  # under "lru": the victim named below
+            # the retired `branch_aware` ordered SWA windows too; under "lru": `greedy_dual`
+            swa_eviction_policy=policy if policy == BRANCH_AWARE else GREEDY_DUAL,
         )
     )
     a = cache.pools.kv_allocator

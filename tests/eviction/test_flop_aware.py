@@ -3,21 +3,22 @@ victims."""
 
 import pytest
 
+from benchmarks.studies.retired_orders import FLOP_AWARE
 from tests.eviction.test_aux_eviction import holders, mamba_cache, put
 from uniradix import EvictParams, MatchPrefixParams, RadixKey
 from uniradix.cache.controller import UnifiedRadixCache
 from uniradix.components.mamba import MambaComponent
 from uniradix.eviction.aux_eviction import prefix_cost
-from uniradix.eviction.flop_aware import FlopAwareEviction
+from uniradix.eviction.mamba_credit import MambaCreditOrder
 from uniradix.tree.node import TreeNode
 from uniradix.types import ComponentType
 
 
-def order(cache_policy: str = "flop_aware") -> tuple[object, FlopAwareEviction]:
+def order(cache_policy: str = FLOP_AWARE) -> tuple[object, MambaCreditOrder]:
     cache = mamba_cache(cache_policy)
     mamba = cache.component(ComponentType.MAMBA)
     assert isinstance(mamba, MambaComponent)
-    assert isinstance(mamba._credits, FlopAwareEviction)
+    assert isinstance(mamba._credits, MambaCreditOrder)
     return cache, mamba._credits
 
 
@@ -28,7 +29,7 @@ def order(cache_policy: str = "flop_aware") -> tuple[object, FlopAwareEviction]:
         ("lru", [12, 14]),
         # Flop-aware: the state at 14 saves 2 tokens over the one at 12 (the fallback), the
         # state at 12 saves 8 over the one at 4, the one at 4 saves 4: 14 goes, though newest.
-        ("flop_aware", [4, 12]),
+        (FLOP_AWARE, [4, 12]),
     ],
 )
 def test_state_of_least_marginal_compute_goes_first(policy: str, left: list[int]) -> None:
@@ -81,7 +82,7 @@ def test_a_match_renews_the_credit_of_the_state_it_resumes_from() -> None:
     assert credits.credit(node) == 100.0 + prefix_cost(10)
 
 
-def credit_order_of(cache: UnifiedRadixCache) -> FlopAwareEviction:
+def credit_order_of(cache: UnifiedRadixCache) -> MambaCreditOrder:
     mamba = cache.component(ComponentType.MAMBA)
     assert isinstance(mamba, MambaComponent) and mamba._credits is not None
     return mamba._credits
@@ -108,10 +109,10 @@ def conversation_and_one_off(policy: str) -> UnifiedRadixCache:
     [
         # Marginal compute only: the second turn's state saves 4 tokens over the first turn's,
         # the one-off state 6: the conversation's tail goes.
-        ("flop_aware", [6, 8]),
+        (FLOP_AWARE, [6, 8]),
         # The tail's path was resumed from once: (1 + 3 * 1) * 4 ** 1.5 = 32 against the
         # one-off's 6 ** 1.5 = 14.7: the one-off goes, though it is the newest.
-        ("reuse_aware", [8, 12]),
+        ("reuse_credit", [8, 12]),
     ],
 )
 def test_a_resumed_conversation_keeps_its_tail_over_a_one_off_prompt(
@@ -124,7 +125,7 @@ def test_a_resumed_conversation_keeps_its_tail_over_a_one_off_prompt(
 
 
 def test_reuse_evidence_counts_resumes_of_the_state_and_of_the_states_above_it() -> None:
-    cache = conversation_and_one_off("reuse_aware")
+    cache = conversation_and_one_off("reuse_credit")
     credits = credit_order_of(cache)
     first, tail, one_off = node_at(cache, 8), node_at(cache, 12), node_at(cache, 6)
     assert [credits.reuse_evidence(n) for n in (first, tail, one_off)] == [1, 1, 0]
@@ -138,7 +139,7 @@ def test_reuse_evidence_counts_resumes_of_the_state_and_of_the_states_above_it()
 def test_an_evicted_state_loses_its_resume_count() -> None:
     """With the tail locked, eviction takes the one-off and the first turn's state: the count
     of the first goes with it, so the tail's evidence falls to 0 and no count is left over."""
-    cache = conversation_and_one_off("reuse_aware")
+    cache = conversation_and_one_off("reuse_credit")
     credits = credit_order_of(cache)
     tail = node_at(cache, 12)
     receipt = cache.inc_lock_ref(tail)
@@ -151,9 +152,9 @@ def test_an_evicted_state_loses_its_resume_count() -> None:
 
 
 def test_bad_weights_are_rejected() -> None:
-    cache = mamba_cache("reuse_aware")
+    cache = mamba_cache("reuse_credit")
     mamba = cache.component(ComponentType.MAMBA)
     with pytest.raises(ValueError, match="reuse_weight=-1"):
-        FlopAwareEviction(mamba, reuse_weight=-1)
+        MambaCreditOrder(mamba, reuse_weight=-1)
     with pytest.raises(ValueError, match="cost_exponent=0"):
-        FlopAwareEviction(mamba, cost_exponent=0)
+        MambaCreditOrder(mamba, cost_exponent=0)

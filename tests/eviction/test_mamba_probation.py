@@ -5,6 +5,7 @@ conversations."""
 from pathlib import Path
 
 from benchmarks.hit_table import BUDGETS, measure, sized
+from benchmarks.studies.retired_orders import FLOP_AWARE
 from benchmarks.traces.adversarial import bursts
 from benchmarks.traces.suite import base
 from benchmarks.traces.trace_io import spec_rows, write_jsonl
@@ -27,7 +28,7 @@ def test_a_one_off_prompt_goes_before_a_continued_conversation() -> None:
     """Turn 2 of a conversation passes over turn 1's prompt (a shared prefix): its state at 12
     is kept, turn 1's state at 8 (covered by it) and a long one-off prompt's are on probation
     and go first, although the credits alone would take the tail (it saves 4 tokens)."""
-    cache = mamba_cache("reuse_aware")
+    cache = mamba_cache("reuse_credit")
     put(cache, list(range(1, 9)))
     put(cache, [*range(1, 9), 20, 21, 22, 23])
     put(cache, list(range(30, 60)))
@@ -39,7 +40,7 @@ def test_a_one_off_prompt_goes_before_a_continued_conversation() -> None:
     assert holders(cache) == [12]
     cache.check_invariants()
 
-    credits_only = mamba_cache("flop_aware")
+    credits_only = mamba_cache(FLOP_AWARE)
     put(credits_only, list(range(1, 9)))
     put(credits_only, [*range(1, 9), 20, 21, 22, 23])
     put(credits_only, list(range(30, 60)))
@@ -50,7 +51,7 @@ def test_a_one_off_prompt_goes_before_a_continued_conversation() -> None:
 def test_a_resume_promotes_a_state_and_a_fork_keeps_it() -> None:
     """A one-off state resumed from leaves probation; a branch stored below it makes a fork,
     so it is not covered; a later one-off, more credited, goes first."""
-    cache = mamba_cache("reuse_aware")
+    cache = mamba_cache("reuse_credit")
     put(cache, [1, 2, 3, 4])
     order = probation_of(cache)
     base_state = node_at(cache, 4)
@@ -76,6 +77,6 @@ def test_bursts_of_one_off_prompts_keep_the_conversations_states(tmp_path: Path)
     state; `reuse_aware` keeps them and hits."""
     trace = write_jsonl(tmp_path / "bursts.jsonl", spec_rows(bursts(0)))
     opts = sized(base(trace=str(trace), trace_format="tokens"), *BUDGETS["ample"])
-    rates = {o: measure(opts, "mamba", o)["hit_rate"] for o in ("lru", "flop_aware", "reuse_aware")}
-    assert rates["reuse_aware"] > 0
-    assert rates["reuse_aware"] > max(rates["lru"], rates["flop_aware"])
+    rates = {o: measure(opts, "mamba", o)["hit_rate"] for o in ("lru", FLOP_AWARE, "reuse_credit")}
+    assert rates["reuse_credit"] > 0
+    assert rates["reuse_credit"] > max(rates["lru"], rates[FLOP_AWARE])

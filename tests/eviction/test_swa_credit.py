@@ -7,17 +7,22 @@ import math
 import numpy as np
 import pytest
 
+from benchmarks.studies.retired_orders import (
+    GREEDY_DUAL,
+    GREEDY_DUAL_PASSED_WORTH,
+    GREEDY_DUAL_WINDOW,
+    SWA_REUSE_AWARE,
+)
 from tests.driver import MiniScheduler
 from tests.eviction.test_swa_reuse import evict_order, insert, live_windows, match, swa_cache
 from uniradix import EvictParams, RadixKey
 from uniradix.cache.controller import UnifiedRadixCache
 from uniradix.components.swa import SWAComponent
-from uniradix.eviction import swa_reuse
+from uniradix.eviction import swa_order
 from uniradix.eviction.swa_credit import (
     COST_EXPONENT,
     PASSED_WORTH,
     REUSE_WEIGHT,
-    WINDOW_PASSED_WORTH,
     SWACreditEviction,
 )
 from uniradix.eviction.swa_output import SWAOutputCreditEviction
@@ -37,9 +42,9 @@ def order_of(cache: UnifiedRadixCache) -> SWACreditEviction:
     ("policy", "order"),
     [
         ("lru", [1, 10, 14, 20]),
-        ("reuse_aware", [1, 10, 14, 20]),
-        ("greedy_dual", [1, 10, 20, 14]),
-        ("greedy_dual_window", [1, 20, 14, 10]),
+        (SWA_REUSE_AWARE, [1, 10, 14, 20]),
+        (GREEDY_DUAL, [1, 10, 20, 14]),
+        (GREEDY_DUAL_WINDOW, [1, 20, 14, 10]),
     ],
 )
 def test_a_deeper_window_outlives_a_newer_shallow_one(policy: str, order: list[int]) -> None:
@@ -60,7 +65,7 @@ def test_credit_is_inflation_plus_worth() -> None:
     """The leaf at depth 8 is worth 8 ** 1.5; A, served once, (1 + 3) * 4 ** 1.5; evicting the
     least credited window (the parent at depth 4, worth 4 ** 1.5) raises the inflation to it,
     and a window stored after that starts from it."""
-    cache = swa_cache("greedy_dual")
+    cache = swa_cache(GREEDY_DUAL)
     insert(cache, [1, 2, 3, 4])
     assert match(cache, [1, 2, 3, 4]) == 4
     insert(cache, list(range(10, 18)))
@@ -97,8 +102,8 @@ def test_a_served_window_ages_out_as_inflation_rises(
     window (credit L + 8) and evicts one. Looking at the least credited window only (plain
     GreedyDual), fresh ones go while L + 8 < 32, and A in the fourth round, tied with the fresh
     window (older first); looking at two, a never-served window is always there and goes."""
-    monkeypatch.setattr(swa_reuse, "SCAN", scan)
-    cache = swa_cache("greedy_dual")
+    monkeypatch.setattr(swa_order, "SCAN", scan)
+    cache = swa_cache(GREEDY_DUAL)
     insert(cache, [1, 2, 3, 4])
     assert match(cache, [1, 2, 3, 4]) == 4
     assert rounds(cache, (10, 20, 30, 40)) == victims
@@ -112,8 +117,8 @@ def test_a_served_window_goes_once_the_scan_holds_only_served_ones(
     [32..35] (depth 16, 64). A and B are the two least credited, both served, so A (stored
     first) goes; after that a never-served window is always among the two least credited, so
     the parent and the leaf go before B."""
-    monkeypatch.setattr(swa_reuse, "SCAN", 2)
-    cache = swa_cache("greedy_dual")
+    monkeypatch.setattr(swa_order, "SCAN", 2)
+    cache = swa_cache(GREEDY_DUAL)
     for start in (1, 10):
         insert(cache, [start, start + 1, start + 2, start + 3])
         assert match(cache, [start, start + 1, start + 2, start + 3]) == 4
@@ -125,7 +130,7 @@ def test_a_served_window_goes_once_the_scan_holds_only_served_ones(
 def test_credits_follow_splits_and_go_with_the_window() -> None:
     """A split parent keeps its child's serve count; eviction drops credits and counts (the
     invariant check names any left behind, and any live window without a credit)."""
-    cache = swa_cache("greedy_dual")
+    cache = swa_cache(GREEDY_DUAL)
     insert(cache, [1, 2, 3, 4, 5, 6])
     assert match(cache, [1, 2, 3, 4, 5, 6]) == 6
     order = order_of(cache)
@@ -145,7 +150,7 @@ def test_credits_follow_splits_and_go_with_the_window() -> None:
 
 @pytest.mark.parametrize(("weight", "exponent"), [(-1.0, 1.5), (3.0, 0.0)])
 def test_bad_weights_are_rejected(weight: float, exponent: float) -> None:
-    cache = swa_cache("greedy_dual")
+    cache = swa_cache(GREEDY_DUAL)
     with pytest.raises(ValueError, match=f"reuse_weight={weight}"):
         SWACreditEviction(order_of(cache).component, 4, weight, exponent)
 
@@ -167,7 +172,7 @@ def test_a_chunk_end_window_the_request_went_past_goes_first(
     before the live parent [100..103] (4 ** 1.5 = 8) and a 4-token prompt A = [1..4] stored
     later (8). Where a checkpoint's window covers it (checkpoint 8), or the request names no
     checkpoints, it keeps its depth's worth (~22.6) and goes after them."""
-    cache = swa_cache("greedy_dual")
+    cache = swa_cache(GREEDY_DUAL)
     sched = MiniScheduler(cache)
     req = sched.admit(list(range(100, 116)))
     assert req is not None
@@ -194,26 +199,26 @@ def test_whole_window_credit_keeps_both_nodes_of_a_deep_prompt_past_a_shallow_on
     window's end as every node's depth, A's nodes are both worth 8 ** 1.5 and B's 6 ** 1.5, so
     B goes whole before A is touched."""
     victims = {}
-    for policy in ("greedy_dual", "greedy_dual_window"):
+    for policy in (GREEDY_DUAL, GREEDY_DUAL_WINDOW):
         cache = swa_cache(policy)
         insert(cache, list(range(10, 18)))
         insert(cache, list(range(30, 36)))
         assert live_windows(cache) == {10, 14, 30, 32}
-        if policy == "greedy_dual_window":
+        if policy == GREEDY_DUAL_WINDOW:
             order = order_of(cache)
             by_first = {n.key[0]: n for n in order.component.lru}
             assert order.credit(by_first[10]) == order.credit(by_first[14])
             assert order.credit(by_first[10]) == pytest.approx(math.pow(8, COST_EXPONENT))
             assert order.credit(by_first[30]) == pytest.approx(math.pow(6, COST_EXPONENT))
         victims[policy] = evict_order(cache)
-    assert victims == {"greedy_dual": [30, 10, 32, 14], "greedy_dual_window": [32, 30, 14, 10]}
+    assert victims == {GREEDY_DUAL: [30, 10, 32, 14], GREEDY_DUAL_WINDOW: [32, 30, 14, 10]}
 
 
 @pytest.mark.parametrize(
     ("policy", "worth", "order"),
     [
-        ("greedy_dual", PASSED_WORTH, [7, 104, 100, 108, 112]),
-        ("greedy_dual_window", WINDOW_PASSED_WORTH, [104, 7, 100, 112, 108]),
+        (GREEDY_DUAL, GREEDY_DUAL_PASSED_WORTH, [7, 104, 100, 108, 112]),
+        (GREEDY_DUAL_WINDOW, PASSED_WORTH, [104, 7, 100, 112, 108]),
     ],
 )
 def test_greedy_dual_window_drops_a_passed_chunk_end_window_sooner(
@@ -269,7 +274,7 @@ def test_an_output_window_is_worth_its_measured_reuse(
     than the rest (12 ** 1.5 ~ 41.6). A match through A's output makes it 1: (8 + 4) / 20 =
     0.6 against (4 + 4 * 0.6) / 8 = 0.8, so B's output keeps its depth's worth and C goes
     first; A, served, goes last (tied nodes go together, the leaf first)."""
-    cache = swa_cache("greedy_dual_output")
+    cache = swa_cache("reuse_credit")
     order_obj = order_of(cache)
     assert isinstance(order_obj, SWAOutputCreditEviction)
     insert_with_checkpoints(cache, list(range(100, 112)), (8,))
@@ -291,7 +296,7 @@ def test_output_windows_are_marked_only_past_the_last_checkpoint() -> None:
     end, no window is an output window and the order is `greedy_dual_window`'s: the same
     victims, every node at its window's end."""
     victims = {}
-    for policy in ("greedy_dual_window", "greedy_dual_output"):
+    for policy in (GREEDY_DUAL_WINDOW, "reuse_credit"):
         cache = swa_cache(policy)
         insert_with_checkpoints(cache, list(range(100, 112)), ())
         insert_with_checkpoints(cache, list(range(200, 212)), (12,))
@@ -301,15 +306,15 @@ def test_output_windows_are_marked_only_past_the_last_checkpoint() -> None:
             assert order_obj._outputs == set()
             assert order_obj.output_factor() == 1.0
         victims[policy] = evict_order(cache)
-    assert victims["greedy_dual_output"] == victims["greedy_dual_window"]
-    assert victims["greedy_dual_window"] == [6, 1, 108, 100, 208, 200]
+    assert victims["reuse_credit"] == victims[GREEDY_DUAL_WINDOW]
+    assert victims[GREEDY_DUAL_WINDOW] == [6, 1, 108, 100, 208, 200]
 
 
 @pytest.mark.parametrize(
     ("policy", "credit", "order"),
     [
-        ("greedy_dual_window", 10**1.5, [305, 300, 106, 100, 206, 200]),
-        ("greedy_dual_output", 8 + 10**1.5, [305, 300, 100, 106, 206, 200]),
+        (GREEDY_DUAL_WINDOW, 10**1.5, [305, 300, 106, 100, 206, 200]),
+        ("reuse_credit", 8 + 10**1.5, [305, 300, 100, 106, 206, 200]),
     ],
 )
 def test_an_insert_refreshes_its_checkpoints_windows_beyond_its_last_window(
@@ -344,7 +349,7 @@ def test_an_insert_refreshes_its_checkpoints_windows_beyond_its_last_window(
     assert evict_order(cache) == order
 
 
-@pytest.mark.parametrize("policy", ["greedy_dual", "greedy_dual_window", "greedy_dual_output"])
+@pytest.mark.parametrize("policy", [GREEDY_DUAL, GREEDY_DUAL_WINDOW, "reuse_credit"])
 def test_a_one_off_window_goes_before_a_continued_conversations(policy: str) -> None:
     """Window 4, page 1. A conversation's turn [100..107] and its next turn, which passes
     over it ([100..107, 200..207]), then a one-off prompt [300..323], deeper so more credited.

@@ -4,9 +4,10 @@ windows, one no match ended under goes before older ones that served a match."""
 import numpy as np
 import pytest
 
+from benchmarks.studies.retired_orders import SWA_REUSE_AWARE
 from uniradix import CacheConfig, EvictParams, InsertParams, RadixKey, build_cache
 from uniradix.cache.controller import UnifiedRadixCache
-from uniradix.eviction import swa_reuse
+from uniradix.eviction import swa_order
 from uniradix.memory.swa_allocator import SWASlotAllocator
 from uniradix.types import ComponentType, MatchPrefixParams
 
@@ -56,7 +57,7 @@ def evict_order(cache: UnifiedRadixCache) -> list[int]:
     return order
 
 
-@pytest.mark.parametrize("policy", ["lru", "reuse_aware"])
+@pytest.mark.parametrize("policy", ["lru", SWA_REUSE_AWARE])
 def test_a_shared_path_alone_is_no_evidence(policy: str) -> None:
     """Window 4, page 1. A = [1..4], then B = [10..13], then A extended by 8 tokens: its
     insert passes over A (A's prefix is shared) and leaves two live windows, [20..23] and the
@@ -70,7 +71,9 @@ def test_a_shared_path_alone_is_no_evidence(policy: str) -> None:
     assert evict_order(cache) == [1, 10, 20, 24]
 
 
-@pytest.mark.parametrize(("policy", "order"), [("lru", [1, 10, 20]), ("reuse_aware", [10, 20, 1])])
+@pytest.mark.parametrize(
+    ("policy", "order"), [("lru", [1, 10, 20]), (SWA_REUSE_AWARE, [10, 20, 1])]
+)
 def test_a_window_that_served_a_match_outlives_newer_unused_ones(
     policy: str, order: list[int]
 ) -> None:
@@ -90,8 +93,8 @@ def test_the_scan_is_bounded_so_windows_with_evidence_age_out(
 ) -> None:
     """A and B served matches, C did not. Scanning 2 windows finds only A and B, so the
     least recent (A) goes; scanning 3 finds C."""
-    monkeypatch.setattr(swa_reuse, "SCAN", scan)
-    cache = swa_cache("reuse_aware")
+    monkeypatch.setattr(swa_order, "SCAN", scan)
+    cache = swa_cache(SWA_REUSE_AWARE)
     for start in (1, 10):
         insert(cache, [start, start + 1, start + 2, start + 3])
     for start in (1, 10):
@@ -103,7 +106,7 @@ def test_the_scan_is_bounded_so_windows_with_evidence_age_out(
 def test_serve_marks_go_with_the_window() -> None:
     """An evicted window's serve mark is dropped (the invariant check would name it), and a
     split passes the mark to the new parent."""
-    cache = swa_cache("reuse_aware")
+    cache = swa_cache(SWA_REUSE_AWARE)
     insert(cache, [1, 2, 3, 4, 5, 6])
     assert match(cache, [1, 2, 3, 4, 5, 6]) == 6
     insert(cache, [1, 2, 3, 4, 9, 9])  # splits [1..6] into [1..4] and [5, 6]

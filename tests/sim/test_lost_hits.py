@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from benchmarks.studies.retired_orders import GREEDY_DUAL
 from uniradix import (
     CacheConfig,
     EvictParams,
@@ -30,7 +31,7 @@ def swa_cache(window: int = 4) -> UnifiedRadixCache:
             swa_tokens=32,
             sliding_window=window,
             max_context_len=64,
-            swa_eviction_policy="greedy_dual",
+            swa_eviction_policy=GREEDY_DUAL,
         )
     )
 

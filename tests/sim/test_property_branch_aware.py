@@ -6,6 +6,13 @@ full+SWA+Mamba: every pool's invariants after every step, and every slot back at
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from benchmarks.studies.retired_orders import (
+    BRANCH_AWARE,
+    FLOP_AWARE,
+    GREEDY_DUAL,
+    GREEDY_DUAL_WINDOW,
+    SWA_REUSE_AWARE,
+)
 from tests.sim.specs import drain_and_check, fitting_specs, small_cache
 from uniradix.sim.metrics import ReplayMetrics
 from uniradix.sim.replay import NullRunner
@@ -15,8 +22,10 @@ from uniradix.sim.scheduler import Scheduler, SchedulerConfig
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     config=st.sampled_from(["swa", "mamba", "hybrid"]),
-    policy=st.sampled_from(["lru", "branch_aware", "flop_aware", "reuse_aware"]),
-    swa_policy=st.sampled_from(["lru", "reuse_aware", "greedy_dual", "greedy_dual_window"]),
+    policy=st.sampled_from(["lru", BRANCH_AWARE, FLOP_AWARE, "reuse_credit"]),
+    swa_policy=st.sampled_from(
+        ["lru", SWA_REUSE_AWARE, GREEDY_DUAL, GREEDY_DUAL_WINDOW, BRANCH_AWARE, "reuse_credit"]
+    ),
     grid=st.sampled_from([None, 2, 4, 8]),
     prompts=st.lists(st.lists(st.integers(0, 2), min_size=1, max_size=40), min_size=1, max_size=8),
     outputs=st.lists(st.integers(1, 12), min_size=8, max_size=8),

@@ -6,6 +6,7 @@ vacuously without them)."""
 
 from hypothesis import HealthCheck, given, settings
 
+from benchmarks.studies.retired_orders import GREEDY_DUAL
 from tests.sim.specs import CHUNKED_TRAFFIC, ChunkedTraffic, drain_and_check
 from uniradix.eviction.swa_credit import SWACreditEviction
 
@@ -15,7 +16,7 @@ MARKED = {"windows": 0}
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(traffic=CHUNKED_TRAFFIC)
 def passed_windows_traffic(traffic: ChunkedTraffic) -> None:
-    cache = traffic.cache(swa_eviction_policy="greedy_dual")
+    cache = traffic.cache(swa_eviction_policy=GREEDY_DUAL)
     orders = [
         c._reuse
         for c in cache.components

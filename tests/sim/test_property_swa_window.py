@@ -7,14 +7,15 @@ marked (the property would hold vacuously without them)."""
 
 from hypothesis import HealthCheck, given, settings
 
+from benchmarks.studies.retired_orders import GREEDY_DUAL_WINDOW
 from tests.sim.specs import CHUNKED_TRAFFIC, ChunkedTraffic, drain_and_check
-from uniradix.eviction.swa_credit import SWAWindowCreditEviction
+from uniradix.eviction.swa_credit import SWACreditEviction
 from uniradix.eviction.swa_output import SWAOutputCreditEviction
 
 TAKEN = {"victims": 0, "outputs": 0}
 
 
-def play(traffic: ChunkedTraffic, policy: str, order_class: type[SWAWindowCreditEviction]) -> None:
+def play(traffic: ChunkedTraffic, policy: str, order_class: type[SWACreditEviction]) -> None:
     cache = traffic.cache(swa_eviction_policy=policy)
     orders = [
         c._reuse for c in cache.components if isinstance(getattr(c, "_reuse", None), order_class)
@@ -44,13 +45,13 @@ def play(traffic: ChunkedTraffic, policy: str, order_class: type[SWAWindowCredit
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(traffic=CHUNKED_TRAFFIC)
 def window_credit_traffic(traffic: ChunkedTraffic) -> None:
-    play(traffic, "greedy_dual_window", SWAWindowCreditEviction)
+    play(traffic, GREEDY_DUAL_WINDOW, SWACreditEviction)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(traffic=CHUNKED_TRAFFIC)
 def output_credit_traffic(traffic: ChunkedTraffic) -> None:
-    play(traffic, "greedy_dual_output", SWAOutputCreditEviction)
+    play(traffic, "reuse_credit", SWAOutputCreditEviction)
 
 
 def test_whole_window_credits_keep_every_pool_exact() -> None:

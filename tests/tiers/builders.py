@@ -3,6 +3,7 @@ transfers are held until the test releases them."""
 
 from __future__ import annotations
 
+from benchmarks.studies.retired_orders import GREEDY_DUAL
 from tests.tiers.held_engine import HeldEngine
 from uniradix import CacheConfig, UnifiedRadixCache, build_cache
 from uniradix.components.full_host import HostFullComponent
@@ -53,7 +54,7 @@ def hybrid_host_cache(
         mamba_slots=mamba_slots,
         mamba_extra_buffer=mamba_slots is not None and page_size > 1,
         # Victims named by the tests: each SWA node credited by its own end.
-        swa_eviction_policy="greedy_dual",
+        swa_eviction_policy=GREEDY_DUAL,
     )
     base = build_cache(config)
     cache = UnifiedRadixCache(

@@ -8,8 +8,9 @@ whole prefix ending at that node, and only *checkpoint* nodes carry one:
   still match, and `mamba_branching_seqlen` tells the engine where to checkpoint next;
 - a split gives the new parent nothing (no state exists for the shorter prefix);
 - a lock protects the anchor node's state only (a request resumes from that one state);
-- eviction takes states in LRU order (a match refreshes only the state it used, so one
-  session's states do not age together), leaving tombstones on internal nodes;
+- eviction takes states in the order `aux_eviction_policy` names (`uniradix.eviction.orders`;
+  under `lru` a match refreshes only the state it used, so one session's states do not age
+  together), leaving tombstones on internal nodes;
 - `mamba_max_states_per_path` caps the states along a path: on each new state the
   shallowest unlocked single-child holders lose theirs (forks are where branches resume);
 - states stored and those a match resumed from (once each) are counted, also apart for
@@ -30,8 +31,7 @@ from typing import Any
 import numpy as np
 
 from uniradix.components.base import TreeComponent, mark_evicted
-from uniradix.eviction.aux_eviction import BranchAwareEviction, check_aux_eviction_policy
-from uniradix.eviction.mamba_probation import credit_order
+from uniradix.eviction.orders import mamba_order
 from uniradix.tree.core import MatchWalk, TreeCore
 from uniradix.tree.lru import LRUList
 from uniradix.tree.node import TreeNode
@@ -75,23 +75,17 @@ class MambaComponent(TreeComponent):
         self._unresumed: set[TreeNode] = set()  # live states no match resumed from yet
         self._finish_states: set[TreeNode] = set()  # those of them a finished request stored
         self.reuse_counts = ReuseCounts()
-        policy = check_aux_eviction_policy(settings.aux_eviction_policy)
-        self._credits = credit_order(self, policy)
-        self._order: BranchAwareEviction | None = (
-            BranchAwareEviction(self, None, covered=True)
-            if policy == "branch_aware"
-            else self._credits
-        )
+        self._credits = mamba_order(self, settings.aux_eviction_policy)  # None: LRU order
 
     def attach_peers(self, components: Sequence[TreeComponent]) -> None:
-        """Tells the branch-aware order where the SWA window lives, if the cache has one."""
+        """Tells the order where the SWA window lives, if the cache has one."""
         for c in components:
             window = getattr(c, "window", None)
             # A peer of SWA type without a window (a test stub) has no window to check.
             is_swa = c.component_type == ComponentType.SWA and isinstance(window, int)
-            if self._order is not None and is_swa:
+            if self._credits is not None and is_swa:
                 assert isinstance(window, int)
-                self._order.swa = (c.index, window)
+                self._credits.swa = (c.index, window)
 
     def reset(self) -> None:
         super().reset()
@@ -196,8 +190,8 @@ class MambaComponent(TreeComponent):
         return 0
 
     def eviction_candidates(self) -> Iterator[TreeNode]:
-        if self._order is not None:
-            yield from self._order.candidates()
+        if self._credits is not None:
+            yield from self._credits.candidates()
             return
         while (node := self.lru.least_recent_unlocked()) is not None:
             yield node

@@ -30,9 +30,7 @@ from typing import Any
 import numpy as np
 
 from uniradix.components.base import EVICTED_MARK, TreeComponent, mark_evicted
-from uniradix.eviction.aux_eviction import BranchAwareEviction, check_aux_eviction_policy
-from uniradix.eviction.swa_orders import swa_order
-from uniradix.eviction.swa_reuse import check_swa_eviction_policy
+from uniradix.eviction.orders import swa_order
 from uniradix.memory.pools import CachePools
 from uniradix.memory.swa_allocator import SWASlotAllocator
 from uniradix.tree.core import MatchWalk, TreeCore
@@ -68,11 +66,7 @@ class SWAComponent(TreeComponent):
         self.lru = LRUList(index, tree.num_components)
         self._uuids = itertools.count(1)
         self._allocator: SWASlotAllocator | None = None
-        branch = check_aux_eviction_policy(settings.aux_eviction_policy) == "branch_aware"
-        self._order = BranchAwareEviction(self, (index, window), covered=False) if branch else None
-        # `branch_aware` (an aux policy) orders SWA windows itself; else `swa_eviction_policy`.
-        policy = check_swa_eviction_policy(settings.swa_eviction_policy)
-        self._reuse = swa_order(self, policy, self.window_tail) if self._order is None else None
+        self._reuse = swa_order(self, settings.swa_eviction_policy, self.window_tail)
 
     def reset(self) -> None:
         super().reset()
@@ -246,9 +240,8 @@ class SWAComponent(TreeComponent):
         return 0 if is_leaf else 1
 
     def eviction_candidates(self) -> Iterator[TreeNode]:
-        order = self._order if self._order is not None else self._reuse
-        if order is not None:
-            yield from order.candidates()
+        if self._reuse is not None:
+            yield from self._reuse.candidates()
             return
         while (node := self.lru.least_recent_unlocked()) is not None:
             yield node

@@ -1,5 +1,5 @@
 """GreedyDual credits of tree nodes, shared by the credit orders of SWA windows
-(`uniradix.eviction.swa_credit`) and Mamba states (`uniradix.eviction.flop_aware`).
+(`uniradix.eviction.swa_credit`) and Mamba states (`uniradix.eviction.mamba_credit`).
 
 Credits sit in a heap with lazy deletion: an entry counts only while it is its node's current
 credit and the node still holds the component's value, so a victim costs O(log n), not a pass

@@ -1,5 +1,6 @@
-"""The `reuse_aware` eviction order of Mamba states: states with no sign of reuse are on
-probation and go first; the rest follow GreedyDual credits (`uniradix.eviction.flop_aware`).
+"""The default eviction order of Mamba states, `reuse_credit`: states with no sign of reuse
+are on probation and go first; the rest follow GreedyDual credits
+(`uniradix.eviction.mamba_credit`).
 
 A cache that keeps every state for the same time loses conversations to one-off traffic: a
 burst of one-off prompts stores as many states as the conversations do, and by the next turn
@@ -23,7 +24,7 @@ resumed from and promoted again. A state at a fork is never covered.
 The victim is the least credited unlocked state on probation among the `WINDOW` least
 credited; when none of them is on probation, the least credited one (plain GreedyDual, which
 keeps costly states long: what wins when reuse distances exceed the pool, as on the Mooncake
-trace). Before both, states that cannot end any match go (class 0 of
+trace). Before both, states that cannot end any match go (`unusable` in
 `uniradix.eviction.aux_eviction`).
 
 Measured (`python -m benchmarks.hit_table`, docs/hit_rates.md): on `bursts` with ample full KV
@@ -40,17 +41,17 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from uniradix.eviction.aux_eviction import WINDOW, EvictingComponent
-from uniradix.eviction.flop_aware import COST_EXPONENT, REUSE_WEIGHT, FlopAwareEviction
 from uniradix.eviction.greedy_dual import CreditEntry
+from uniradix.eviction.mamba_credit import MambaCreditOrder
 from uniradix.tree.node import TreeNode
 
 
-class ProbationEviction(FlopAwareEviction):
-    """`reuse_aware` order of a Mamba component: `FlopAwareEviction`'s credits with the
-    reuse weight and cost exponent, and a probation set evicted first."""
+class ProbationEviction(MambaCreditOrder):
+    """`reuse_credit` order of a Mamba component: `MambaCreditOrder`'s credits and a
+    probation set evicted first."""
 
     def __init__(self, component: EvictingComponent) -> None:
-        super().__init__(component, REUSE_WEIGHT, COST_EXPONENT)
+        super().__init__(component)
         self._probation: set[TreeNode] = set()
 
     def on_probation(self, node: TreeNode) -> bool:
@@ -127,12 +128,3 @@ class ProbationEviction(FlopAwareEviction):
                 break
         self._push_back(seen)
         return victim
-
-
-def credit_order(component: EvictingComponent, policy: str) -> FlopAwareEviction | None:
-    """The credit order of a Mamba component under `policy` (None: not a credit policy)."""
-    if policy == "flop_aware":
-        return FlopAwareEviction(component)
-    if policy == "reuse_aware":
-        return ProbationEviction(component)
-    return None

@@ -1,6 +1,7 @@
-"""The `greedy_dual` eviction order of SWA windows: GreedyDual over the hit tokens a window
-serves, weighted by the matches it served, never-served windows first among the least credited;
-and `greedy_dual_window` (at the end), which credits a window's nodes together.
+"""The credit part of the default order of SWA windows: GreedyDual over the hit tokens a
+window serves, weighted by the matches it served, a window's nodes credited together, windows
+with no sign of reuse first among the least credited (`uniradix.eviction.swa_output` adds the
+worth of decode-output windows on top).
 
 Why depth: a window at prefix length `d` lets a later request resume at `d`, so its hit is `d`
 tokens whatever its size, and on real traces the chance a window is matched later hardly
@@ -12,28 +13,23 @@ an untouched node loses its standing, a deep one later than a shallow one:
 
     worth = (1 + REUSE_WEIGHT * serves) * depth ** COST_EXPONENT
 
-`serves` counts the matches that ended within one window below the node. A split parent keeps
+`serves` counts the matches that ended within one window below the node. A window is live
+only while every node of it is, so the nodes within one window (plus a page) below a match's
+end, and the never-served ones below an insert's end, share the credit of that end (`depth`
+is that end's) and go together; a node that served keeps its own end. A split parent keeps
 its child's serve count and credit. A window that served is kept past never-served ones while
 one of those is among the `SCAN` least credited (else deep one-off prompts outlive the shallow
 agent contexts every turn resumes from). Among never-served windows, those on no shared path
 go first (on probation, as the Mamba order's states: `uniradix.eviction.mamba_probation`): a
 window below a prefix that another request's insert passed over is a conversation's or an
 agent's newest, which its next turn resumes from, while a one-off prompt's shares nothing.
-On the `bursts` trace (one-off prompts between conversation turns) this keeps 0.42 where
-serving alone kept 0.25 (`python -m benchmarks.hit_table`).
 
 *Passed* windows: a chunked prefill publishes each chunk with its last window live, and the
 next chunk goes past it; later requests rarely branch there. While a request is in prefill
 below its last checkpoint, the live windows within one window below its published end that
 neither overlap a checkpoint's window nor served are marked passed, worth `PASSED_WORTH`
-(`WINDOW_PASSED_WORTH` under `greedy_dual_window`) times the depth term.
-
-`greedy_dual_window`: a window is live only while every node of it is, so the nodes within one
-window (plus a page) below a match's end, and the never-served ones below an insert's end,
-share the credit of that end and go together; a node that served keeps its own end. The
-constants were tuned on the synthetic Mooncake trace and checked on the built-in workloads
-(`python -m benchmarks.hybrid_hits`; docs/hit_rates.md). `greedy_dual_output`
-(`uniradix.eviction.swa_output`, the default) adds the worth of decode-output windows.
+times the depth term. The constants were tuned on the synthetic Mooncake trace and checked
+on the built-in workloads and the judging half of the trace suite (docs/hit_rates.md).
 """
 
 from __future__ import annotations
@@ -41,17 +37,16 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
-from uniradix.eviction import swa_reuse
+from uniradix.eviction import swa_order
 from uniradix.eviction.aux_eviction import EvictingComponent
 from uniradix.eviction.greedy_dual import GreedyDualCredits
-from uniradix.eviction.swa_reuse import SWAReuseEviction
+from uniradix.eviction.swa_order import SWAOrder
 from uniradix.tree.node import TreeNode
 from uniradix.types import Req
 
 REUSE_WEIGHT = 3.0
 COST_EXPONENT = 1.5
-PASSED_WORTH = 0.1  # worth factor of a chunk-end window its request went past (never served)
-WINDOW_PASSED_WORTH = 0.02  # the same under `greedy_dual_window`
+PASSED_WORTH = 0.02  # worth factor of a chunk-end window its request went past (never served)
 _SLACK = 64  # stale heap entries allowed beyond twice the live ones before a rebuild
 
 
@@ -66,8 +61,8 @@ def shared_path(node: TreeNode) -> bool:
     return False
 
 
-class SWACreditEviction(GreedyDualCredits, SWAReuseEviction):
-    """`greedy_dual` order of an SWA component."""
+class SWACreditEviction(GreedyDualCredits, SWAOrder):
+    """The credit order of an SWA component (module docstring)."""
 
     passed_worth = PASSED_WORTH
 
@@ -124,7 +119,7 @@ class SWACreditEviction(GreedyDualCredits, SWAReuseEviction):
         return self._credit.get(node)
 
     def served(self, node: TreeNode, depth: int, window_end: int) -> None:
-        self._serve(node, depth)
+        self._serve(node, window_end)
 
     def _serve(self, node: TreeNode, depth: int) -> None:
         """Counts one more match `node`'s window served and credits it with the hit at `depth`.
@@ -138,7 +133,8 @@ class SWACreditEviction(GreedyDualCredits, SWAReuseEviction):
         self._set_credit(node, self.inflation + worth)
 
     def refreshed(self, node: TreeNode, depth: int, window_end: int) -> None:
-        self._set_credit(node, self.inflation + self.worth(node, depth))
+        end = depth if node in self._serves else window_end
+        self._set_credit(node, self.inflation + self.worth(node, end))
 
     def split(self, parent: TreeNode, child: TreeNode) -> None:
         super().split(parent, child)
@@ -168,14 +164,14 @@ class SWACreditEviction(GreedyDualCredits, SWAReuseEviction):
             yield victim
 
     def _least_credit(self) -> TreeNode | None:
-        """Among the `swa_reuse.SCAN` unlocked nodes of least credit, the first that never served a
+        """Among the `swa_order.SCAN` unlocked nodes of least credit, the first that never served a
         match and is on no shared path (on probation), else the first that never served,
         else the first; raises `inflation` to its credit. Every live entry popped on
         the way goes back into the heap (the victim's stays listed until `forget`)."""
         i, popped = self.component.index, []
         first = victim = unserved = None
         seen = 0
-        scan = swa_reuse.SCAN
+        scan = swa_order.SCAN
         while (scan is None or seen < scan) and (entry := self._pop_live(i)) is not None:
             popped.append(entry)
             node = entry[2]
@@ -208,18 +204,3 @@ class SWACreditEviction(GreedyDualCredits, SWAReuseEviction):
         missing = [n.id for n in listed if n not in self._credit]
         if missing:
             errors.append(f"swa order: windows on nodes {missing} have no credit")
-
-
-class SWAWindowCreditEviction(SWACreditEviction):
-    """`greedy_dual_window`: `greedy_dual` with every node of a served window worth the hit
-    at the match's end, and every never-served node an insert stores or touches worth the
-    hit at the insert's end, and passed windows worth `WINDOW_PASSED_WORTH` (module
-    docstring)."""
-
-    passed_worth = WINDOW_PASSED_WORTH
-
-    def served(self, node: TreeNode, depth: int, window_end: int) -> None:
-        self._serve(node, window_end)
-
-    def refreshed(self, node: TreeNode, depth: int, window_end: int) -> None:
-        super().refreshed(node, depth if node in self._serves else window_end, window_end)

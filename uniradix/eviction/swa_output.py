@@ -1,9 +1,9 @@
-"""The `greedy_dual_output` eviction order of SWA windows: `greedy_dual_window`, with the
-windows a request leaves past its last checkpoint (its decode outputs) worth what their
-measured reuse says.
+"""The default eviction order of SWA windows, `reuse_credit`: the credit order of
+`uniradix.eviction.swa_credit`, with the windows a request leaves past its last checkpoint
+(its decode outputs) worth what their measured reuse says.
 
-Why: a finished request's window at the outputs' end is the deepest of its windows, so
-`greedy_dual_window` credits it most, yet it serves only traffic that sends outputs back (a
+Why: a finished request's window at the outputs' end is the deepest of its windows, so the
+credit order alone credits it most, yet it serves only traffic that sends outputs back (a
 chat, an agent's loop); where none does (the synthetic Mooncake trace) it is dead weight. Which
 traffic it is can be told only from the stream, so the order counts the tokens of windows
 stored and of those that later served a match, for prompt windows and for output windows, and
@@ -15,8 +15,8 @@ each share with a prior of one window's tokens at the prompt share (the factor s
 So that demoted windows cannot bias the count, every `OUTPUT_SAMPLE`-th request's output
 window keeps the full worth, and only those are counted. Output nodes are the nodes of a
 finished request's insert wholly past its last checkpoint (`InsertParams.checkpoint_seqlens`);
-an insert naming none marks nothing, so without checkpoint placement this is
-`greedy_dual_window`.
+an insert naming none marks nothing, so without checkpoint placement this is the credit order
+alone.
 
 At each insert naming checkpoints it also refreshes the never-served nodes of the windows
 ending at them that the insert's own refresh (one window below its end) did not reach, at the
@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from uniradix.eviction.aux_eviction import EvictingComponent
-from uniradix.eviction.swa_credit import SWAWindowCreditEviction
+from uniradix.eviction.swa_credit import SWACreditEviction
 from uniradix.tree.node import TreeNode
 
 OUTPUT_SAMPLE = 8  # every 8th request's output window keeps the full worth and is counted
@@ -49,12 +49,12 @@ class OutputReuseCounts:
     output_served: int = 0
 
 
-class SWAOutputCreditEviction(SWAWindowCreditEviction):
-    """`greedy_dual_output`: `greedy_dual_window` with never-served output windows worth
+class SWAOutputCreditEviction(SWACreditEviction):
+    """`reuse_credit`: the credit order with never-served output windows worth
     `output_factor()` of their depth's worth (module docstring)."""
 
     def __init__(self, component: EvictingComponent, window_tail: int, **weights: float) -> None:
-        """`weights`: `reuse_weight` / `cost_exponent`, as `greedy_dual_window`'s."""
+        """`weights`: `reuse_weight` / `cost_exponent`, as `SWACreditEviction`'s."""
         super().__init__(component, window_tail, **weights)
         self._outputs: set[TreeNode] = set()  # live output windows' nodes
         self._sampled: set[TreeNode] = set()  # those at the full worth, whose reuse is counted
@@ -90,7 +90,7 @@ class SWAOutputCreditEviction(SWAWindowCreditEviction):
         """Credits the never-served nodes of the windows ending at `checkpoints` (on the
         insert's path, at most `end` deep) that the insert's own refresh did not reach (they
         end at `walked` or above) with the hit at the deepest such checkpoint, as
-        `greedy_dual_window` credits a window's nodes together."""
+        the credit order credits a window's nodes together."""
         tail, i = self.window_tail, self.component.index
         windows = sorted((c for c in checkpoints if c <= end), reverse=True)
         if not windows:
@@ -140,7 +140,7 @@ class SWAOutputCreditEviction(SWAWindowCreditEviction):
                 self.counts.output_served += node.num_tokens
             elif node not in self._outputs and node not in self._passed:
                 self.counts.prompt_served += node.num_tokens
-        self._serve(node, window_end)  # as `greedy_dual_window` credits a served window
+        self._serve(node, window_end)  # as the credit order credits a served window
 
     def refreshed(self, node: TreeNode, depth: int, window_end: int) -> None:
         if node not in self._credit:

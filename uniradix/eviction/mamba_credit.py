@@ -1,5 +1,5 @@
-"""The `flop_aware` and `reuse_aware` eviction orders of Mamba states: GreedyDual over the
-compute a state saves (weighted, for `reuse_aware`, by the evidence that its path is reused).
+"""The credit part of the default order of Mamba states (`reuse_credit`): GreedyDual over the
+compute a state saves, weighted by the evidence that its path is reused.
 
 A Mamba state at prefix length `p` lets a request resume at `p`. If it is evicted, a request
 that would have resumed there falls back to the nearest state above it on the path, at `q`,
@@ -17,24 +17,23 @@ its standing as `L` rises past it; a costly one takes longer to. The marginal co
 when the credit is set (an ancestor evicted later makes it an underestimate, which only
 evicts the state sooner).
 
-Before the credit order, states that cannot end any match are evicted first (class 0 of
+Before the credit order, states that cannot end any match are evicted first (`unusable` in
 `uniradix.eviction.aux_eviction`: on full+SWA+Mamba, a state whose SWA window is
 tombstoned), among the `WINDOW` least recent.
 
-`reuse_aware` is the same order with a state's worth weighted by how likely a match is to
-come back to its path, as GreedyDual-Size-Frequency (Cherkasova 1998) weighs cost by use
-count: `H = L + (1 + REUSE_WEIGHT * e) * marginal ** COST_EXPONENT`, where the *reuse
-evidence* `e` counts the matches that resumed from the state itself or from a live state above
+A state's worth is weighted by how likely a match is to come back to its path, as
+GreedyDual-Size-Frequency (Cherkasova 1998) weighs cost by use count:
+`H = L + (1 + REUSE_WEIGHT * e) * marginal ** COST_EXPONENT`, where the *reuse evidence* `e`
+counts the matches that resumed from the state itself or from a live state above
 it on its path. A request continuing a conversation resumes from its previous turn's state,
 so the states it stores carry that evidence, while a one-off request's states carry none. On
 the Mooncake trace a request sharing its first block with an earlier one has its whole-block
 prompt shared by a later request 62% of the time, one sharing nothing 23%; the marginal cost
-alone rates the other
-way (a fresh request's states save its whole prompt, a continuation's only the new turn), so
-`flop_aware` kept one-off prompts' states and lost conversations' tails. The exponent above 1
-keeps costly states longer against cheap recent ones (measured, see `REUSE_WEIGHT`). On top
-of these credits `reuse_aware` evicts states with no sign of reuse first
-(`uniradix.eviction.mamba_probation`).
+alone rates the other way (a fresh request's states save its whole prompt, a continuation's
+only the new turn), so the unweighted order (the retired `flop_aware`) kept one-off prompts'
+states and lost conversations' tails. The exponent above 1 keeps costly states longer against
+cheap recent ones (measured, see `REUSE_WEIGHT`). On top of these credits the default evicts
+states with no sign of reuse first (`uniradix.eviction.mamba_probation`).
 
 Worked example: states at 512 (credit L+c(512)), 8192 (L+c(8192)-c(512)) and 8200 (L+c(8200)-
 c(8192), eight tokens' worth): the state at 8200 goes first although it is the most recent;
@@ -46,30 +45,31 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
-from uniradix.eviction.aux_eviction import (
-    WINDOW,
-    BranchAwareEviction,
-    EvictingComponent,
-    prefix_cost,
-)
+from uniradix.eviction.aux_eviction import WINDOW, EvictingComponent, prefix_cost, unusable
 from uniradix.eviction.greedy_dual import GreedyDualCredits
 from uniradix.tree.node import TreeNode
 
-# `reuse_aware`'s weights: the best of a grid (weight 0-3, exponent 1-2) on the Mooncake trace's
+# The weights: the best of a grid (weight 0-3, exponent 1-2) on the Mooncake trace's
 # first 2,000 requests at 512 slots (`python -m benchmarks.hybrid_hits`).
 REUSE_WEIGHT = 3.0
 COST_EXPONENT = 1.5
 
 
-class FlopAwareEviction(GreedyDualCredits, BranchAwareEviction):
-    """`flop_aware` order of a Mamba component (`reuse_aware` with a reuse weight and cost
-    exponent); the component calls `touch` whenever a state is stored or used and `forget`
-    when it is evicted."""
+class MambaCreditOrder(GreedyDualCredits):
+    """Credits of a Mamba component's states; the component calls `touch` whenever a state is
+    stored or used and `forget` when it is evicted, and sets `swa` to (index, window) of the
+    cache's SWA component, if any. Subclasses define `candidates`."""
 
     def __init__(
-        self, component: EvictingComponent, reuse_weight: float = 0.0, cost_exponent: float = 1.0
+        self,
+        component: EvictingComponent,
+        reuse_weight: float = REUSE_WEIGHT,
+        cost_exponent: float = COST_EXPONENT,
     ) -> None:
-        super().__init__(component, None, covered=False)
+        self.component = component
+        self.tree = component.tree
+        self.index = component.index
+        self.swa: tuple[int, int] | None = None
         self._init_credits(WINDOW, reuse_weight, cost_exponent)
         self._resumes: dict[TreeNode, int] = {}  # matches that resumed from a live state
 
@@ -100,7 +100,7 @@ class FlopAwareEviction(GreedyDualCredits, BranchAwareEviction):
 
     def value(self, node: TreeNode) -> float:
         """What keeping `node`'s state is worth: `(1 + reuse_weight * reuse evidence) *
-        marginal cost ** cost_exponent` (plain marginal cost for `flop_aware`)."""
+        marginal cost ** cost_exponent`."""
         marginal, above = self._walk_up(node)
         evidence = self._resumes.get(node, 0) + above
         return (1.0 + self.reuse_weight * evidence) * math.pow(marginal, self.cost_exponent)
@@ -137,23 +137,17 @@ class FlopAwareEviction(GreedyDualCredits, BranchAwareEviction):
         return self.inflation + self.value(node) if credit is None else credit
 
     def candidates(self) -> Iterator[TreeNode]:
-        while True:
-            victim = self._unusable_victim() or self._least_credit()
-            if victim is None:
-                # Only states never credited are left (none should be): LRU order.
-                victim = self.component.lru.least_recent_unlocked()
-            if victim is None:
-                return
-            yield victim
+        raise NotImplementedError
 
     def _unusable_victim(self) -> TreeNode | None:
-        """Class 0 among the `WINDOW` least recent unlocked states (full+SWA+Mamba only)."""
+        """An unusable state among the `WINDOW` least recent unlocked ones (full+SWA+Mamba
+        only)."""
         if self.swa is None:
             return None
         lru, seen = self.component.lru, 0
         node = lru.least_recent_unlocked()
         while node is not None and seen < WINDOW:
-            if self._unusable(node, *self.swa):
+            if unusable(self.tree, node, self.index, *self.swa):
                 return node
             node = lru.least_recent_unlocked(before=node)
             seen += 1
