@@ -92,19 +92,24 @@ def render(
 
 
 def store_calls(rows: list[dict[str, Any]], timeout_s: float) -> list[str]:
-    """Per store and call kind: the longest call, and how many of them took longer than the
-    timeout (plus the soak's slack for a thread waiting for a core)."""
+    """Per store and call kind: the longest call, how many took longer than the timeout
+    (plus the soak's slack for a thread waiting for a core), and the longest stall of the
+    process itself in the lane of that longest call (the floor under any call's time)."""
     merged: dict[tuple[str, str], list[float]] = {}
     for r in rows:
         for name, took in r["longest_store_call_s"].items():
-            m = merged.setdefault((r["store"], name), [0.0, 0, 0])
-            m[0] = max(m[0], took)
+            m = merged.setdefault((r["store"], name), [0.0, 0, 0, 0.0])
+            if took > m[0]:
+                m[0], m[3] = took, r.get("process_stall_s", 0.0)
             m[1] += r.get("store_calls", {}).get(name, 0)
             m[2] += r.get("store_calls_over", {}).get(name, 0)
     lines = [
-        f"| store | call | calls | longest | past {timeout_s} s + slack |",
-        "|---|---|---:|---:|---:|",
+        f"| store | call | calls | longest | past {timeout_s} s + slack | process stall "
+        "(that lane) |",
+        "|---|---|---:|---:|---:|---:|",
     ]
-    for (store, name), (longest, count, over) in sorted(merged.items()):
-        lines.append(f"| {store} | `{name}` | {count:,.0f} | {longest:.3f} s | {over:,.0f} |")
+    for (store, name), (longest, count, over, stall) in sorted(merged.items()):
+        lines.append(
+            f"| {store} | `{name}` | {count:,.0f} | {longest:.3f} s | {over:,.0f} | {stall:.3f} s |"
+        )
     return lines

@@ -34,7 +34,8 @@ Layout: `DIR/segments/<host>-<pid>-<instance>-<seq>.seg` (`file_segments`: the f
   waits for another thread's disk I/O. Past `timeout_s` (default 2 s) a call starts no more
   disk work: a write waiting for another is refused, a write stores a shorter prefix (both
   pause backups, as a full store does), a read gives the pages not read as misses, a lookup
-  answers from the index as it is. A call lasts at most its timeout plus one disk call.
+  answers from the index as it is. A call lasts at most its timeout plus the disk calls of
+  one page (its write, and the unlinks of the segments evicted to make room for it).
 """
 
 from __future__ import annotations
