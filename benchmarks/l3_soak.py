@@ -66,7 +66,7 @@ from uniradix.tiers.controller import HostTier
 from uniradix.tiers.copiers import KVCopier, MambaCopier
 from uniradix.tiers.storage_tier import StorageTier
 
-TIMEOUT_S = 0.2  # the Redis client's connect and reply timeout
+TIMEOUT_S = 0.2  # the Redis client's connect and reply timeout, the file store's call timeout
 # A wait is counted as past its timeout beyond this: the thread that timed out may wait its
 # turn for a core (2 cores, load 6-9) and for the interpreter lock before it runs again.
 SLACK_S = 0.05
@@ -235,7 +235,9 @@ def run_round(lane: Lane, store: StorageBackend, rng: random.Random) -> dict[str
 def open_store(kind: str, work: Path, hold_s: tuple[float, float]) -> Iterator[Any]:
     """The store of a lane, its faults, and what tears it down."""
     if kind == "file":
-        backend = FileBackend(work / "file", max_bytes=FILE_CAP_BYTES, breaker=breaker())
+        backend = FileBackend(
+            work / "file", max_bytes=FILE_CAP_BYTES, breaker=breaker(), timeout_s=TIMEOUT_S
+        )
         try:
             yield backend, FileFaults(work / "file").kinds()
         finally:
@@ -281,7 +283,7 @@ def soak_lane(
         NoticeCounter() as notices,
         open_store(store, work, hold_s) as (backend, kinds),
     ):
-        watch = StoreWatch(backend)
+        watch = StoreWatch(backend, TIMEOUT_S + SLACK_S)
         injector = FaultInjector(kinds, seed, gap_s, lane.ops).start()
         t0 = time.perf_counter()
         try:
@@ -318,6 +320,8 @@ def soak_lane(
         "l3_hit_tokens": lane.hits(),
         "longest_cache_call_s": lane.calls.seconds,
         "longest_store_call_s": watch.calls.seconds,
+        "store_calls": watch.calls.count,
+        "store_calls_over": watch.calls.over,
         "faults": faults,
         "fault_errors": injector.errors,
         "notices": notices.counts,

@@ -57,11 +57,6 @@ def render(
             f"{sum(f['hits_after'] for f in faults) / len(faults) * 1000 / window:,.0f} | "
             f"{back} ({len(had)}) |"
         )
-    calls: dict[str, dict[str, float]] = {}
-    for r in rows:
-        for name, took in r["longest_store_call_s"].items():
-            mine = calls.setdefault(r["store"], {})
-            mine[name] = max(mine.get(name, 0.0), took)
     longest: dict[str, float] = {}
     for r in rows:
         for name, took in r["longest_cache_call_s"].items():
@@ -75,15 +70,10 @@ def render(
         f"waits past {waits.limit_s} s: connect {waits.over.get('connect', 0)} of "
         f"{waits.count.get('connect', 0):,}, reply {waits.over.get('reply', 0)} of "
         f"{waits.count.get('reply', 0):,}.",
-        "Longest store call: "
-        + "; ".join(
-            f"{store}: " + ", ".join(f"{n} {t:.3f} s" for n, t in sorted(c.items()))
-            for store, c in sorted(calls.items())
-        )
-        + ".",
         f"Longest cache call: `{cache_call[0]}` {cache_call[1]:.3f} s; longest prefetch wait "
         f"{waited:.3f} s (its deadline at most {prefetch_max_s} s).",
     ]
+    lines += ["", *store_calls(rows, timeout_s), ""]
     stall = max(r.get("process_stall_s", 0.0) for r in rows)
     lines.append(
         f"The process itself stalled (a 10 ms sleep woke late) by up to {stall:.3f} s, "
@@ -99,3 +89,27 @@ def render(
     if errors:
         lines.append(f"Faults that could not be injected: {len(errors)} (first: {errors[0]}).")
     return "\n".join(lines)
+
+
+def store_calls(rows: list[dict[str, Any]], timeout_s: float) -> list[str]:
+    """Per store and call kind: the longest call, how many took longer than the timeout
+    (plus the soak's slack for a thread waiting for a core), and the longest stall of the
+    process itself in the lane of that longest call (the floor under any call's time)."""
+    merged: dict[tuple[str, str], list[float]] = {}
+    for r in rows:
+        for name, took in r["longest_store_call_s"].items():
+            m = merged.setdefault((r["store"], name), [0.0, 0, 0, 0.0])
+            if took > m[0]:
+                m[0], m[3] = took, r.get("process_stall_s", 0.0)
+            m[1] += r.get("store_calls", {}).get(name, 0)
+            m[2] += r.get("store_calls_over", {}).get(name, 0)
+    lines = [
+        f"| store | call | calls | longest | past {timeout_s} s + slack | process stall "
+        "(that lane) |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for (store, name), (longest, count, over, stall) in sorted(merged.items()):
+        lines.append(
+            f"| {store} | `{name}` | {count:,.0f} | {longest:.3f} s | {over:,.0f} | {stall:.3f} s |"
+        )
+    return lines

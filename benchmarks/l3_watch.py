@@ -6,7 +6,8 @@ printed.
   to `batch_set_outcome` is recorded (an 8-byte digest) under its key name before the call,
   and each page `batch_get` returns must equal one of the payloads recorded under its key,
   else it is wrong data (a page may be written more than once, with other bytes: any of
-  them is right). It times each call too.
+  them is right). It times each call too (the store's part: digests not included), and
+  counts the calls past `limit_s`.
 - `TimedConnection`, a redis-py connection class: times each socket connect and each wait
   for a reply, the waits the client's `socket_timeout` / `socket_connect_timeout` bound.
 - `NoticeCounter`, a logging handler: counts the lines L3 prints (`uniradix.storage`).
@@ -57,7 +58,7 @@ class Longest:
 
 
 class StoreWatch:
-    def __init__(self, backend: StorageBackend) -> None:
+    def __init__(self, backend: StorageBackend, limit_s: float | None = None) -> None:
         self.backend = backend
         # Key name -> its payload's digest, or the set of them when it was written with
         # other bytes too (a Mamba state saved again from another host slot).
@@ -65,11 +66,12 @@ class StoreWatch:
         self.pages_checked = 0
         self.wrong_data = 0
         self.wrong_examples: list[str] = []
-        self.calls = Longest()
+        self.calls = Longest(limit_s)
         self._lock = threading.Lock()
         get, put, exists = backend.batch_get, backend.batch_set_outcome, backend.batch_exists
-        backend.batch_get = self._timed("batch_get", self._checked(get))  # type: ignore[method-assign]
-        backend.batch_set_outcome = self._timed("batch_set", self._recorded(put))  # type: ignore[method-assign]
+        # Timed inside the checks: the store's own time, not the watch's digests.
+        backend.batch_get = self._checked(self._timed("batch_get", get))  # type: ignore[method-assign]
+        backend.batch_set_outcome = self._recorded(self._timed("batch_set", put))  # type: ignore[method-assign]
         backend.batch_exists = self._timed("batch_exists", exists)  # type: ignore[method-assign]
 
     def _timed(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:

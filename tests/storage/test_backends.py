@@ -160,3 +160,19 @@ def test_second_process_hits_what_the_first_wrote(
             bytes([i % 251]) * 4096 for i in range(24)
         ], url
         store.close()
+
+
+def test_one_redis_finds_a_partial_prefix_in_two_round_trips(own_redis: RedisServer) -> None:
+    # A bisection took log2(n) round trips, each up to the timeout: the call was unbounded
+    # in practice on a slow server. Now: one multi-key EXISTS, then the prefix script.
+    store = open_backend(own_redis.url)
+    keys = KS.keys_for(RadixKey(list(range(1024 * KS.page_size))))
+    assert store.batch_set(keys[:700], payloads(700, size=64)) == 700
+    client = own_redis.client()
+    client.config_resetstat()
+    assert store.batch_exists(keys) == 700
+    stats = client.info("commandstats")
+    # One EVAL; EXISTS: the multi-key one, then the script's, up to the first absent key.
+    assert stats["cmdstat_eval"]["calls"] == 1 and stats["cmdstat_exists"]["calls"] == 1 + 701
+    assert store.batch_exists(keys[:700]) == 700 and store.batch_exists(keys[700:]) == 0
+    store.close()

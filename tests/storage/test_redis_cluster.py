@@ -17,6 +17,7 @@ from redis.crc import key_slot
 from uniradix.key import RadixKey
 from uniradix.storage import KeySpace, MissReason, PageKey, open_backend
 from uniradix.storage.redis_backend import RedisBackend
+from uniradix.storage.redis_cluster import ClusterBatches
 
 from .conftest import RedisServer, start_cluster
 
@@ -32,6 +33,12 @@ def cluster_store(nodes: list[RedisServer], options: str = "") -> RedisBackend:
     store = open_backend(f"redis+cluster://127.0.0.1:{nodes[0].port}{options}")
     assert isinstance(store, RedisBackend)
     return store
+
+
+def cluster_batches(store: RedisBackend) -> ClusterBatches:
+    batches = store._cluster
+    assert batches is not None
+    return batches
 
 
 def node_id(node: RedisServer) -> str:
@@ -223,4 +230,25 @@ def test_a_master_that_stops_answering_costs_one_timeout(own_cluster: list[Redis
         assert time.monotonic() < deadline, "hits did not resume"
         time.sleep(0.1)
     assert [bytes(p) for p in store.batch_get(keys, 256)] == data  # type: ignore[arg-type]
+    store.close()
+
+
+def test_slots_match_the_server_with_and_without_hash_tags(
+    redis_cluster: list[RedisServer],
+) -> None:
+    # Names of another scheme (SGLang's backend keeps its own keys) may carry a {hash tag}:
+    # a batch must go where the server puts the key, or every page would be redirected.
+    from uniradix.storage.redis_cluster import key_slot as ours
+
+    client = redis_cluster[0].client()
+    names = [b"ur1.00ff.abcd", b"{user1}.page.7", b"a{}b", b"x{y}z{w}", b"{", b"}{tag}", b"p"]
+    for name in names:
+        assert ours(name) == client.execute_command("CLUSTER KEYSLOT", name), name
+    store = cluster_store(redis_cluster)
+    space = KS.key_head
+    tagged = [PageKey(f"{space}{{chain7}}.{i:060d}", KS.fingerprint, bytes(32)) for i in range(5)]
+    assert store.batch_set(tagged, [b"t" * 8] * 5) == 5 and store.batch_exists(tagged) == 5
+    assert [bytes(p) for p in store.batch_get(tagged, 8)] == [b"t" * 8] * 5  # type: ignore[arg-type]
+    assert store.stats().failed_ops == 0 and cluster_batches(store).refreshes == 0
+    assert len({ours(k.name.encode()) for k in tagged}) == 1
     store.close()

@@ -30,6 +30,12 @@ Layout: `DIR/segments/<host>-<pid>-<instance>-<seq>.seg` (`file_segments`: the f
   read whole or not at all); a page one store deletes or repairs is a miss for every store
   reading that copy; each store enforces the cap on what it counts, so N stores with the
   same cap use at most N times it.
+- **Bounded calls.** The index lock is never held across a disk call, so a probe never
+  waits for another thread's disk I/O. Past `timeout_s` (default 2 s) a call starts no more
+  disk work: a write waiting for another is refused, a write stores a shorter prefix (both
+  pause backups, as a full store does), a read gives the pages not read as misses, a lookup
+  answers from the index as it is. A call lasts at most its timeout plus the disk calls of
+  one page (its write, and the unlinks of the segments evicted to make room for it).
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 import uuid
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -59,6 +66,7 @@ from uniradix.storage.file_disk import parse_bytes
 from uniradix.storage.page_format import Payload
 
 MAX_SEGMENT_BYTES = 1 << 20
+DEFAULT_TIMEOUT_S = 2.0
 
 
 class FileBackend(StorageBackend):
@@ -68,10 +76,14 @@ class FileBackend(StorageBackend):
         max_bytes: int | None = None,
         fsync: bool = False,
         breaker: CircuitBreaker | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
     ) -> None:
         super().__init__(breaker)
         if max_bytes is not None and max_bytes < 1:
             raise ValueError(f"max_bytes must be >= 1 or None, got {max_bytes}")
+        if not timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        self.timeout_s = timeout_s
         self._owns_dir = directory is None
         self.directory = Path(
             tempfile.mkdtemp(prefix="uniradix-l3-") if directory is None else directory
@@ -82,20 +94,22 @@ class FileBackend(StorageBackend):
         share = MAX_SEGMENT_BYTES if max_bytes is None else max_bytes // 32
         share -= share % self.block_bytes
         self.segment_bytes = min(MAX_SEGMENT_BYTES, max(self.block_bytes, share))
-        self._index_lock = threading.Lock()  # guards the catalog
+        self._index_lock = threading.Lock()  # guards the catalog; never held across disk I/O
         self._write_lock = threading.Lock()  # one writer appends to this store's segments
-        self._cat = SegmentCatalog(self.directory, _new_owner(), self.block_bytes, max_bytes)
+        self._cat = SegmentCatalog(
+            self.directory, _new_owner(), self.block_bytes, max_bytes, self._index_lock
+        )
         self._segs_dir = self._cat.folder
         self._seq = 0
         self._pid = os.getpid()
-        with self._index_lock:
-            self._cat.rebuild()
+        self._cat.rebuild()
 
     # -- writing -----------------------------------------------------------------------------
 
     def _plan(self, frame_bytes: int) -> tuple[str, int, int] | None:
         """Where a frame goes: (segment, frame offset, disk bytes to reserve), with the room
-        made; offset 0 means a new segment. None if it does not fit (lock held)."""
+        made once `unlink_evicted` ran; offset 0 means a new segment. None if it does not
+        fit (index lock held)."""
         small = frame_bytes <= self.segment_bytes // 4
         if small and self._cat.open is not None:
             seg = self._cat.segments[self._cat.open]
@@ -163,25 +177,31 @@ class FileBackend(StorageBackend):
     # -- store operations --------------------------------------------------------------------
 
     def _store_exists_prefix(self, names: list[str]) -> int:
+        found = self._indexed_prefix(names, 0)
+        if found < len(names):  # another store may have written the rest: look again
+            self._cat.refresh(time.monotonic() + self.timeout_s)
+            found = self._indexed_prefix(names, found)
+        return found
+
+    def _indexed_prefix(self, names: list[str], start: int) -> int:
         with self._index_lock:
-            looked = False
-            for i, name in enumerate(names):
-                if name not in self._cat.index and not looked:
-                    self._cat.refresh()
-                    looked = True
-                if name not in self._cat.index:
-                    return i
-        return len(names)
+            index = self._cat.index
+            return next((i for i in range(start, len(names)) if names[i] not in index), len(names))
 
     def _store_get(self, names: list[str]) -> list[StoredPage | None]:
+        deadline = time.monotonic() + self.timeout_s
         with self._index_lock:
-            if any(name not in self._cat.index for name in names):
-                self._cat.refresh()
+            missing = any(name not in self._cat.index for name in names)
+        if missing:
+            self._cat.refresh(deadline)
+        with self._index_lock:
             where = [self._cat.index.get(name) for name in names]
         out: list[StoredPage | None] = []
         fds: dict[str, int] = {}
         try:
-            for name, loc in zip(names, where, strict=True):
+            for i, (name, loc) in enumerate(zip(names, where, strict=True)):
+                if i and loc is not None and time.monotonic() > deadline:
+                    loc = None  # out of time: a miss, not read
                 blob = None if loc is None else self._read_frame(loc, fds)
                 if loc is not None and blob is None:  # removed or marked dead meanwhile
                     with self._index_lock:
@@ -198,6 +218,8 @@ class FileBackend(StorageBackend):
         for seg_name in fds:
             # The LRU order a restarted process rebuilds; the data is read already, so a
             # segment removed meanwhile or a directory this process may only read loses nothing.
+            if time.monotonic() > deadline:
+                break
             with contextlib.suppress(OSError):
                 os.utime(self._segs_dir / seg_name)
         return out
@@ -212,47 +234,82 @@ class FileBackend(StorageBackend):
         return segs.blob_of(os.pread(fds[seg_name], length, offset))
 
     def _store_set(self, names: list[str], headers: list[bytes], payloads: list[Payload]) -> int:
-        with self._write_lock:
+        deadline = time.monotonic() + self.timeout_s
+        if not self._write_lock.acquire(timeout=self.timeout_s):
+            self._note_refusal(f"another write held the store past timeout_s={self.timeout_s}")
+            return 0
+        try:
             self._check_open()
             for i, (name, header, payload) in enumerate(zip(names, headers, payloads, strict=True)):
-                body = memoryview(payload).cast("B")
-                head = segs.frame_head(name, header, len(header) + body.nbytes)
-                frame_bytes = len(head) + len(header) + body.nbytes
-                with self._index_lock:
-                    if (loc := self._cat.index.get(name)) is not None:  # a page's bytes are fixed
-                        self._cat.segments.move_to_end(loc[0])  # by its key: keep it
-                        self._count_kept()
-                        continue
-                    plan = self._plan(frame_bytes)
-                    if plan is None:
-                        return i
-                    seg_name, offset, growth = plan
-                    self._cat.reserved += growth
-                frame = [memoryview(head), memoryview(header), body]
-                try:
-                    st = self._append(seg_name, offset, frame)
-                except Exception:
-                    with self._index_lock:
-                        self._cat.reserved -= growth
-                        if offset == 0:
-                            self._cat.remove(seg_name, evicted=False)
-                    raise
-                with self._index_lock:
-                    self._cat.reserved -= growth
-                    if offset == 0:  # a new segment: its frame follows the magic
-                        offset = len(segs.MAGIC)
-                        self._cat.count_folders()
-                    seg = self._cat.segments[seg_name]
-                    seg.end = offset + frame_bytes
-                    self._cat.account(seg, st)
-                    self._cat.put(seg_name, seg, name, offset, frame_bytes)
-                    self._cat.segments.move_to_end(seg_name)
+                if i and time.monotonic() > deadline:
+                    self._note_refusal(f"write took over timeout_s={self.timeout_s}")
+                    return i
+                if not self._store_one(name, header, payload):
+                    return i
+        finally:
+            self._write_lock.release()
         return len(names)
+
+    def _store_one(self, name: str, header: bytes, payload: Payload) -> bool:
+        """Appends one page (write lock held); False if it does not fit the cap."""
+        body = memoryview(payload).cast("B")
+        head = segs.frame_head(name, header, len(header) + body.nbytes)
+        frame_bytes = len(head) + len(header) + body.nbytes
+        with self._index_lock:
+            if (loc := self._cat.index.get(name)) is not None:  # a page's bytes are fixed
+                self._cat.segments.move_to_end(loc[0])  # by its key: keep it
+                self._count_kept()
+                return True
+            plan = self._plan(frame_bytes)
+            if plan is None:
+                return False
+            seg_name, offset, growth = plan
+            self._cat.reserved += growth
+        try:
+            if not self._unlink_evicted(keep=seg_name):
+                self._undo(seg_name, offset, growth)
+                return False
+            st = self._append(seg_name, offset, [memoryview(head), memoryview(header), body])
+            folder_bytes = self._cat.folder_disk() if offset == 0 else None
+        except Exception:
+            self._undo(seg_name, offset, growth)
+            raise
+        with self._index_lock:
+            self._cat.reserved -= growth
+            if offset == 0:  # a new segment: its frame follows the magic
+                offset = len(segs.MAGIC)
+            if folder_bytes is not None:
+                self._cat.folder_bytes = folder_bytes
+            seg = self._cat.segments[seg_name]
+            seg.end = offset + frame_bytes
+            self._cat.account(seg, st)
+            self._cat.put(seg_name, seg, name, offset, frame_bytes)
+            self._cat.segments.move_to_end(seg_name)
+        return True
+
+    def _undo(self, seg_name: str, offset: int, growth: int) -> None:
+        """A write planned and not made: its reservation back, a new segment removed."""
+        with self._index_lock:
+            self._cat.reserved -= growth
+            if offset == 0:
+                self._cat.remove(seg_name, evicted=False)
+        self._cat.unlink_evicted()
+
+    def _unlink_evicted(self, keep: str) -> bool:
+        """Deletes the segments evicted to make room (no lock held); one that cannot be
+        deleted stays counted, so more are evicted: whether the write still fits the cap."""
+        while not self._cat.unlink_evicted():
+            with self._index_lock:
+                if not self._cat.make_room(0, keep=keep):
+                    return False
+        return True
 
     def _store_delete(self, names: list[str]) -> int:
         with self._index_lock:
-            if any(name not in self._cat.index for name in names):
-                self._cat.refresh()
+            missing = any(name not in self._cat.index for name in names)
+        if missing:
+            self._cat.refresh(time.monotonic() + self.timeout_s)
+        with self._index_lock:
             where = [loc for name in names if (loc := self._cat.drop(name)) is not None]
         for seg_name, offset, _ in where:
             try:
@@ -266,16 +323,20 @@ class FileBackend(StorageBackend):
         return len(where)
 
     def _store_clear(self) -> None:
-        with self._write_lock, self._index_lock:
-            for name in list(self._cat.segments):
-                self._cat.remove(name, evicted=False)
-            for name in list(self._cat.stuck):
-                if not (self._segs_dir / name).exists():  # removable at last
-                    del self._cat.stuck[name]
-            for entry in os.scandir(self._segs_dir):  # other stores' pages not indexed yet
-                if entry.name not in self._cat.stuck:
-                    Path(entry.path).unlink(missing_ok=True)
-            self._cat.count_folders()
+        with self._write_lock:
+            with self._index_lock:
+                for name in list(self._cat.segments):
+                    self._cat.remove(name, evicted=False)
+            self._cat.unlink_evicted()
+            on_disk = set(os.listdir(self._segs_dir))
+            with self._index_lock:  # an un-removable file gone at last is no longer counted
+                stuck = {n: b for n, b in self._cat.stuck.items() if n in on_disk}
+                self._cat.stuck = stuck
+            for name in on_disk - stuck.keys():  # other stores' pages not indexed yet
+                (self._segs_dir / name).unlink(missing_ok=True)
+            folder_bytes = self._cat.folder_disk()
+            with self._index_lock:
+                self._cat.folder_bytes = folder_bytes
 
     def _store_close(self) -> None:
         with self._write_lock:
@@ -296,9 +357,9 @@ class FileBackend(StorageBackend):
     def locate(self, name: str) -> tuple[Path, int, int] | None:
         """Where page `name`'s bytes (its header, then its payload) lie: (segment file,
         offset, length); None if it is not stored. For tools and fault-injection tests."""
+        if self._indexed_prefix([name], 0) == 0:
+            self._cat.refresh(time.monotonic() + self.timeout_s)
         with self._index_lock:
-            if name not in self._cat.index:
-                self._cat.refresh()
             loc = self._cat.index.get(name)
         if loc is None:
             return None
@@ -321,7 +382,7 @@ def _new_owner() -> str:
 
 
 def _from_url(url: str) -> FileBackend:
-    options = url_options(url, {"max_bytes", "fsync"} | BREAKER_OPTIONS)
+    options = url_options(url, {"max_bytes", "fsync", "timeout_s"} | BREAKER_OPTIONS)
     directory: str | None = None
     if "://" in url:
         parts = urlsplit(url)
@@ -332,6 +393,7 @@ def _from_url(url: str) -> FileBackend:
         max_bytes=parse_bytes(max_bytes) if max_bytes else None,
         fsync=options.get("fsync", "0") not in ("0", "false", ""),
         breaker=breaker_from_options(options),
+        timeout_s=float(options.get("timeout_s", DEFAULT_TIMEOUT_S)),
     )
 
 

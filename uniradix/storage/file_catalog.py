@@ -1,8 +1,11 @@
 """What a file store (`uniradix.storage.file_backend`) knows of its segment folder: which
 segment holds each page, the segments in LRU order, and the disk bytes they use.
 
-Not thread-safe: the store calls it under its index lock. Besides this store's own writes,
-the folder changes under it (other stores sharing the directory write, delete and evict):
+The store's index lock (`lock`) guards it, and is held only for work in memory, never across
+a disk call, so a probe never waits for a disk. Methods are called with the lock held, but
+`rebuild`, `refresh`, `load`, `read_on` and `unlink_evicted`, which do the disk work with the
+lock released and take it only to apply what they found. Besides this store's own writes, the
+folder changes under it (other stores sharing the directory write, delete and evict):
 `refresh` catches up, and a segment found gone is forgotten with its pages.
 """
 
@@ -11,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -35,7 +39,16 @@ class Segment:
 
 
 class SegmentCatalog:
-    def __init__(self, directory: Path, owner: str, block_bytes: int, max_bytes: int | None):
+    def __init__(
+        self,
+        directory: Path,
+        owner: str,
+        block_bytes: int,
+        max_bytes: int | None,
+        lock: threading.Lock,
+    ) -> None:
+        self.lock = lock
+        self._refresh_lock = threading.Lock()  # one refresh at a time (it reads segments on)
         self.directory = directory
         self.folder = directory / "segments"
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -52,6 +65,9 @@ class SegmentCatalog:
         self.segment_disk = 0  # sum of the segments' `disk`
         self.reserved = 0  # disk bytes of the writes in flight
         self.evicted = 0  # pages
+        # Segments taken out to make room, still on disk until `unlink_evicted`: their bytes
+        # stay counted in `used()` until then (what `du` sees).
+        self.doomed: dict[str, int] = {}
         self._listed_ns = 0  # the folder's mtime at its last listing
         self._listed_at = 0.0
 
@@ -66,74 +82,99 @@ class SegmentCatalog:
                 found.append((entry.stat().st_mtime_ns, entry.name))
         for _, name in sorted(found):
             self.load(name, at_start=True)
-        self.count_folders()
-        self.make_room(0)
+        folder_bytes = self.folder_disk()
+        with self.lock:
+            self.folder_bytes = folder_bytes
+            self.make_room(0)
+        self.unlink_evicted()
 
     def load(self, name: str, at_start: bool = False) -> None:
-        """Registers segment `name` found on disk, newest, and indexes its pages (lock held).
-        At start, a torn tail left by a writer that is gone is cut off."""
+        """Registers segment `name` found on disk, newest, and indexes its pages. At start, a
+        torn tail left by a writer that is gone is cut off."""
         parsed = segs.parse_name(name)
         seg = Segment(parsed[0], parsed[3]) if parsed else Segment("", 0)
-        self.segments[name] = seg
         alive = parsed is not None and disk.writer_alive(parsed[1], parsed[2])
-        if alive and seg.owner != self.owner:
-            last = self.newest.get(seg.owner, "")
-            newest = self.segments.get(last)
-            if newest is None or newest.seq < seg.seq:
-                self.newest[seg.owner] = name
-                if newest is not None:  # its writer moved on: read what it added last
-                    self.read_on(last, newest)
+        moved_on: tuple[str, Segment] | None = None
+        with self.lock:
+            self.segments[name] = seg
+            if alive and seg.owner != self.owner:
+                last = self.newest.get(seg.owner, "")
+                newest = self.segments.get(last)
+                if newest is None or newest.seq < seg.seq:
+                    self.newest[seg.owner] = name
+                    if newest is not None:  # its writer moved on: read what it added last
+                        moved_on = (last, newest)
+        if moved_on is not None:
+            self.read_on(*moved_on)
         self.read_on(name, seg, trim=at_start and parsed is not None and not alive)
 
     def read_on(self, name: str, seg: Segment, trim: bool = False) -> None:
-        """Indexes the pages of segment `name` past what was read of it (lock held)."""
-        path = self.folder / name
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:  # removed by another store
-            self.forget(name)
+        """Indexes the pages of segment `name` past what was read of it."""
+        with self.lock:
+            start = seg.end
+        found = segs.read_segment(self.folder / name, start, trim)
+        with self.lock:
+            if self.segments.get(name) is not seg:  # evicted or forgotten meanwhile
+                return
+            if found is None:  # removed by another store
+                self.forget(name)
+                return
+            entries, seg.end, st = found
+            for entry in entries:
+                self.put(name, seg, *entry)
+            self.account(seg, st)
+
+    def refresh(self, deadline: float) -> None:
+        """Finds what other stores wrote since the last look. One thread at a time: another
+        waits for it until `deadline` at most, then goes on with the index as it is; past
+        `deadline`, segments not read yet are left to the next look."""
+        if not self._refresh_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
             return
         try:
-            st = os.fstat(fd)
-            magic = len(segs.MAGIC)
-            if st.st_size > seg.end and st.st_size >= magic:
-                read = segs.Reader(fd, st.st_size)
-                if seg.end == 0 and read(0, magic) != segs.MAGIC:
-                    seg.end = st.st_size  # not a segment: counted, evictable, never read
-                else:
-                    found, seg.end = segs.scan(read, max(seg.end, magic), st.st_size)
-                    for entry in found:
-                        self.put(name, seg, *entry)
-                    if trim and seg.end < st.st_size and segs.torn(read, seg.end, st.st_size):
-                        with contextlib.suppress(OSError):
-                            os.truncate(path, seg.end)
-                            st = os.fstat(fd)
-            self.account(seg, st)
+            self._refresh(deadline)
         finally:
-            os.close(fd)
+            self._refresh_lock.release()
 
-    def refresh(self) -> None:
-        """Finds what other stores wrote since the last look (lock held)."""
+    def _refresh(self, deadline: float) -> None:
         st = os.stat(self.folder)
         if st.st_mtime_ns != self._listed_ns or st.st_mtime >= self._listed_at - MTIME_SLACK_S:
-            self._listed_ns, self._listed_at = st.st_mtime_ns, time.time()
+            listed_at = time.time()
             on_disk = set(os.listdir(self.folder))
-            for name, seg in list(self.segments.items()):
-                # This store's own: one being made is not listed yet; see `_check_open`.
-                if name not in on_disk and seg.owner != self.owner:
-                    self.forget(name)
-            for name in sorted(on_disk - self.segments.keys() - self.stuck.keys()):
+            with self.lock:
+                for name, seg in list(self.segments.items()):
+                    # This store's own: one being made is not listed yet; see `_check_open`.
+                    if name not in on_disk and seg.owner != self.owner:
+                        self.forget(name)
+                known = self.segments.keys() | self.stuck.keys() | self.doomed.keys()
+                new = sorted(on_disk - known)
+            for i, name in enumerate(new):
+                if time.monotonic() > deadline:
+                    new = new[i:]
+                    break
                 self.load(name)
-            self.count_folders()
-        for name in list(self.newest.values()):
-            newest = self.segments.get(name)
+            else:
+                new = []
+            if not new:  # every new segment read: the listing is up to date
+                self._listed_ns, self._listed_at = st.st_mtime_ns, listed_at
+            folder_bytes = self.folder_disk()
+            with self.lock:
+                self.folder_bytes = folder_bytes
+        with self.lock:
+            newest = list(self.newest.values())
+        for name in newest:
+            if time.monotonic() > deadline:
+                return
             try:
                 size = os.stat(self.folder / name).st_size
             except FileNotFoundError:
-                self.forget(name)
+                with self.lock:
+                    self.forget(name)
                 continue
-            if newest is not None and size > newest.end:
-                self.read_on(name, newest)
+            with self.lock:
+                newer = self.segments.get(name)
+                behind = newer is not None and size > newer.end
+            if newer is not None and behind:
+                self.read_on(name, newer)
 
     def put(self, seg_name: str, seg: Segment, name: str, offset: int, length: int) -> None:
         self.drop(name)  # the newest copy wins
@@ -162,39 +203,58 @@ class SegmentCatalog:
             self.close_open()
 
     def remove(self, name: str, evicted: bool) -> None:
+        """Takes segment `name` out of the store; `unlink_evicted` then deletes its file."""
         seg = self.segments[name]
-        try:
-            os.unlink(self.folder / name)
-        except FileNotFoundError:
-            pass  # another store removed it
-        except OSError:
-            self.stuck[name] = seg.disk  # its bytes stay counted; remove the next one
-            self.segment_disk -= seg.disk
-            seg.disk = 0
+        self.doomed[name] = seg.disk  # its bytes stay counted until the file is gone
+        self.segment_disk -= seg.disk
+        seg.disk = 0
         self.evicted += len(seg.names) if evicted else 0
         self.forget(name)
+
+    def unlink_evicted(self) -> bool:
+        """Deletes the files of the segments `remove` took out (lock not held). False if one
+        could not be deleted: its bytes stay counted (`stuck`) and the caller makes room
+        again."""
+        with self.lock:
+            doomed, self.doomed = self.doomed, {}
+            # Still counted while they are unlinked, where no other call can take them.
+            self.stuck.update(doomed)
+        failed = False
+        for name in doomed:
+            try:
+                os.unlink(self.folder / name)
+            except FileNotFoundError:
+                pass  # another store removed it
+            except OSError:
+                failed = True
+                continue
+            with self.lock:
+                del self.stuck[name]
+        return not failed
 
     def account(self, seg: Segment, st: os.stat_result) -> None:
         size = disk.disk_bytes(st, self.block_bytes)
         self.segment_disk += size - seg.disk
         seg.disk = size
 
-    def count_folders(self) -> None:
-        self.folder_bytes = sum(
+    def folder_disk(self) -> int:
+        """Disk bytes of the store's two folders (lock not held: two `stat` calls)."""
+        return sum(
             disk.disk_bytes(os.stat(d), self.block_bytes) for d in (self.directory, self.folder)
         )
 
     def used(self) -> int:
-        stuck = sum(self.stuck.values())
-        return self.folder_bytes + self.segment_disk + stuck + self.reserved
+        removing = sum(self.stuck.values()) + sum(self.doomed.values())
+        return self.folder_bytes + self.segment_disk + removing + self.reserved
 
     def make_room(self, num_bytes: int, keep: str | None = None) -> bool:
-        """Removes LRU segments (not `keep`) until `num_bytes` more fit (lock held)."""
+        """Takes LRU segments (not `keep`) out until `num_bytes` more fit once their files
+        are deleted (`unlink_evicted`, before the write)."""
         if self.max_bytes is None:
             return True
         if self.folder_bytes + num_bytes > self.max_bytes:
             return False  # would not fit in an empty store: remove nothing
-        while self.used() + num_bytes > self.max_bytes:
+        while self.used() - sum(self.doomed.values()) + num_bytes > self.max_bytes:
             victim = next((name for name in self.segments if name != keep), None)
             if victim is None:
                 return False

@@ -22,9 +22,11 @@ blob    := one page as `page_format` writes it: its header, then its payload
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 from collections.abc import Callable
+from pathlib import Path
 
 from uniradix.hashing.storage_keys import KEY_PREFIX
 
@@ -115,6 +117,35 @@ def torn(read: Read, end: int, size: int) -> bool:
     state, zero, name_len, blob_len = FRAME.unpack(read(end, FRAME.size))
     valid = state in (LIVE, DEAD) and zero == 0 and name_len <= _MAX_NAME
     return valid and end + FRAME.size + name_len + blob_len > size
+
+
+def read_segment(
+    path: Path, start: int, trim: bool = False
+) -> tuple[list[Entry], int, os.stat_result] | None:
+    """The live pages of segment `path` from `start` (a frame boundary; 0: a segment never
+    read), where the read stopped, and the file's stat; None if the file is gone. A file
+    without the magic is not a segment: no pages, read to its end. With `trim`, a torn tail
+    (a writer that is gone) is cut off."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        st = os.fstat(fd)
+        magic = len(MAGIC)
+        if st.st_size <= start or st.st_size < magic:
+            return [], start, st
+        read = Reader(fd, st.st_size)
+        if start == 0 and read(0, magic) != MAGIC:
+            return [], st.st_size, st
+        found, end = scan(read, max(start, magic), st.st_size)
+        if trim and end < st.st_size and torn(read, end, st.st_size):
+            with contextlib.suppress(OSError):
+                os.truncate(path, end)
+                st = os.fstat(fd)
+        return found, end, st
+    finally:
+        os.close(fd)
 
 
 def segment_name(owner: str, seq: int) -> str:

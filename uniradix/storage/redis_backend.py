@@ -50,6 +50,7 @@ from uniradix.storage.page_format import Payload
 from uniradix.storage.redis_cluster import REDIRECTED, ClusterBatches, Packer
 from uniradix.storage.redis_wire import (
     Reply,
+    encode_names,
     key_commands,
     pipelined,
     script_command,
@@ -121,11 +122,20 @@ class RedisBackend(StorageBackend):
         if cluster is not None:
             return self._cluster_exists_prefix(cluster, names)
         # One multi-key EXISTS answers "is the whole run stored?" (the usual case); otherwise
-        # bisect on the count: log2(n) round trips, no per-key command objects (a pipelined
-        # EXISTS per key spent most of its time building commands in Python).
+        # the prefix script finds where it stops: two round trips in all, so the call is
+        # bounded by two timeouts. A server without scripts (Redis < 7) bisects on the count
+        # instead: log2(n) round trips.
         client = self.client
+        assert isinstance(client, redis.Redis)  # no cluster runner: one server
         if client.exists(*names) == len(names):
             return len(names)
+        if self._exists_script is not False:
+            script = script_command(_EXISTS_PREFIX, encode_names(names))
+            reply = pipelined(client, script, 1)[0]
+            if isinstance(reply, int):
+                self._exists_script = True
+                return reply
+            self._exists_script = self._exists_script or False  # never worked: not again
         lo, hi = 0, len(names) - 1  # the stored prefix is in [lo, hi]
         while lo < hi:
             mid = (lo + hi + 1) // 2
@@ -135,37 +145,42 @@ class RedisBackend(StorageBackend):
                 hi = mid - 1
         return lo
 
-    def _cluster_exists_prefix(self, cluster: ClusterBatches, names: list[str]) -> int:
+    def _cluster_exists_prefix(self, cluster: ClusterBatches, text_names: list[str]) -> int:
         # The keys of a batch lie in many slots, and a multi-key EXISTS must stay in one. A
         # script per master (Redis >= 7: `allow-cross-slot-keys`) answers for all its keys in
         # one reply; one EXISTS per key costs a reply each, read in Python (4x the wall of
         # one Redis on 2,048 pages). A server that rejects the script, or a script that
         # failed (a key no longer on its master), gets the EXISTS per key.
+        names = encode_names(text_names)
         if self._exists_script is not False:
             replies = cluster.run(
                 names,
                 lambda idx: script_command(_EXISTS_PREFIX, _pick(names, idx)),
                 _prefix_replies,
             )
-            rejected = any(
-                isinstance(r, Exception) and not isinstance(r, REDIRECTED) for r in replies
-            )
-            if not rejected:
+            # The first page not stored, or not answered (its master refused the script).
+            first = next((i for i, n in enumerate(replies) if n != 1), len(names))
+            reply = replies[first] if first < len(names) else None
+            if not isinstance(reply, Exception) or isinstance(reply, REDIRECTED):
                 self._exists_script = True
-                return next((i for i, n in enumerate(replies) if n != 1), len(names))
+                return first
             self._exists_script = self._exists_script or False  # never worked: not again
         replies = cluster.run(names, lambda idx: key_commands(b"EXISTS", _pick(names, idx)))
         return next((i for i, n in enumerate(replies) if n != 1), len(names))
 
-    def _store_get(self, names: list[str]) -> list[StoredPage | None]:
+    def _store_get(self, text_names: list[str]) -> list[StoredPage | None]:
+        names = encode_names(text_names)
         replies = self._run(names, lambda idx: key_commands(b"GET", _pick(names, idx)))
         return [_stored(reply) for reply in replies]
 
-    def _store_set(self, names: list[str], headers: list[bytes], payloads: list[Payload]) -> int:
+    def _store_set(
+        self, text_names: list[str], headers: list[bytes], payloads: list[Payload]
+    ) -> int:
         """The batch's `SET`s, each value sent as header then payload (`set_commands`): no
         joined copy of the payload is made. A refused write (a full server under
         `noeviction`) ends the stored prefix without counting as a store failure: the server
         is up, the breaker stays closed. A lost connection raises instead."""
+        names = encode_names(text_names)
 
         def pack(idx: list[int]) -> list[bytes | memoryview]:
             return set_commands(
@@ -179,11 +194,12 @@ class RedisBackend(StorageBackend):
                 return i
         return len(names)
 
-    def _store_delete(self, names: list[str]) -> int:
+    def _store_delete(self, text_names: list[str]) -> int:
+        names = encode_names(text_names)
         replies = self._run(names, lambda idx: key_commands(b"UNLINK", _pick(names, idx)))
         return sum(r for r in replies if isinstance(r, int))
 
-    def _run(self, names: list[str], pack: Packer) -> list[Reply]:
+    def _run(self, names: list[bytes], pack: Packer) -> list[Reply]:
         """One reply per name (`redis_wire.Reply`): on a cluster split by master
         (`ClusterBatches`), on one server one pipeline."""
         cluster = self._cluster
@@ -212,7 +228,9 @@ class RedisBackend(StorageBackend):
 T = TypeVar("T")
 
 
-def _pick(items: Sequence[T], indices: list[int]) -> list[T]:
+def _pick(items: Sequence[T], indices: list[int]) -> Sequence[T]:
+    if len(indices) == len(items):  # every page on one master (or one server)
+        return items
     return [items[i] for i in indices]
 
 
@@ -221,7 +239,8 @@ for i, name in ipairs(ARGV) do
   if redis.call('EXISTS', name) == 0 then return i - 1 end
 end
 return #ARGV"""
-"""How many of the names given, from the first, are stored: keys of any slots a master holds."""
+"""How many of the names given, from the first, are stored: keys of any slots a master holds
+(one `EXISTS` per key: even in a script, one command's keys must share a slot)."""
 
 
 def _prefix_replies(reply: Reply, num_pages: int) -> list[Reply]:

@@ -48,8 +48,17 @@ _STALE_MAP = (*REDIRECTED, ClusterDownError)
 # be stale, worth one refresh. A timeout is not retried: a master that stopped answering
 # would cost its timeout again.
 _NODE_LOST = (redis.exceptions.ConnectionError, OSError)
-# A key's slot is CRC16(key) mod 16384: page names (`ur1.<hex>.<hex>`) have no {hash tag}.
 _SLOTS = 16384
+
+
+def key_slot(name: bytes) -> int:
+    """A key's cluster slot: CRC16 of the key, or of its {hash tag} when it has one."""
+    start = name.find(b"{")
+    if start >= 0:
+        end = name.find(b"}", start + 1)
+        if end > start + 1:
+            name = name[start + 1 : end]
+    return crc_hqx(name, 0) % _SLOTS
 
 
 class ClusterBatches:
@@ -63,7 +72,9 @@ class ClusterBatches:
         # and the masters. One tuple, replaced whole: threads read it without a lock.
         self._table: tuple[object, list[int], list[ClusterNode]] = (None, [], [])
 
-    def run(self, names: Sequence[str], pack: Packer, spread: Spread | None = None) -> list[Reply]:
+    def run(
+        self, names: Sequence[bytes], pack: Packer, spread: Spread | None = None
+    ) -> list[Reply]:
         """One reply per name, in order (see `redis_wire.Reply`); a reply that is still a
         redirection after the one retry is left as it is (`REDIRECTED`): the caller's miss.
         Raises the store failure when a master stays unreachable or the cluster stays down.
@@ -101,7 +112,7 @@ class ClusterBatches:
         self.client.nodes_manager.initialize()
 
     def _send(
-        self, names: Sequence[str], todo: list[int], pack: Packer, spread: Spread | None
+        self, names: Sequence[bytes], todo: list[int], pack: Packer, spread: Spread | None
     ) -> list[tuple[list[int], list[Reply] | BaseException]]:
         """Each master's pages (indices into `names`) and their replies, or the failure of
         that master's pipeline: every master's commands go out, then the replies are read."""
@@ -131,7 +142,7 @@ class ClusterBatches:
         return out
 
     def _by_master(
-        self, names: Sequence[str], todo: list[int]
+        self, names: Sequence[bytes], todo: list[int]
     ) -> list[tuple[ClusterNode, list[int]]]:
         slots = self.client.nodes_manager.slots_cache
         built, owner, masters = self._table
@@ -141,11 +152,21 @@ class ClusterBatches:
             position = {name: i for i, name in enumerate(by_name)}
             owner = [position[slots[s][0].name] if slots.get(s) else -1 for s in range(_SLOTS)]
             self._table = (slots, owner, masters)
-        groups: list[list[int]] = [[] for _ in masters]
-        for i in todo:
-            slot = crc_hqx(names[i].encode(), 0) % _SLOTS
-            master = owner[slot]
-            if master < 0:
-                raise SlotNotCoveredError(f"slot {slot} of {names[i]!r} has no master")
-            groups[master].append(i)
+        picked = names if len(todo) == len(names) else [names[i] for i in todo]
+        # Comprehensions, not a loop: this runs for every page of every batch.
+        if b"{" in b"".join(picked):
+            owners = [owner[key_slot(name)] for name in picked]
+        else:
+            owners = [owner[crc_hqx(name, 0) % _SLOTS] for name in picked]
+        if -1 in owners:
+            name = picked[owners.index(-1)]
+            raise SlotNotCoveredError(f"slot {key_slot(name)} of {name!r} has no master")
+        # Grouped by a stable sort (C code; each master's pages stay in batch order), split
+        # at each master's count.
+        order = sorted(range(len(todo)), key=owners.__getitem__)
+        groups, start = [], 0
+        for m in range(len(masters)):
+            end = start + owners.count(m)
+            groups.append([todo[i] for i in order[start:end]] if end > start else [])
+            start = end
         return [(masters[m], idx) for m, idx in enumerate(groups) if idx]
