@@ -110,9 +110,8 @@ class TreeCore:
                 return _new_tuple(MatchWalk, (path, len(path), off // UNIT_BYTES))
             if len(windows) == 1:  # SWA alone: the loop below without its generality
                 ((index, window),) = windows
-                live, num_accepted, depth = _UNBOUNDED, 0, 0
-                for n in path:
-                    depth += 1
+                live, num_accepted = _UNBOUNDED, 0
+                for depth, n in enumerate(path, 1):
                     if n.data[index].value is None:
                         live = 0
                     else:
