@@ -42,7 +42,7 @@ def test_split_node_gives_the_halves_their_own_slots():
 
 def test_evicted_and_reinserted_key_returns_the_new_slots():
     cache = make_cache(full_tokens=8)
-    _, old = insert_fresh(cache, [1, 2, 3, 4])
+    insert_fresh(cache, [1, 2, 3, 4])
     node = match(cache, [1, 2, 3, 4]).last_device_node
     assert node.indices_memo is not None
     cache.evict(EvictParams(num_tokens=4))
