@@ -28,7 +28,7 @@ from uniradix.cache.eviction import evict_components
 from uniradix.cache.insert_slots import checked_value, duplicate_frees
 from uniradix.cache.lock_receipts import LockReceipts
 from uniradix.cache.mamba_requests import MambaRequests, NoMambaRequests
-from uniradix.cache.paths import concat_values
+from uniradix.cache.paths import concat_values, cpu_indices
 from uniradix.cache.sessions import NullSessions, SessionCache, SessionRelease
 from uniradix.components.base import TreeComponent, match_rules, overriding
 from uniradix.components.registry import (
@@ -62,6 +62,11 @@ from uniradix.types import (
     Req,
     Slots,
 )
+
+_new_tuple = tuple.__new__
+# MatchResult's fields after the first four, at their defaults: a match with nothing else to
+# report builds its result from these without the NamedTuple's keyword handling
+_MATCH_DEFAULTS = tuple(MatchResult._field_defaults[f] for f in MatchResult._fields[4:])
 
 
 class UnifiedRadixCache:
@@ -178,18 +183,26 @@ class UnifiedRadixCache:
         accepted = path if k == len(path) else path[:k]  # no copy of a path accepted whole
         if accepted:
             self.tree.touch_path(accepted)
-            slots = concat_values([n.data[0].value for n in accepted])
-            num_slots, last = len(slots), accepted[-1]
-            indices = torch.from_numpy(slots) if self._on_cpu else self.to_device(slots)
+            last = accepted[-1]
+            if self._on_cpu:
+                indices = cpu_indices(accepted)
+            else:
+                indices = self.to_device(concat_values([n.data[0].value for n in accepted]))
+            num_slots = indices.shape[0]
         else:  # nothing usable (most Mamba misses): the shared empty tensor, no conversion
             indices, num_slots, last = self._no_indices, 0, self.tree.root
-        finalizers = self._finalizers
-        if not finalizers:
-            result = MatchResult(indices, num_slots, last, walk.matched_len)
-        else:  # one component reporting fields (Mamba) needs no merging
-            extra = finalizers[0].finalize_match(walk, params)
-            for c in finalizers[1:]:
-                extra = {**extra, **c.finalize_match(walk, params)}
+        extra = None
+        for c in self._finalizers:
+            fields = c.finalize_match(walk, params)
+            if fields:  # SWA reports none: no keyword merging for it
+                extra = fields if extra is None else {**extra, **fields}
+        if extra is None:
+            # `tuple.__new__` skips the NamedTuple's Python-level `__new__` (built per match);
+            # the defaults are spelled out in field order
+            result = _new_tuple(
+                MatchResult, (indices, num_slots, last, walk.matched_len, *_MATCH_DEFAULTS)
+            )
+        else:
             result = MatchResult(indices, num_slots, last, walk.matched_len, **extra)
         if params.req is not None:  # Mamba's copy-on-write (nothing to do without a request)
             self.mamba_requests.after_match(params, result)

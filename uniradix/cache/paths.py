@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from uniradix.tree.node import TreeNode
 from uniradix.types import Slots
@@ -17,6 +18,24 @@ def concat_values(values: list[Slots | None]) -> Slots:
     present = [v for v in values if v is not None]
     assert len(present) == len(values), "a full-KV value is missing on a cached path"
     return np.concatenate(present) if present else _EMPTY
+
+
+def cpu_indices(path: list[TreeNode]) -> torch.Tensor:
+    """Full-KV slots of the non-empty `path` as a CPU tensor sharing their memory. A path of
+    one node (a match that ends on a shared prefix: the usual one) reuses the tensor wrapped
+    around that node's value last time, while the value is the same array: wrapping one costs
+    about a microsecond, a sixth of a whole match."""
+    if len(path) == 1:
+        node = path[0]
+        value = node.data[0].value
+        memo = node.indices_memo
+        if memo is not None and memo[0] is value:
+            return memo[1]  # type: ignore[no-any-return]
+        assert value is not None, "a full-KV value is missing on a cached path"
+        tensor = torch.from_numpy(value)
+        node.indices_memo = (value, tensor)
+        return tensor
+    return torch.from_numpy(concat_values([n.data[0].value for n in path]))
 
 
 def span_slots(node: TreeNode, num: int) -> Slots:

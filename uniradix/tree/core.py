@@ -20,6 +20,7 @@ from uniradix.tree.policy import PolicyKey
 
 Validator = Callable[[TreeNode], bool]
 _UNBOUNDED = float("inf")
+_new_tuple = tuple.__new__
 
 
 class SplitHook(Protocol):
@@ -106,18 +107,19 @@ class TreeCore:
             break
         if not validators and not required:
             if not windows:
-                return MatchWalk(path, len(path), off // UNIT_BYTES)
+                return _new_tuple(MatchWalk, (path, len(path), off // UNIT_BYTES))
             if len(windows) == 1:  # SWA alone: the loop below without its generality
                 ((index, window),) = windows
                 live, num_accepted = _UNBOUNDED, 0
-                for i, n in enumerate(path):
+                for depth, n in enumerate(path, 1):
                     if n.data[index].value is None:
                         live = 0
                     else:
                         live += n.num_tokens
                         if live >= window:
-                            num_accepted = i + 1
-                return MatchWalk(path, num_accepted, off // UNIT_BYTES)
+                            num_accepted = depth
+                # `tuple.__new__`: no NamedTuple `__new__` frame on every SWA match
+                return _new_tuple(MatchWalk, (path, num_accepted, off // UNIT_BYTES))
         num_accepted = 0
         # Units with data since the last node without it, per window (none yet: unbounded).
         lives = [_UNBOUNDED] * len(windows)
