@@ -130,8 +130,8 @@ class UniradixTreeCore(HostWalks, TreeCoreViews):
     def redistribute_on_split(self, parent: TreeNode, child: TreeNode, split_len: int) -> None:
         """The tree cut `child`: its first `split_len` slots and its locks go to `parent`."""
         value = child.data[0].value
-        assert value is not None
-        parent.data[0].value, child.data[0].value = value[:split_len], value[split_len:]
+        if value is not None:  # None: a host-only node (HiCache)
+            parent.data[0].value, child.data[0].value = value[:split_len], value[split_len:]
         parent.data[0].lock_ref = child.data[0].lock_ref
         self._nodes[parent.id] = parent
         if self.swa is not None:
