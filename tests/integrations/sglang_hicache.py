@@ -17,8 +17,8 @@ from unittest import mock
 
 from sglang.srt.mem_cache import l2_transfer
 from sglang.srt.mem_cache.pool_host import common as pool_host_common
-from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
 from sglang.srt.mem_cache.unified_cache.tree_core_registry import _TREE_CORE_REGISTRY
+from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
 from sglang.test.kits.unified_radix_cache import fixtures
 
 from tests.integrations.sglang_inspector import UniradixInspector

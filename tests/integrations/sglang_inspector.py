@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-
 from sglang.test.kits.unified_radix_cache.unified_tree_core_inspection_interface import (
     UnifiedTreeCoreInspectionInterface,
 )

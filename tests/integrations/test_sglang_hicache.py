@@ -106,10 +106,20 @@ def play_hicache(cache, allocator, page_size: int, n: int, seed: int) -> list[tu
         cache.sanity_check()
         trace.append(
             (
-                m.device_prefix_len, host_hit, loaded, kv_ok, prefix.tolist(), lock.delta,
-                evicted, r.prefix_len, allocator.available_size(), host_pool.available_size(),
-                cache.evictable_size(), cache.protected_size(), len(cache.ongoing_write_through),
-            )  # fmt: skip
+                m.device_prefix_len,
+                host_hit,
+                loaded,
+                kv_ok,
+                prefix.tolist(),
+                lock.delta,
+                evicted,
+                r.prefix_len,
+                allocator.available_size(),
+                host_pool.available_size(),
+                cache.evictable_size(),
+                cache.protected_size(),
+                len(cache.ongoing_write_through),
+            )
         )
     return trace
 
