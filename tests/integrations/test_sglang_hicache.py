@@ -159,7 +159,7 @@ def run(cfg, core: str, write_policy: str, n: int, seed: int, **kwargs) -> tuple
             cache.release_host_resources()
 
 
-@pytest.mark.parametrize("write_policy", ["write_through", "write_through_selective"])
+@pytest.mark.parametrize("write_policy", ["write_through", "write_through_selective", "write_back"])
 @pytest.mark.parametrize("cfg", FULL_CONFIGS, ids=lambda c: c.label)
 def test_hicache_plays_the_same_on_both_cores(cfg, write_policy):
     n = 300 if cfg.page_size == 1 else 120

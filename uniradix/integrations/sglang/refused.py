@@ -75,7 +75,6 @@ class RefusedTreeCoreMethods(UnifiedTreeCoreInterface):  # type: ignore[misc]
     swa_tombstone_ranges = _refused("swa_tombstone_ranges", _AUX)
     attach_swa_window = _refused("attach_swa_window", _AUX)
     adjust_component_size = _refused("adjust_component_size", _AUX)
-    drop_subtree_no_host = _refused("drop_subtree_no_host", _HOST)
     build_storage_backup_spec = _refused("build_storage_backup_spec", _HOST)
     build_hicache_transfers = _refused("build_hicache_transfers", _HOST)
     prefetch_anchor_info = _refused("prefetch_anchor_info", _HOST)
