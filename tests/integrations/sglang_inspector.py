@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from sglang.test.kits.unified_radix_cache.unified_tree_core_inspection_interface import (
     UnifiedTreeCoreInspectionInterface,
 )
 
 from uniradix.integrations.sglang.core import UniradixTreeCore
+from uniradix.integrations.sglang.keys import to_tensor
 from uniradix.integrations.sglang.refused import _refused
 
 
@@ -52,6 +54,26 @@ class UniradixInspector(UniradixTreeCore, UnifiedTreeCoreInspectionInterface):
 
     def get_all_node_ids(self) -> list[int]:
         return list(self._nodes)
+
+    def get_component_host_value(self, node_id: int, component_type: Any) -> Any:
+        index = self._index(component_type)
+        value = None if index is None else self._node(node_id).data[index].host_value
+        return None if value is None else to_tensor(value, torch.device("cpu"))
+
+    def get_component_host_lock_ref(self, node_id: int, component_type: Any) -> int:
+        index = self._index(component_type)
+        return 0 if index is None else self._node(node_id).data[index].host_lock_ref
+
+    def get_write_through_pending_id(self, node_id: int) -> int | None:
+        return self._write_pending.get(node_id)
+
+    def is_host_evictable_leaf(self, node_id: int) -> bool:
+        return self._is_host_leaf(self._node(node_id))
+
+    def build_backup_node_ids(self, node_id: int, write_back: bool = False) -> list[int]:
+        if write_back:
+            return [node_id]
+        return list(self.build_backup_kv_action(node_id).node_ids)
 
 
 _REFUSED = sorted(

@@ -281,6 +281,15 @@ class TreeCore:
             hook.redistribute_on_split(new, child, split_len)
         return new
 
+    def add_leaf(self, parent: TreeNode, edge: bytes, extra_key: str | None) -> TreeNode:
+        """Hangs a new node of units `edge` under `parent`, whose children hold no node
+        starting with its first page: for walks that `insert` does not cover (an engine's
+        own insert protocol). The leaf carries no component data: the caller commits it."""
+        leaf = self._new_node(edge, extra_key, parent)
+        parent.children[leaf.child_key(self.page_size)] = leaf
+        self.leaves.discard(parent)
+        return leaf
+
     def remove_leaf(self, node: TreeNode) -> TreeNode:
         """Detaches a childless node (its component data must already be gone)."""
         parent = node.parent

@@ -39,8 +39,10 @@ from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import (
 )
 
 from uniradix.integrations.sglang.events import EventNodes
+from uniradix.integrations.sglang.host_walks import HostWalks
 from uniradix.integrations.sglang.keys import to_slots, to_tensor, to_uniradix_key
 from uniradix.integrations.sglang.mamba import MambaTree
+from uniradix.integrations.sglang.receipts import check_receipt
 from uniradix.integrations.sglang.refused import check_supported
 from uniradix.integrations.sglang.swa import SWA_INDEX, SwaTree
 from uniradix.integrations.sglang.views import TreeCoreViews
@@ -53,8 +55,8 @@ FULL, SWA, MAMBA = ComponentType.FULL, ComponentType.SWA, ComponentType.MAMBA
 _DEFERRABLE = (FreeDeviceKV, FreeDeviceKVFullOnly)
 
 
-class UniradixTreeCore(TreeCoreViews):
-    """The device tier of SGLang's unified cache (FULL, SWA, Mamba) on uniradix's tree."""
+class UniradixTreeCore(HostWalks, TreeCoreViews):
+    """SGLang's unified cache (FULL, SWA, Mamba; the host tier for FULL) on uniradix's tree."""
 
     supports_rotation_base = False
 
@@ -97,6 +99,7 @@ class UniradixTreeCore(TreeCoreViews):
                 self.swa.mamba = self.mamba
         self._policy = eviction_policy(params.eviction_policy.lower())
         self._paused_insert: tuple[TreeNode, InsertResult] | None = None
+        self._host_walk = None  # a HiCache insert paused for a backup (host_walks.py)
         self._walk_quota = 0
         self.reset()
 
@@ -109,6 +112,7 @@ class UniradixTreeCore(TreeCoreViews):
         if self.mamba is not None:
             self.mamba.reset(self.tree)
         self._nodes: dict[int, TreeNode] = {self.tree.root.id: self.tree.root}
+        self._reset_host()
         self._evictable = 0
         self._protected = 0
         root = self.tree.root.id
@@ -126,17 +130,21 @@ class UniradixTreeCore(TreeCoreViews):
     def redistribute_on_split(self, parent: TreeNode, child: TreeNode, split_len: int) -> None:
         """The tree cut `child`: its first `split_len` slots and its locks go to `parent`."""
         value = child.data[0].value
-        assert value is not None
-        parent.data[0].value, child.data[0].value = value[:split_len], value[split_len:]
+        if value is not None:  # None: a host-only node (HiCache)
+            parent.data[0].value, child.data[0].value = value[:split_len], value[split_len:]
         parent.data[0].lock_ref = child.data[0].lock_ref
         self._nodes[parent.id] = parent
         if self.swa is not None:
             self.swa.redistribute_on_split(parent, child, split_len)
         if self._events is not None:
             self._events.split(parent, child, split_len)
+        if self.enable_hicache:
+            self._split_host(parent, child, split_len)
 
     # ------------------------------------------------------------------ match
     def match_prefix(self, params: Any) -> Any:
+        if self.enable_hicache:
+            return self._match_host(params)
         key, num_units = to_uniradix_key(params.key, self.page_size)
         if num_units == 0:
             return self._empty
@@ -184,8 +192,10 @@ class UniradixTreeCore(TreeCoreViews):
 
     # ------------------------------------------------------------------ insert
     def begin_insert(self, params: Any) -> Any:
-        if self._paused_insert is not None:
+        if self._paused_insert is not None or self._host_walk is not None:
             raise RuntimeError("concurrent insert walks")
+        if self.enable_hicache:
+            return self._begin_insert_host(params)
         key, num_units = to_uniradix_key(params.key, self.page_size)
         root = self.tree.root.id
         if num_units == 0:
@@ -242,6 +252,8 @@ class UniradixTreeCore(TreeCoreViews):
             self.swa.refresh_window(target)
 
     def resume_insert(self) -> Any:
+        if self._host_walk is not None:
+            return self._resume_insert_host()
         if self._paused_insert is None:
             raise RuntimeError("no insert to resume")
         target, result = self._paused_insert
@@ -250,17 +262,19 @@ class UniradixTreeCore(TreeCoreViews):
         return InsertStepResult(actions=[], result=result)
 
     def has_ongoing_insert(self) -> bool:
-        return self._paused_insert is not None
+        return self._paused_insert is not None or self._host_walk is not None
 
     def end_insert(self) -> list[Any]:
         # Every action was handed out with its step; an abandoned pause is dropped.
-        self._paused_insert = None
+        self._paused_insert = self._host_walk = None
         return []
 
     # ------------------------------------------------------------------ locks
     def _lock_path(self, node: TreeNode, delta: int) -> int:
         """Adds `delta` (+1/-1) to every full lock on the root path; returns tokens that
         changed between evictable and protected."""
+        if self.enable_hicache:
+            return self._lock_path_host(node, delta)
         moved = 0
         start = node
         while node.parent is not None:
@@ -290,7 +304,7 @@ class UniradixTreeCore(TreeCoreViews):
         return result
 
     def dec_lock_ref(self, node_id: int, params: Any, skip_swa: bool = False) -> Any:
-        _check_receipt(node_id, params)
+        check_receipt(node_id, params)
         node, skipped = self._node(node_id), params.skipped_lock_components
         # After an early SWA release (`dec_swa_lock_only`) the SWA part, and the Mamba part
         # below it in priority, are already gone.
@@ -306,7 +320,7 @@ class UniradixTreeCore(TreeCoreViews):
         return DecLockRefResult()
 
     def dec_swa_lock_only(self, node_id: int, params: Any) -> Any:
-        _check_receipt(node_id, params)
+        check_receipt(node_id, params)
         result = DecSwaLockOnlyResult()
         node = self._node(node_id)
         if self.swa is not None and node.parent is not None:
@@ -350,6 +364,8 @@ class UniradixTreeCore(TreeCoreViews):
         node = self._node(node_id)
         if not self.tree.is_evictable_leaf(node):
             raise ValueError(f"node {node_id} is not an evictable device leaf")
+        if self.enable_hicache:
+            return self._evict_device_leaf_host(node, is_write_back)
         value = node.data[0].value
         assert value is not None
         result = EvictDeviceLeafResult()
@@ -383,15 +399,3 @@ class UniradixTreeCore(TreeCoreViews):
 
 def _no_hook(node: TreeNode, offset: int, units: int) -> None:
     """The full-only insert needs nothing per reused node (its duplicates are one range)."""
-
-
-class LockReceiptError(ValueError, RuntimeError):
-    """A lock released with another node's receipt: bad input, and the protocol violation
-    SGLang's conformance kit expects its cores to report (as an assertion or RuntimeError)."""
-
-
-def _check_receipt(node_id: int, params: Any) -> None:
-    if params.node_id != node_id:
-        raise LockReceiptError(
-            f"lock receipt anchored on node {params.node_id} released on node {node_id}"
-        )

@@ -36,7 +36,9 @@ class EventNodes:
         self.page_size = page_size
         self.views: dict[int, EventNode] = {root_id: EventNode(RadixKey(array("q")), None)}
 
-    def stored(self, node: TreeNode, sglang_key: Any, start: int, session: Any) -> None:
+    def stored(
+        self, node: TreeNode, sglang_key: Any, start: int, session: Any, medium: Any = None
+    ) -> None:
         """A new leaf holding tokens `start:` (its own) of `sglang_key`'s whole pages."""
         assert node.parent is not None
         tokens = array("q", sglang_key.raw_token_ids()[start : start + node.num_tokens])
@@ -44,7 +46,12 @@ class EventNodes:
         parent = node.parent
         view = EventNode(key, self.views[parent.id])
         self.views[node.id] = view
-        self.recorder.record_store(view, session_id=session)
+        self.recorder.record_store(view, medium, session_id=session)
+
+    def restored(self, node: TreeNode, medium: Any, session: Any = None) -> None:
+        """A node already in the tree gained a copy on `medium` (host tier: a backup, a
+        load-back, a device value rebuilt by an insert)."""
+        self.recorder.record_store(self.views[node.id], medium, session_id=session)
 
     def split(self, parent: TreeNode, child: TreeNode, split_len: int) -> None:
         old = self.views[child.id]
@@ -58,5 +65,12 @@ class EventNodes:
         old.key, old.parent = old.key[split_len:], new
         self.views[parent.id] = new
 
-    def removed(self, node: TreeNode) -> None:
-        self.recorder.record_remove(self.views.pop(node.id), medium=StorageMedium.GPU)
+    def removed(self, node: TreeNode, medium: Any = StorageMedium.GPU, drop: bool = True) -> None:
+        """`node` lost its copy on `medium`; `drop`: it leaves the tree too (with a host tier
+        a node that leaves the device may stay, host-only)."""
+        view = self.views.pop(node.id) if drop else self.views[node.id]
+        self.recorder.record_remove(view, medium=medium)
+
+    def forget(self, node: TreeNode) -> None:
+        """`node` left the tree holding no copy (no event: nothing was removed)."""
+        self.views.pop(node.id, None)

@@ -59,12 +59,6 @@ class TreeCoreViews(RefusedTreeCoreMethods):
     def root_node_handle(self, extra_key: str | None = None) -> int:
         return self.tree.root.id
 
-    def is_backuped(self, node_id: int) -> bool:
-        return False
-
-    def is_write_through_compatible(self) -> bool:
-        return True
-
     def supports_fast_match_prefix(self) -> bool:
         return True
 
@@ -93,9 +87,6 @@ class TreeCoreViews(RefusedTreeCoreMethods):
         node, index = self._node(node_id), self._index(component_type)
         value = None if index is None else node.data[index].value
         return None if value is None else to_tensor(value, self.device)
-
-    def component_has_host_value_only(self, node_id: int, component_type: Any) -> bool:
-        return False
 
     def evictable_size(self) -> int:
         return self._evictable
@@ -159,9 +150,12 @@ class TreeCoreViews(RefusedTreeCoreMethods):
         nodes = list(self.tree.nodes())
         for node in nodes:
             data = node.data[0]
-            assert data.value is not None and len(data.value) == node.num_tokens, node
             assert self._nodes.get(node.id) is node, f"{node} is not registered"
-            if data.lock_ref:
+            for slots in (data.value, data.host_value):
+                assert slots is None or len(slots) == node.num_tokens, node
+            if data.value is None:  # host-only (HiCache): in neither device ledger
+                assert self.tree.host_only_nodes and data.host_value is not None, node
+            elif data.lock_ref:
                 protected += node.num_tokens
             else:
                 evictable += node.num_tokens

@@ -1,0 +1,121 @@
+"""SGLang's HiCache on a CPU machine, for the host-tier conformance tests.
+
+SGLang's own `HybridCacheController` runs as it does on a server (host pool, write and load
+queues, acks); two device-only pieces are replaced, inside the test process only: pinning the
+host pool with `cudaHostRegister` (skipped: the pool is plain CPU memory) and the L2 transfer
+engine's copy kernels (done here with tensor indexing, layer by layer, so the host pool
+really holds the KV and a load-back really restores it). Completions are done at once, so an
+ack is ready as soon as the cache polls for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+from unittest import mock
+
+from sglang.srt.mem_cache import l2_transfer
+from sglang.srt.mem_cache.pool_host import common as pool_host_common
+from sglang.srt.mem_cache.unified_cache.tree_core_registry import _TREE_CORE_REGISTRY
+from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
+from sglang.test.kits.unified_radix_cache import fixtures
+
+from tests.integrations.sglang_inspector import UniradixInspector
+
+
+class _Done:
+    """A device event that has already happened (the CPU copy ran synchronously)."""
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        pass
+
+    def record(self, *args: Any) -> None:
+        pass
+
+    def wait(self, *args: Any) -> None:
+        pass
+
+    def elapsed_time(self, other: Any) -> float:
+        return 0.0
+
+
+def _completion() -> Any:
+    return l2_transfer.TransferCompletion(_Done(), _Done(), False)
+
+
+def _layers(transfer: Any) -> Iterator[tuple[Any, Any, Any, Any]]:
+    """(host K, host V, device K, device V) per layer of one transfer's pools."""
+    host, device = transfer.host_pool, transfer.device_pool
+    for layer in range(host.layer_num):
+        device_layer = device.start_layer + layer
+        yield (
+            host.k_data_refs[layer],
+            host.v_data_refs[layer],
+            device.get_key_buffer(device_layer),
+            device.get_value_buffer(device_layer),
+        )
+
+
+def _device_to_host(self: Any, transfers: list[Any]) -> Any:
+    for t in transfers:
+        host, device = t.host_indices.cpu(), t.device_indices.cpu()
+        for host_k, host_v, dev_k, dev_v in _layers(t):
+            host_k[host] = dev_k[device].to(host_k.dtype)
+            host_v[host] = dev_v[device].to(host_v.dtype)
+    return _completion()
+
+
+def _host_to_device(
+    self: Any,
+    transfers: list[Any],
+    *,
+    transfer_layer_id_max: int,
+    start_event: Any = None,
+    on_layer_done: Any = None,
+) -> Any:
+    for t in transfers:
+        host, device = t.host_indices.cpu(), t.device_indices.cpu()
+        for host_k, host_v, dev_k, dev_v in _layers(t):
+            dev_k[device] = host_k[host].to(dev_k.dtype)
+            dev_v[device] = host_v[host].to(dev_v.dtype)
+    if on_layer_done is not None:
+        for layer in range(transfer_layer_id_max):
+            on_layer_done(layer)
+    return _completion()
+
+
+@contextlib.contextmanager
+def cpu_hicache() -> Iterator[None]:
+    """SGLang's HiCache with its device-only pieces replaced (see the module docstring); the
+    kit's fixtures built on the CPU, and the "uniradix" core with the inspection interface."""
+    engine = l2_transfer.L2TransferEngine
+    factory = {"uniradix": lambda params, components: UniradixInspector(params, components)}
+    with (
+        mock.patch.object(pool_host_common, "_cuda_host_register", lambda *a, **k: None),
+        mock.patch.object(engine, "submit_device_to_host", _device_to_host),
+        mock.patch.object(engine, "submit_host_to_device", _host_to_device),
+        mock.patch.object(fixtures, "get_device", return_value="cpu"),
+        mock.patch.dict(_TREE_CORE_REGISTRY, factory),
+    ):
+        yield
+
+
+def build_hicache_cache(cfg: Any, core: str, write_policy: str, **kwargs: Any) -> tuple:
+    """The kit's cache of `cfg` on `core`, with SGLang's HiCache initialised as its own
+    scheduler does (`init_hicache`); call inside `cpu_hicache()`. Returns the cache, its
+    allocator and its request-to-token pool."""
+    cache, allocator, req_to_token = fixtures.build_fixture(cfg, tree_core_backend=core, **kwargs)
+    server_args = ServerArgs(
+        model_path="dummy",
+        page_size=cfg.page_size,
+        hicache_io_backend="kernel",
+        hicache_write_policy=write_policy,
+    )
+    set_global_server_args_for_scheduler(server_args)
+    cache.init_hicache(server_args, cache.cache_init_params)
+    fixtures.drop_hicache_atexit_pin(cache)
+    return cache, allocator, req_to_token

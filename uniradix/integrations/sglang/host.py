@@ -1,0 +1,376 @@
+"""SGLang's host tier (HiCache) on the uniradix TreeCore, for FULL attention.
+
+With HiCache on, a node whose device slots were evicted stays in the tree while its host
+copy lives: component 0 keeps the device slots in `value` and SGLang's host pool indices in
+`host_value`, and uniradix's tree counts such host-only children out of the device-leaf test
+(`TreeCore.host_only_nodes`). Semantics follow SGLang's Python core (`UnifiedTreeCore`) so
+its controller (`UnifiedRadixCache` with its `HybridCacheController`) gets the same answers
+from both: a backed-up device leaf is demoted, an unbacked one deleted (write-through) or
+handed back for a backup (write-back); host leaves are evicted in the cache's policy order;
+a host lock pins a segment of host copies; load-back rebuilds the device values of the
+evicted bottom of a path. The match and insert walks of a HiCache cache are in
+`host_walks.py`. SWA and Mamba host windows and L3 storage hashes are refused by name.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from itertools import count
+from typing import Any
+
+import torch
+from sglang.srt.disaggregation.kv_events import StorageMedium
+from sglang.srt.environ import envs
+from sglang.srt.mem_cache.base_prefix_cache import (
+    DecLockRefResult,
+    IncLockRefResult,
+)
+from sglang.srt.mem_cache.unified_cache.cache_action import (
+    BackupKV,
+    UpdatePendingBackupOnNodeSplit,
+)
+from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import (
+    BaseEvictionResult,
+    DemoteResult,
+    DriveHostEvictionResult,
+    DropSubtreeNoHostResult,
+    EvictDeviceLeafResult,
+)
+
+from uniradix.integrations.sglang.events import EventNodes
+from uniradix.integrations.sglang.keys import to_tensor
+from uniradix.integrations.sglang.mamba import MambaTree
+from uniradix.integrations.sglang.receipts import check_receipt
+from uniradix.integrations.sglang.swa import SwaTree
+from uniradix.tree.core import TreeCore
+from uniradix.tree.node import TreeNode
+from uniradix.tree.policy import PolicyKey
+
+FULL = ComponentType.FULL
+CPU, GPU = StorageMedium.CPU, StorageMedium.GPU
+_DIGEST_MASK = (1 << 42) - 1  # SGLang's width of the write-back reclaim digest
+
+
+class HostTier:
+    """HiCache state and the TreeCore methods that move KV between device and host."""
+
+    tree: TreeCore
+    device: torch.device
+    swa: SwaTree | None
+    mamba: MambaTree | None
+    enable_hicache: bool
+    is_write_back: bool
+    is_host_memory_buffer_only: bool
+    write_through_threshold: int
+    _policy: PolicyKey
+    _nodes: dict[int, TreeNode]
+    _evictable: int
+    _protected: int
+    _events: EventNodes | None
+
+    _node: Callable[[int], TreeNode]  # TreeCoreViews' look-up by id
+
+    # ------------------------------------------------------------------ state
+    def _reset_host(self) -> None:
+        """Per-tree host state; called by `reset` (the host tier itself stays enabled)."""
+        self.tree.host_only_nodes = self.enable_hicache
+        # Node id -> ack id of its in-flight device->host write (write-through publish).
+        self._write_pending: dict[int, int] = {}
+        # Node id -> anchor of the in-flight host->device load reading its host copy.
+        self._load_pending: dict[int, int] = {}
+        # Full KV on both tiers, settled: what write-back reclaims first, oldest first.
+        self._duplicates: dict[int, TreeNode] = {}
+        self.write_back_duplicate_reclaim_digest = 0
+        # Split actions a walk hands the controller (pending backups follow the split).
+        self._split_actions: list[Any] = []
+        self._host_uuids = count(1)
+
+    def set_hicache_enabled(self) -> None:
+        if self.swa is not None or self.mamba is not None:
+            raise NotImplementedError(
+                "uniradix TreeCore: set_hicache_enabled covers FULL attention only; SWA and "
+                "Mamba host windows are not supported yet"
+            )
+        self.enable_hicache = True
+        self.tree.host_only_nodes = True
+
+    def set_host_memory_buffer_only(self) -> None:
+        raise NotImplementedError(
+            "uniradix TreeCore: set_host_memory_buffer_only needs SGLang's buffer-mode "
+            "pipeline, which this core does not support yet"
+        )
+
+    def is_backuped(self, node_id: int) -> bool:
+        return self._node(node_id).data[0].host_value is not None
+
+    def component_has_host_value_only(self, node_id: int, component_type: Any) -> bool:
+        if component_type != FULL:
+            return False
+        data = self._node(node_id).data[0]
+        return data.value is None and data.host_value is not None
+
+    def is_write_through_compatible(self) -> bool:
+        """Every backed-up node's parent is backed up too (or the root)."""
+        return all(
+            n.data[0].host_value is None
+            or n.parent is self.tree.root
+            or (n.parent is not None and n.parent.data[0].host_value is not None)
+            for n in self.tree.nodes()
+        )
+
+    def _split_host(self, parent: TreeNode, child: TreeNode, split_len: int) -> None:
+        """A split of `child`: its host copy, host locks and in-flight marks go to `parent`
+        for the first `split_len` units (a host lock's boundary moves up to the new part)."""
+        old, new = child.data[0], parent.data[0]
+        if old.host_value is not None:
+            new.host_value, old.host_value = old.host_value[:split_len], old.host_value[split_len:]
+        new.host_lock_ref = old.host_lock_ref
+        if old.metadata and "host_uuid" in old.metadata:
+            new.metadata = {"host_uuid": old.metadata.pop("host_uuid")}
+        if child.id in self._load_pending:
+            self._load_pending[parent.id] = self._load_pending[child.id]
+        ack = self._write_pending.get(child.id)
+        if ack is not None:
+            self._write_pending[parent.id] = ack
+            self._split_actions.append(
+                UpdatePendingBackupOnNodeSplit(
+                    ack_id=ack,
+                    old_node_id=child.id,
+                    new_node_id=parent.id,
+                    new_child_node_id=child.id,
+                )
+            )
+        self._track_duplicate(parent)
+
+    def _take_split_actions(self) -> list[Any]:
+        actions, self._split_actions = self._split_actions, []
+        return actions
+
+    def _track_duplicate(self, node: TreeNode) -> None:
+        """Registers `node` as a reclaimable host duplicate when it is one (lazily dropped)."""
+        data = node.data[0]
+        if (
+            data.value is not None
+            and data.host_value is not None
+            and node.id not in self._write_pending
+            and node.id not in self._load_pending
+        ):
+            self._duplicates.setdefault(node.id, node)
+        else:
+            self._duplicates.pop(node.id, None)
+
+    # ------------------------------------------------------------------ locks
+    def _lock_path_host(self, node: TreeNode, delta: int) -> int:
+        """`_lock_path` with host-only nodes: the evicted bottom of the path is locked too,
+        with no ledger move (nothing of it is on the device), and every node of the path may
+        change its device-leaf membership."""
+        moved, path = 0, []
+        while node.parent is not None:
+            data = node.data[0]
+            if delta < 0 and data.lock_ref <= 0:
+                raise ValueError(f"dec_lock_ref on unlocked node {node.id}")
+            if data.value is not None and data.lock_ref == (0 if delta > 0 else 1):
+                moved += node.num_tokens
+            data.lock_ref += delta
+            path.append(node)
+            node = node.parent
+        self._evictable -= delta * moved
+        self._protected += delta * moved
+        for n in path:
+            self.tree.update_leaf(n)
+        return moved
+
+    def inc_host_lock_ref(self, node_id: int) -> Any:
+        node = self._node(node_id)
+        result = IncLockRefResult(node_id=node_id)
+        data = node.data[0]
+        if data.host_value is None and not self.is_write_back:
+            return result  # nothing on the host to pin
+        if not data.metadata or "host_uuid" not in data.metadata:
+            data.metadata = {"host_uuid": next(self._host_uuids)}
+        result.set_lock_uuid(FULL, data.metadata["host_uuid"], lock_host=True)
+        data.host_lock_ref += 1
+        return result
+
+    def dec_host_lock_ref(self, node_id: int, params: Any) -> Any:
+        check_receipt(node_id, params)
+        if FULL not in params.component_host_lock_uuids:
+            return DecLockRefResult()  # the receipt pinned nothing
+        boundary = params.get_lock_uuid(FULL, lock_host=True)
+        node: TreeNode | None = self._node(node_id)
+        while node is not None:
+            data = node.data[0]
+            if data.host_value is None and not self.is_write_back:
+                break
+            if data.host_lock_ref <= 0:
+                raise ValueError(f"dec_host_lock_ref on node {node.id} holding no host lock")
+            data.host_lock_ref -= 1
+            if data.metadata and data.metadata.get("host_uuid") == boundary:
+                break
+            node = node.parent
+        return DecLockRefResult()
+
+    # ------------------------------------------------------------------ device eviction
+    def _evict_device_leaf_host(self, node: TreeNode, is_write_back: bool) -> Any:
+        """A device leaf leaves the device: demoted when backed up; otherwise handed back
+        for its backup (write-back) or deleted with its childless tombstone ancestors."""
+        result = EvictDeviceLeafResult()
+        if node.data[0].host_value is not None:
+            self._demote(node, result)
+        elif is_write_back:
+            result.backup_kv = BackupKV(node_ids=[node.id])
+        else:
+            result.unbacked_tokens = node.num_tokens
+            if self._events is not None:
+                self._events.removed(node, GPU)
+            self._free_device(node, result)
+            self._delete(node)
+        return result
+
+    def drop_subtree_no_host(self, node_id: int) -> Any:
+        """Write-back under host pressure: a device leaf whose backup failed goes with its
+        host-only subtree, unless a lock or an in-flight copy holds any of it."""
+        result = DropSubtreeNoHostResult(is_dropped=False)
+        node = self._node(node_id)
+        if not self.tree.is_evictable_leaf(node) or node.data[0].host_value is not None:
+            raise ValueError(f"drop_subtree_no_host: node {node_id} is not an unbacked leaf")
+        subtree, stack = [], [node]
+        while stack:
+            cur = stack.pop()
+            data = cur.data[0]
+            busy = cur.id in self._load_pending or (
+                cur is not node and cur.id in self._write_pending
+            )
+            if busy or data.lock_ref or data.host_lock_ref:
+                return result
+            subtree.append(cur)
+            stack.extend(cur.children.values())
+        for desc in reversed(subtree[1:]):  # host-only, deepest first
+            if self._events is not None:
+                self._events.removed(desc, CPU, drop=False)
+            assert desc.data[0].host_value is not None and desc.data[0].value is None
+            result.host_frees[FULL].append(torch.from_numpy(desc.data[0].host_value))
+            desc.data[0].host_value = None
+            self._delete(desc)
+        if self._events is not None:
+            self._events.removed(node, GPU)
+        self._free_device(node, result)
+        self._delete(node)
+        result.is_dropped = True
+        return result
+
+    def demote(self, node_id: int) -> Any:
+        node = self._node(node_id)
+        data = node.data[0]
+        if data.value is None or data.host_value is None:
+            raise ValueError(f"demote needs node {node_id} on both tiers")
+        result = DemoteResult()
+        self._demote(node, result)
+        return result
+
+    def _demote(self, node: TreeNode, result: BaseEvictionResult) -> None:
+        self._free_device(node, result)
+        if self._events is not None:
+            self._events.removed(node, GPU, drop=False)
+        self.tree.update_leaf(node)
+        if node.parent is not None:
+            self.tree.update_leaf(node.parent)
+
+    def _free_device(self, node: TreeNode, result: BaseEvictionResult) -> None:
+        data = node.data[0]
+        assert data.value is not None
+        result.device_frees[FULL].append(to_tensor(data.value, self.device))
+        result.tracker[FULL] += len(data.value)
+        if data.lock_ref:
+            self._protected -= node.num_tokens
+        else:
+            self._evictable -= node.num_tokens
+        data.value = None
+
+    def _delete(self, node: TreeNode) -> None:
+        """Removes a childless `node` holding no copy, then its ancestors left childless
+        with no copy and no lock (tombstones), as SGLang's core does."""
+        while node.parent is not None and not node.children:
+            data = node.data[0]
+            if data.value is not None or data.host_value is not None:
+                break
+            if data.lock_ref or data.host_lock_ref:
+                break
+            parent = self.tree.remove_leaf(node)
+            del self._nodes[node.id]
+            for marks in (self._write_pending, self._load_pending, self._duplicates):
+                marks.pop(node.id, None)
+            if self._events is not None:
+                self._events.forget(node)
+            node = parent
+
+    # ------------------------------------------------------------------ host eviction
+    def _is_host_leaf(self, node: TreeNode) -> bool:
+        data = node.data[0]
+        return (
+            node.parent is not None
+            and data.value is None
+            and data.host_value is not None
+            and not data.host_lock_ref
+            and not data.lock_ref
+            and not node.children
+        )
+
+    def drive_host_eviction(self, component_type: Any, num_tokens: int) -> Any:
+        result = DriveHostEvictionResult()
+        if component_type != FULL:
+            return result  # no other component of this core keeps host copies
+        if self.is_write_back and not envs.SGLANG_HICACHE_SKIP_HOST_DUPLICATE_RECLAIM.get():
+            self._reclaim_duplicates(num_tokens, result)
+        policy = self._policy
+        heap = [(policy(n), n.id, n) for n in self.tree.nodes() if self._is_host_leaf(n)]
+        heapq.heapify(heap)
+        while result.tracker[FULL] < num_tokens and heap:
+            node = heapq.heappop(heap)[2]
+            if not self._is_host_leaf(node):
+                continue
+            parent = node.parent
+            assert parent is not None
+            self._evict_host_copy(node, result)
+            self._delete(node)
+            if self._is_host_leaf(parent):
+                heapq.heappush(heap, (policy(parent), parent.id, parent))
+        return result
+
+    def _evict_host_copy(self, node: TreeNode, result: BaseEvictionResult) -> None:
+        data = node.data[0]
+        assert data.host_value is not None
+        if self._events is not None:
+            self._events.removed(node, CPU, drop=False)
+        result.host_frees[FULL].append(torch.from_numpy(data.host_value))
+        result.tracker[FULL] += len(data.host_value)
+        data.host_value = None
+
+    def _reclaim_duplicates(self, num_tokens: int, result: BaseEvictionResult) -> None:
+        """Write-back: host copies of nodes also on the device go first, in the order they
+        became duplicates; a first pass spares device leaves (about to be demoted)."""
+        swept = []
+        for spare_leaves in (True, False):
+            for node in self._duplicates.values():
+                if result.tracker[FULL] >= num_tokens:
+                    break
+                data = node.data[0]
+                if data.value is None or data.host_value is None:
+                    swept.append(node.id)  # stale entry
+                    continue
+                if spare_leaves and node in self.tree.leaves:
+                    continue
+                if (
+                    node.id in self._write_pending
+                    or node.id in self._load_pending
+                    or data.host_lock_ref
+                ):
+                    continue
+                self._evict_host_copy(node, result)
+                swept.append(node.id)
+                digest = self.write_back_duplicate_reclaim_digest * 1000003 + node.id + 1
+                self.write_back_duplicate_reclaim_digest = digest & _DIGEST_MASK
+        for node_id in swept:
+            self._duplicates.pop(node_id, None)

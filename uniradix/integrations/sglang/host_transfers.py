@@ -1,0 +1,135 @@
+"""Backups and load-backs of the uniradix TreeCore's host tier (HiCache, FULL attention).
+
+SGLang's controller copies KV between the tiers; the core tells it what to copy and records
+where the copy landed: a backup gives a node its host copy (`commit_backup`), marked in
+flight until the write's ack (`mark_write_through_pending`, `finish_write_through`); a
+load-back gives the evicted bottom of a path its device values again (`commit_load_back`),
+its host copies pinned until the ack under write-back (`finish_load_back`). Semantics are
+those of SGLang's Python core.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from sglang.srt.disaggregation.kv_events import StorageMedium
+from sglang.srt.mem_cache.hicache_storage import PoolName, PoolTransfer
+from sglang.srt.mem_cache.unified_cache.cache_action import BackupKV
+
+from uniradix.integrations.sglang.host import HostTier
+from uniradix.integrations.sglang.keys import to_slots, to_tensor
+from uniradix.tree.node import TreeNode
+
+CPU, GPU = StorageMedium.CPU, StorageMedium.GPU
+
+
+class HostTransfers(HostTier):
+    # ------------------------------------------------------------------ backup
+    def build_backup_spec(self, node_id: int) -> tuple[torch.Tensor, dict[Any, Any]]:
+        data = self._node(node_id).data[0]
+        if data.value is None:
+            raise ValueError(f"build_backup_spec: node {node_id} has no device value")
+        value = to_tensor(data.value, self.device)
+        return (value[:0] if data.host_value is not None else value), {}
+
+    def build_backup_kv_action(self, node_id: int) -> Any:
+        return self._backup_chain(self._node(node_id))
+
+    def _backup_chain(self, node: TreeNode) -> Any:
+        """`node` after its ancestors not yet backed up, root side first (write-through
+        keeps every backed-up node's parent backed up)."""
+        chain = [node.id]
+        ancestor = node.parent
+        while ancestor is not None and ancestor is not self.tree.root:
+            if ancestor.data[0].host_value is not None:
+                break
+            chain.append(ancestor.id)
+            ancestor = ancestor.parent
+        chain.reverse()
+        return BackupKV(node_ids=chain)
+
+    def commit_backup(self, node_id: int, host_indices: Any, comp_xfers: Any) -> None:
+        if comp_xfers:
+            raise ValueError(f"commit_backup: FULL-only core got component transfers {comp_xfers}")
+        if host_indices.numel() > 0:
+            self._node(node_id).data[0].host_value = to_slots(host_indices)
+
+    def mark_write_through_pending(self, node_ids: list[int], ack_id: int) -> list[int]:
+        marked: list[tuple[int, int, int]] = []
+        for node_id in node_ids:
+            node = self._node(node_id)
+            pending = self._write_pending.get(node_id)
+            if pending not in (None, ack_id):
+                raise ValueError(f"node {node_id} is already pending under write {pending}")
+            self._write_pending[node_id] = ack_id
+            marked.append((self.tree.prefix_len(node), len(marked), node_id))
+        marked.sort()  # ancestors first; the given order among equals
+        return [node_id for _, _, node_id in marked]
+
+    def finish_write_through(self, node_ids: list[int], ack_id: int) -> None:
+        for node_id in node_ids:
+            node = self._node(node_id)
+            if self._write_pending.get(node_id) == ack_id:
+                del self._write_pending[node_id]
+                self._track_duplicate(node)
+            if self._events is not None:
+                self._events.restored(node, CPU)
+
+    # ------------------------------------------------------------------ load-back
+    def build_load_back_spec(self, node_id: int, req: Any = None) -> tuple[Any, dict[Any, Any]]:
+        """The host copies of the evicted bottom of `node_id`'s path, root side first."""
+        node: TreeNode | None = self._node(node_id)
+        host, ids = [], []
+        while node is not None and node.parent is not None and node.data[0].value is None:
+            assert node.data[0].host_value is not None, f"{node} has no copy on either tier"
+            host.append(node.data[0].host_value)
+            ids.append(node.id)
+            node = node.parent
+        if any(self._load_pending.get(i, node_id) != node_id for i in ids):
+            host, ids = [], []  # another load-back reads them: the caller backs off
+        host.reverse()
+        ids.reverse()
+        indices = np.concatenate(host) if host else np.empty(0, dtype=np.int64)
+        transfer = PoolTransfer(
+            name=PoolName.KV, host_indices=torch.from_numpy(indices), nodes_to_load=ids
+        )
+        return transfer, {}
+
+    def commit_load_back(
+        self, node_id: int, device_indices: Any, kv_xfer: Any, comp_xfers: Any
+    ) -> list[Any]:
+        anchor = self._node(node_id)
+        loaded = [self._node(i) for i in kv_xfer.nodes_to_load or ()]
+        if self.is_write_back:  # pin the host copies against duplicate reclaim until the ack
+            for node in loaded:
+                self._load_pending[node.id] = node_id
+        kv_xfer.device_indices = device_indices
+        offset = 0
+        for node in loaded:
+            data = node.data[0]
+            assert data.host_value is not None
+            data.value = to_slots(device_indices, offset, offset + len(data.host_value))
+            offset += len(data.host_value)
+            if data.lock_ref:
+                self._protected += node.num_tokens
+            else:
+                self._evictable += node.num_tokens
+            self.tree.update_leaf(node)
+        if self._events is not None:
+            for node in loaded:
+                self._events.restored(node, GPU)
+        self.tree.update_leaf(anchor)
+        return []
+
+    def finish_load_back(self, anchor_node_id: int) -> None:
+        node: TreeNode | None = self._node(anchor_node_id)
+        while node is not None and node.parent is not None:
+            if self.is_write_back:
+                if self._load_pending.get(node.id) != anchor_node_id:
+                    node = node.parent
+                    continue
+                del self._load_pending[node.id]
+            self._track_duplicate(node)
+            node = node.parent

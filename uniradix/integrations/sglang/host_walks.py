@@ -1,0 +1,245 @@
+"""The match and insert walks of the uniradix TreeCore when SGLang's HiCache is on (FULL).
+
+They differ from the device-tier walks of `core.py` where a path reaches host-only nodes:
+a match goes through them (they are host hits, `host_hit_length`, and `best_match_node` is
+the deepest of them, from which SGLang loads back); an insert gives them device values again
+from the request's slots (no duplicate to free there) and, under write-through, asks the
+controller to back up each node whose hit count reaches the threshold. SGLang's controller
+runs such a backup at once, before the walk goes on (it may evict host copies the walk would
+reach), so the insert is a generator paused at each backup, as SGLang's walk is at its
+barriers. `insert_host` hangs a prefetched host path under a node. Semantics are those of
+SGLang's Python core.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from sglang.srt.disaggregation.kv_events import StorageMedium
+from sglang.srt.mem_cache.base_prefix_cache import InsertResult, MatchResult
+from sglang.srt.mem_cache.unified_cache.cache_action import (
+    FreeDeviceKV,
+    UpdatePendingBackupOnNodeSplit,
+)
+from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import InsertStepResult
+
+from uniradix.integrations.sglang.host_transfers import HostTransfers
+from uniradix.integrations.sglang.keys import to_slots, to_uniradix_key
+from uniradix.key import UNIT_BYTES, RadixKey, common_prefix_len
+from uniradix.tree.node import TreeNode
+
+FULL = ComponentType.FULL
+CPU, GPU = StorageMedium.CPU, StorageMedium.GPU
+_DEFERRABLE = (FreeDeviceKV, UpdatePendingBackupOnNodeSplit)
+
+
+class HostWalks(HostTransfers):
+    page_size: int
+    _empty: Any
+    _host_walk: Iterator[Any] | None
+
+    # ------------------------------------------------------------------ match
+    def _match_host(self, params: Any) -> Any:
+        key, num_units = to_uniradix_key(params.key, self.page_size)
+        if num_units == 0:
+            return self._empty
+        walk = self.tree.match(key, num_units, ())
+        path, matched = walk.path, walk.matched_len
+        for i, node in enumerate(path):  # a node on neither tier ends the walk, as SGLang's
+            data = node.data[0]
+            if data.value is None and data.host_value is None:
+                matched -= sum(n.num_tokens for n in path[i:])
+                path = path[:i]
+                break
+        if not path:
+            return self._empty
+        device_len, last_device = 0, self.tree.root
+        for node in path:  # the device part of a path is its top (eviction takes leaves)
+            if node.data[0].value is None:
+                break
+            device_len += node.num_tokens
+            last_device = node
+        self.tree.touch_path(path)
+        best = path[-1]
+        return MatchResult(
+            device_prefix_len=device_len,
+            last_device_node=last_device.id,
+            last_host_node=best.id,
+            best_match_node=best.id,
+            last_visited_node_id=best.id,
+            host_hit_length=matched - device_len,  # every node below holds a host copy
+            full_kv_hit_length=matched,
+            cache_actions=self._take_split_actions(),
+        )
+
+    # ------------------------------------------------------------------ insert
+    def _begin_insert_host(self, params: Any) -> Any:
+        key, num_units = to_uniradix_key(params.key, self.page_size)
+        if num_units == 0:
+            done = InsertResult(prefix_len=0, mamba_exist=True, last_device_node=self.tree.root.id)
+            return InsertStepResult(actions=[], result=done)
+        if params.value is None:  # SGLang's own tests insert keys alone: slots = token ids
+            value = torch.tensor(key.tolist()[:num_units], dtype=torch.int64)
+        else:
+            value = params.value[:num_units]
+        self._host_walk = self._insert_walk(params, key, num_units, value)
+        return self._resume_insert_host()
+
+    def _resume_insert_host(self) -> Any:
+        assert self._host_walk is not None
+        step = next(self._host_walk)
+        if step.result is not None:
+            self._host_walk = None
+        return step
+
+    def _insert_walk(
+        self, params: Any, key: RadixKey, num_units: int, value: torch.Tensor
+    ) -> Iterator[Any]:
+        tree, ps = self.tree, self.page_size
+        units, ns = key.units, key.extra_key
+        end, page_bytes = num_units * UNIT_BYTES, ps * UNIT_BYTES
+        floor, seen, priority = params.prev_prefix_len, params.inserted_len, params.priority or 0
+        result = InsertResult(
+            prefix_len=0, adopted_ranges={} if params.track_adopted_ranges else None
+        )
+        actions: list[Any] = []
+        node, off = tree.root, 0
+        while off < num_units:
+            at = off * UNIT_BYTES
+            page = units[at : at + page_bytes]
+            child = node.children.get(page if ns is None else (ns, page))
+            if child is None:
+                break
+            child.last_access_time = tree.tick()
+            edge = child.key
+            if units.startswith(edge, at, end):
+                p = child.num_tokens
+            else:
+                p = common_prefix_len(edge, units[at : min(at + len(edge), end)])
+                p -= p % ps
+                child = tree.split(child, p)
+                actions.extend(self._take_split_actions())
+            child.priority = max(child.priority, priority)
+            if child.data[0].value is None:  # host-only: the request's slots become its KV
+                self._unevict(child, value, off, p, params.session_id)
+                result.record_adopted_range(FULL, off, off + p)
+            elif floor < off + p:  # the request's duplicates of tokens the tree holds
+                actions.append(FreeDeviceKV(indices=[value[max(floor, off) : off + p]]))
+            if off + p > seen and self._count_hit(child):
+                actions.append(self._backup_chain(child))
+            tree.leaves.refresh(child)
+            node, off = child, off + p
+            if not all(isinstance(a, _DEFERRABLE) for a in actions):
+                yield InsertStepResult(actions=actions)  # the controller backs up now
+                actions = []
+        target = node
+        if off < num_units:
+            result.record_adopted_range(FULL, off, num_units)
+            target = self._new_leaf(node, units[off * UNIT_BYTES : end], ns, priority)
+            target.data[0].value = to_slots(value, off)
+            self._evictable += target.num_tokens
+            if self._events is not None:
+                self._events.stored(target, params.key, off, params.session_id)
+            if num_units > seen and self._count_hit(target):
+                actions.append(self._backup_chain(target))
+            tree.update_leaf(target)
+        result.prefix_len, result.last_device_node = off, target.id
+        yield InsertStepResult(actions=actions, result=result)
+
+    def _new_leaf(self, parent: TreeNode, edge: bytes, ns: str | None, priority: int) -> TreeNode:
+        leaf = self.tree.add_leaf(parent, edge, ns)
+        leaf.priority = priority
+        self._nodes[leaf.id] = leaf
+        return leaf
+
+    def _count_hit(self, node: TreeNode) -> bool:
+        """Counts a hit on a node with device KV; whether write-through backs it up now."""
+        if self.is_write_back:
+            return False
+        node.hit_count += 1
+        return node.data[0].host_value is None and node.hit_count >= self.write_through_threshold
+
+    def _unevict(
+        self, node: TreeNode, value: torch.Tensor, off: int, units: int, session: Any
+    ) -> None:
+        data = node.data[0]
+        data.value = to_slots(value, off, off + units)
+        if data.lock_ref:
+            self._protected += units
+        else:
+            self._evictable += units
+        self.tree.update_leaf(node)
+        if node.parent is not None:
+            self.tree.update_leaf(node.parent)
+        self._track_duplicate(node)
+        if self._events is not None:
+            self._events.restored(node, GPU, session)
+
+    # ------------------------------------------------------------------ host insert
+    def insert_host(self, node_id: int, key: Any, host_value: Any, hash_value: Any) -> Any:
+        """Hangs `key`'s host copy (`host_value`, prefetched from storage) below `node_id`:
+        nodes it reaches with no host copy get theirs (write-through), the rest a new
+        host-only leaf. `hash_value` is L3 storage's, which this core does not keep."""
+        tree, ps = self.tree, self.page_size
+        node = self._node(node_id)
+        node.last_access_time = tree.tick()
+        tree.leaves.refresh(node)
+        ukey, total = to_uniradix_key(key, ps)
+        if total == 0:
+            return InsertResult(prefix_len=0, mamba_exist=True)
+        units, ns = ukey.units, ukey.extra_key
+        end, page_bytes = total * UNIT_BYTES, ps * UNIT_BYTES
+        off, host_prefix, refilled = 0, 0, None
+        actions: list[Any] = []
+        while off < total:
+            at = off * UNIT_BYTES
+            page = units[at : at + page_bytes]
+            child = node.children.get(page if ns is None else (ns, page))
+            if child is None:
+                break
+            child.last_access_time = tree.tick()
+            edge = child.key
+            p = common_prefix_len(edge, units[at : min(at + len(edge), end)])
+            p -= p % ps
+            if p < child.num_tokens:
+                child = tree.split(child, p)
+                actions.extend(self._take_split_actions())
+            tree.leaves.refresh(child)
+            if not self.is_write_back:
+                data = child.data[0]
+                if data.host_value is None:
+                    data.host_value = to_slots(host_value, off, off + p)
+                    if self._events is not None:
+                        self._events.restored(child, CPU)
+                    self._track_duplicate(child)
+                    refilled = child
+                elif refilled is None:
+                    host_prefix += p
+                else:
+                    raise ValueError(
+                        f"insert_host: node {child.id} is backed up below node {refilled.id}, "
+                        "which was not: the write-through host prefix is broken"
+                    )
+            node, off = child, off + p
+        result = InsertResult(
+            prefix_len=off if self.is_write_back else host_prefix,
+            total_len=len(key),
+            cache_actions=actions,
+        )
+        is_root = node is tree.root
+        if off == total:
+            if not is_root and (refilled is not None or node.data[0].host_value is not None):
+                result.inserted_host_node = node.id
+            return result
+        if not is_root and node.data[0].host_value is None and not self.is_write_back:
+            result.host_insert_dropped = True  # a host path must hang below a backed-up node
+            return result
+        leaf = self._new_leaf(node, units[off * UNIT_BYTES : end], ns, node.priority)
+        leaf.data[0].host_value = to_slots(host_value, off, total)
+        result.inserted_host_node = leaf.id
+        if self._events is not None:
+            self._events.stored(leaf, key, off, None, CPU)
+        return result
