@@ -8,8 +8,8 @@ Load is the number of requests an instance has outstanding (queued or running).
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -77,6 +77,7 @@ class CacheAware:
         host_weight: float = 0.8,
         storage_weight: float = 0.5,
         replicated: str = "attract",
+        balance: str = "load",
     ) -> None:
         if slack < 0 or recent < 0 or not 0 <= storage_weight <= host_weight <= 1:
             raise ValueError(
@@ -93,6 +94,7 @@ class CacheAware:
         self.slack = slack
         self.recent = recent
         self.replicated = replicated
+        self.balance = balance
         self._routed: deque[tuple[int, list[int]]] = deque()
         self._in_flight: list[Counter[int]] = [Counter() for _ in self.names]
         self._ends: list[Counter[int]] = [Counter() for _ in self.names]  # last page hashes
@@ -118,7 +120,10 @@ class CacheAware:
             ]
         limit = min(loads) + self.slack
         best = max((held[i], -loads[i]) for i in range(len(loads)) if loads[i] <= limit)
-        if best[0] == 0:
+        if best[0] == 0 and self.balance == "pages":
+            work = [len(c) for c in self._in_flight]
+            choice = min(range(len(loads)), key=lambda i: (work[i], loads[i]))
+        elif best[0] == 0:
             choice = self._fallback.choose(tokens, loads)
         else:
             choice = next(i for i in range(len(loads)) if (held[i], -loads[i]) == best)
@@ -154,13 +159,19 @@ def _forget(counts: Counter[int], hashes: list[int]) -> None:
             del counts[h]
 
 
-def make_router(name: str, index: KVEventIndex, names: Sequence[str], recent: int = 128) -> Router:
+# (index, instance names, recent) -> a router: what a cluster builds its router with.
+RouterFactory = Callable[[KVEventIndex, Sequence[str], int], Router]
+
+
+def make_router(
+    name: str, index: KVEventIndex, names: Sequence[str], recent: int = 128, **options: Any
+) -> Router:
     """`recent`: prompts a cache-aware router remembers as in flight (the cluster's window
-    of outstanding requests)."""
+    of outstanding requests); `options`: `CacheAware`'s."""
     if name == "round-robin":
         return RoundRobin()
     if name == "least-loaded":
         return LeastLoaded()
     if name == "cache-aware":
-        return CacheAware(index, names, recent=recent)
+        return CacheAware(index, names, recent=recent, **options)
     raise ValueError(f"unknown router {name!r}; choose from {ROUTERS}")
