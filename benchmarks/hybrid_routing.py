@@ -24,22 +24,28 @@ import json
 import random
 import tempfile
 import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from uniradix.events import KVEventsConfig
 from uniradix.sim.cluster import Cluster
 from uniradix.sim.replay import ReplayOptions
+from uniradix.sim.router import LeastLoaded, RouterFactory, make_router
 
 RESULTS = Path(__file__).parent / "results" / "hybrid_routing.json"
 CONFIGS = ("swa", "mamba", "hybrid")
 INSTANCES = 4
 
 
-def synthetic_trace(path: Path, requests: int, seed: int = 0) -> None:
+def synthetic_trace(path: Path, requests: int, seed: int = 0) -> list[int]:
     """Mooncake rows: conversations on 8 system prompts (2-6 blocks of 512 tokens), each
-    turn the previous context plus 1-3 new blocks; conversations interleave."""
+    turn the previous context plus 1-3 new blocks; conversations interleave. Returns each
+    row's conversation number (not in the trace: only the pinning study reads it)."""
     rng = random.Random(seed)
     next_id = 0
 
@@ -49,23 +55,66 @@ def synthetic_trace(path: Path, requests: int, seed: int = 0) -> None:
         return list(range(next_id - n, next_id))
 
     systems = [blocks(rng.randint(2, 6)) for _ in range(8)]
-    live: list[list[int]] = []
-    rows = []
+    live: list[tuple[int, list[int]]] = []  # (conversation number, its context)
+    rows, conversations, started = [], [], 0
     for t in range(requests):
         if not live or (len(live) < 24 and rng.random() < 0.3):
-            live.append(list(rng.choice(systems)))
-        conv = rng.choice(live)
+            live.append((started, list(rng.choice(systems))))
+            started += 1
+        number, conv = rng.choice(live)
+        conversations.append(number)
         conv += blocks(rng.randint(1, 3))
         if len(conv) > 24:
-            live.remove(conv)
+            live.remove((number, conv))
         rows.append({"timestamp": t, "input_length": 512 * len(conv) - rng.randint(0, 400),
                      "output_length": rng.randint(16, 128), "hash_ids": list(conv)})  # fmt: skip
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return conversations
 
 
-def run(options: ReplayOptions, instances: int, components: str) -> dict[str, Any]:
+class PinnedByConversation:
+    """Not a router (it reads the trace's conversations): each conversation stays on the
+    instance its first turn went to, the least loaded then. What placement alone reaches
+    when no turn ever moves, the ceiling the routers are held against."""
+
+    def __init__(self, conversations: list[int]) -> None:
+        self.conversations = conversations
+        self.owner: dict[int, int] = {}
+        self.routed = 0
+        self._fallback = LeastLoaded()
+
+    def choose(self, tokens: np.ndarray, loads: Sequence[int]) -> int:
+        # The cluster routes rows in trace order (no row waits on another here).
+        conv = self.conversations[self.routed]
+        self.routed += 1
+        if conv not in self.owner:
+            self.owner[conv] = self._fallback.choose(tokens, loads)
+        return self.owner[conv]
+
+
+# Cache-aware router options measured next to the default (`CacheAware`'s).
+VARIANTS: dict[str, dict[str, Any]] = {"discount": {"replicated": "discount"}}
+PER_INSTANCE = (
+    "name",
+    "requests",
+    "hit_tokens",
+    "predicted_hit_tokens",
+    "indexed_hit_tokens",
+    "at_match_hit_tokens",
+    "full_only_hit_tokens",
+    "predicted_unprefilled_tokens",
+    "predicted_unresumable_tokens",
+)
+
+
+def run(
+    options: ReplayOptions,
+    instances: int,
+    components: str,
+    router: str | RouterFactory = "cache-aware",
+) -> dict[str, Any]:
     events = KVEventsConfig(publisher="null", components=components)
-    return Cluster(options, instances, "cache-aware", events).run()
+    return Cluster(options, instances, router, events).run()
 
 
 def one_instance(options: ReplayOptions) -> dict[str, Any]:
@@ -79,7 +128,55 @@ def one_instance(options: ReplayOptions) -> dict[str, Any]:
     return run(big, 1, "auto")
 
 
-def measure(trace: str, requests: int) -> dict[str, Any]:
+def _pinned(conversations: list[int]) -> RouterFactory:
+    return lambda index, names, recent: PinnedByConversation(conversations)
+
+
+def _variant(options: dict[str, Any]) -> RouterFactory:
+    return lambda index, names, recent: make_router("cache-aware", index, names, recent, **options)
+
+
+def _replay(task: tuple[ReplayOptions, str, list[int] | None]) -> dict[str, Any]:
+    """One replay of the comparison, by kind (a process pool's unit of work)."""
+    options, kind, conversations = task
+    t0 = time.perf_counter()
+    if kind == "one":
+        summary = one_instance(options)
+    elif kind == "pinned":
+        assert conversations is not None
+        summary = run(options, INSTANCES, "auto", _pinned(conversations))
+    elif kind in VARIANTS:
+        summary = run(options, INSTANCES, "auto", _variant(VARIANTS[kind]))
+    else:
+        summary = run(options, INSTANCES, kind)
+    summary["wall_s"] = time.perf_counter() - t0
+    return summary
+
+
+def _ratios(summary: dict[str, Any]) -> dict[str, Any]:
+    actual = max(summary["hit_tokens"], 1)
+    return {
+        "hit_rate": summary["hit_rate"],
+        "actual_hit_tokens": summary["hit_tokens"],
+        "at_match_over_actual": summary["at_match_hit_tokens"] / actual,
+        "predicted_over_actual": summary["predicted_hit_tokens"] / actual,
+        "full_only_over_actual": summary["full_only_hit_tokens"] / actual,
+        "unprefilled_over_actual": summary["predicted_unprefilled_tokens"] / actual,
+        "unresumable_over_actual": summary["predicted_unresumable_tokens"] / actual,
+        "predicted_over_actual_per_instance": [
+            inst["predicted_hit_tokens"] / max(inst["hit_tokens"], 1)
+            for inst in summary["instances"]
+        ],
+        "per_instance": [{k: inst[k] for k in PER_INSTANCE} for inst in summary["instances"]],
+        "wall_s": summary["wall_s"],
+    }
+
+
+def measure(
+    trace: str, requests: int, conversations: list[int] | None, jobs: int
+) -> dict[str, Any]:
+    """Per config: the default router on group events ("auto") and on full-only ones
+    ("full"), each variant, the pinning study (synthetic trace only), and one instance."""
     base = ReplayOptions.of(
         trace=trace,
         page_size=16,
@@ -90,59 +187,44 @@ def measure(trace: str, requests: int) -> dict[str, Any]:
         max_running=16,
         max_requests=requests,
     )
+    kinds = ["auto", "full", *VARIANTS, "one"] + (["pinned"] if conversations else [])
+    tasks = [(replace(base, config=c), k, conversations) for c in CONFIGS for k in kinds]
+    with ProcessPoolExecutor(jobs) as pool:
+        summaries = list(pool.map(_replay, tasks))
+    done = {(t[0].config, t[1]): summary for t, summary in zip(tasks, summaries, strict=True)}
     out: dict[str, Any] = {}
     for config in CONFIGS:
-        options = replace(base, config=config)
-        t0 = time.perf_counter()
-        groups, full, one = (
-            run(options, INSTANCES, "auto"),
-            run(options, INSTANCES, "full"),
-            one_instance(options),
-        )
-        actual = groups["hit_tokens"]
+        one = done[(config, "one")]["hit_rate"]
+        runs = {k: _ratios(done[(config, k)]) for k in kinds if k != "one"}
         out[config] = {
-            "requests": groups["requests"],
-            "per_instance": [
-                {
-                    k: inst[k]
-                    for k in (
-                        "name",
-                        "requests",
-                        "hit_tokens",
-                        "predicted_hit_tokens",
-                        "indexed_hit_tokens",
-                        "at_match_hit_tokens",
-                        "full_only_hit_tokens",
-                    )
-                }
-                for inst in groups["instances"]
-            ],
-            "actual_hit_tokens": actual,
-            "at_match_over_actual": groups["at_match_hit_tokens"] / max(actual, 1),
-            "predicted_over_actual": groups["predicted_hit_tokens"] / max(actual, 1),
-            "full_only_over_actual": groups["full_only_hit_tokens"] / max(actual, 1),
-            "hit_rate_groups": groups["hit_rate"],
-            "hit_rate_full_only_routing": full["hit_rate"],
-            "hit_rate_one_instance": one["hit_rate"],
-            "groups_vs_one_instance": groups["hit_rate"] / max(one["hit_rate"], 1e-9),
-            "full_only_vs_one_instance": full["hit_rate"] / max(one["hit_rate"], 1e-9),
-            "wall_s": time.perf_counter() - t0,
+            "requests": done[(config, "auto")]["requests"],
+            "hit_rate_one_instance": one,
+            "vs_one_instance": {k: r["hit_rate"] / max(one, 1e-9) for k, r in runs.items()},
+            "runs": runs,
         }
     return out
 
 
 def table(results: dict[str, Any]) -> str:
+    kinds = list(next(iter(results.values()))["runs"])
     lines = [
-        "| config | at-match / actual | predicted / actual | full-only / actual | hit rate "
-        "(groups) | hit rate (full-only routing) | one instance | groups vs one |",
-        "|---|---|---|---|---|---|---|---|",
+        "| config | at admission / actual | full-only / actual | predicted / actual "
+        "(unprefilled + unresumable) | one instance | "
+        + " | ".join(f"{k}: hit rate, vs one" for k in kinds)
+        + " |",
+        "|---|---|---|---|---|" + "---|" * len(kinds),
     ]
     for config, r in results.items():
+        auto = r["runs"]["auto"]
         lines.append(
-            f"| {config} | {r['at_match_over_actual']:.3f} | {r['predicted_over_actual']:.3f} | "
-            f"{r['full_only_over_actual']:.3f} | {r['hit_rate_groups']:.3f} | "
-            f"{r['hit_rate_full_only_routing']:.3f} | {r['hit_rate_one_instance']:.3f} | "
-            f"{r['groups_vs_one_instance']:.3f} |"
+            f"| {config} | {auto['at_match_over_actual']:.3f} | "
+            f"{auto['full_only_over_actual']:.3f} | {auto['predicted_over_actual']:.3f} "
+            f"({auto['unprefilled_over_actual']:.3f} + {auto['unresumable_over_actual']:.3f}) | "
+            f"{r['hit_rate_one_instance']:.3f} | "
+            + " | ".join(
+                f"{r['runs'][k]['hit_rate']:.3f}, {r['vs_one_instance'][k]:.2f}" for k in kinds
+            )
+            + " |"
         )
     return "\n".join(lines)
 
@@ -151,14 +233,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trace", help="a Mooncake JSONL trace (default: synthetic)")
     parser.add_argument("--requests", type=int, default=400)
+    parser.add_argument("--jobs", type=int, default=2, help="replays run at once")
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        trace = args.trace
+        trace, conversations = args.trace, None
         if trace is None:
             trace = str(Path(tmp) / "synthetic.jsonl")
-            synthetic_trace(Path(trace), args.requests)
-        results = measure(trace, args.requests)
+            conversations = synthetic_trace(Path(trace), args.requests)
+        results = measure(trace, args.requests, conversations, args.jobs)
     source = args.trace or "synthetic Mooncake trace (seed 0)"
     # One entry per trace and request count: a run replaces only its own.
     out = Path(args.out)

@@ -153,6 +153,12 @@ class KVEventIndex:
         inst.blocks.clear()
 
     # ------------------------------------------------------------------ queries
+    def has_groups(self, instance: str) -> bool:
+        """Whether `instance` published SWA / Mamba groups: a prefix it resumes from then
+        ends only where its windows and states survive, not on any full page."""
+        inst = self._instances.get(instance)
+        return inst is not None and bool(inst.groups)
+
     def blocks(
         self,
         instance: str,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import heapq
 import time
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from uniradix.cache.controller import UnifiedRadixCache
@@ -41,7 +42,7 @@ from uniradix.sim.replay import (
     build_replay_cache,
     load_specs,
 )
-from uniradix.sim.router import CacheAware, make_router
+from uniradix.sim.router import CacheAware, RouterFactory, make_router
 from uniradix.sim.scheduler import Scheduler
 from uniradix.storage.backend import StorageBackend, open_backend
 from uniradix.types import EvictResult, MatchResult
@@ -145,9 +146,11 @@ class Cluster:
         self,
         options: ReplayOptions,
         num_instances: int,
-        router: str,
+        router: str | RouterFactory,
         kv_events: KVEventsConfig | None = None,
     ) -> None:
+        """`router`: a name in `ROUTERS`, or a factory (a router with options, a study's
+        oracle) called with the cluster's index, instance names and `recent`."""
         if num_instances < 1:
             raise ValueError(f"instances must be >= 1, got {num_instances}")
         if options.config not in CONFIG_COMPONENTS:
@@ -175,10 +178,10 @@ class Cluster:
         wire = kv_events.wire if kv_events is not None else "map"
         self.index = KVEventIndex(ps, hash_algo=hash_algo, hash_seed=hash_seed)
         names = [f"instance-{i}" for i in range(num_instances)]
-        self.router_name = router
-        self.router = make_router(
-            router, self.index, names, recent=num_instances * options.scheduler.max_running
-        )
+        recent = num_instances * options.scheduler.max_running
+        factory = router if callable(router) else partial(make_router, router)
+        self.router = factory(self.index, names, recent)
+        self.router_name = router if isinstance(router, str) else type(self.router).__name__
         self.predictions = HitPredictions(self.index, names)
         config = options.scheduler
         self.instances: list[Instance] = []

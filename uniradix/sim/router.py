@@ -8,8 +8,8 @@ Load is the number of requests an instance has outstanding (queued or running).
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -58,6 +58,10 @@ class CacheAware:
     of the last `recent`
     prompts routed to it: those are being prefilled and will be cached before the events
     say so (SGLang's router likewise inserts a routed prompt into its own tree at once).
+    Its prediction (`expected_pages`) is stricter on an instance publishing SWA / Mamba
+    groups: a prompt in flight leaves a window and a state at its own end only (the
+    placement rule), so it adds the pages up to that end when the new prompt holds them all,
+    and nothing at the boundaries it merely passes.
     `names` are the index's instance names, in the cluster's order. A page held only on an
     instance's host tier (`CPU_PINNED`) counts `host_weight` of a device page: it is a hit
     after a load-back (0.8 is llm-d's default `cpu` tier weight); one the pages in L3
@@ -72,6 +76,8 @@ class CacheAware:
         recent: int = 128,
         host_weight: float = 0.8,
         storage_weight: float = 0.5,
+        replicated: str = "attract",
+        balance: str = "load",
     ) -> None:
         if slack < 0 or recent < 0 or not 0 <= storage_weight <= host_weight <= 1:
             raise ValueError(
@@ -87,53 +93,85 @@ class CacheAware:
         self.names = list(names)
         self.slack = slack
         self.recent = recent
+        self.replicated = replicated
+        self.balance = balance
         self._routed: deque[tuple[int, list[int]]] = deque()
         self._in_flight: list[Counter[int]] = [Counter() for _ in self.names]
+        self._ends: list[Counter[int]] = [Counter() for _ in self.names]  # last page hashes
         self._fallback = LeastLoaded()
         self.expected_pages = [0] * len(self.names)  # per instance, at the last `choose`
 
     def choose(self, tokens: np.ndarray, loads: Sequence[int]) -> int:
         hashes = self.index.page_hashes(tokens)
         prefix = self.index.weighted_prefix(hashes, self.weights)
-        held = []
+        held, ends = [], []
         for i, name in enumerate(self.names):
             score, n = prefix.get(name, (0.0, 0))
-            in_flight = self._in_flight[i]
-            while n < len(hashes) and hashes[n] in in_flight:
-                n += 1
-                score += 1.0
-            held.append(score)
-            self.expected_pages[i] = n
+            in_flight, end = self._in_flight[i], n
+            while end < len(hashes) and hashes[end] in in_flight:
+                end += 1
+            held.append(score + (end - n))
+            ends.append(end)
+            self.expected_pages[i] = self._expected(i, hashes, n, end)
+        if self.replicated == "discount" and len(held) > 1:
+            shared = sorted(ends)[-2]
+            held = [
+                h * max(0, e - shared) / e if e else 0.0 for h, e in zip(held, ends, strict=True)
+            ]
         limit = min(loads) + self.slack
         best = max((held[i], -loads[i]) for i in range(len(loads)) if loads[i] <= limit)
-        if best[0] == 0:
+        if best[0] == 0 and self.balance == "pages":
+            work = [len(c) for c in self._in_flight]
+            choice = min(range(len(loads)), key=lambda i: (work[i], loads[i]))
+        elif best[0] == 0:
             choice = self._fallback.choose(tokens, loads)
         else:
             choice = next(i for i in range(len(loads)) if (held[i], -loads[i]) == best)
         self._remember(choice, hashes)
         return choice
 
+    def _expected(self, instance: int, hashes: list[int], indexed: int, in_flight: int) -> int:
+        """Pages the instance should resume from: `indexed` (its events) extended to
+        `in_flight` (pages of prompts in flight there) on a full-attention instance; on a
+        hybrid one only to the deepest end of a prompt in flight that `hashes` holds whole
+        (the chained hash of its last page is equal)."""
+        if not self.index.has_groups(self.names[instance]):
+            return in_flight
+        ends = self._ends[instance]
+        return next((k for k in range(in_flight, indexed, -1) if hashes[k - 1] in ends), indexed)
+
     def _remember(self, instance: int, hashes: list[int]) -> None:
         if not self.recent:
             return
         self._routed.append((instance, hashes))
         self._in_flight[instance].update(hashes)
+        self._ends[instance].update(hashes[-1:])
         if len(self._routed) > self.recent:
             old, old_hashes = self._routed.popleft()
-            counts = self._in_flight[old]
-            counts.subtract(old_hashes)
-            for h in old_hashes:
-                if counts[h] <= 0:
-                    del counts[h]
+            _forget(self._in_flight[old], old_hashes)
+            _forget(self._ends[old], old_hashes[-1:])
 
 
-def make_router(name: str, index: KVEventIndex, names: Sequence[str], recent: int = 128) -> Router:
+def _forget(counts: Counter[int], hashes: list[int]) -> None:
+    counts.subtract(hashes)
+    for h in hashes:
+        if counts[h] <= 0:
+            del counts[h]
+
+
+# (index, instance names, recent) -> a router: what a cluster builds its router with.
+RouterFactory = Callable[[KVEventIndex, Sequence[str], int], Router]
+
+
+def make_router(
+    name: str, index: KVEventIndex, names: Sequence[str], recent: int = 128, **options: Any
+) -> Router:
     """`recent`: prompts a cache-aware router remembers as in flight (the cluster's window
-    of outstanding requests)."""
+    of outstanding requests); `options`: `CacheAware`'s."""
     if name == "round-robin":
         return RoundRobin()
     if name == "least-loaded":
         return LeastLoaded()
     if name == "cache-aware":
-        return CacheAware(index, names, recent=recent)
+        return CacheAware(index, names, recent=recent, **options)
     raise ValueError(f"unknown router {name!r}; choose from {ROUTERS}")
