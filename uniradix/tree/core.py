@@ -105,21 +105,14 @@ class TreeCore:
             path.append(self.split(child, p))
             off += p * UNIT_BYTES
             break
-        if not validators and not required:
-            if not windows:
+        if not validators:
+            if not windows and not required:
                 return _new_tuple(MatchWalk, (path, len(path), off // UNIT_BYTES))
-            if len(windows) == 1:  # SWA alone: the loop below without its generality
-                ((index, window),) = windows
-                live, num_accepted = _UNBOUNDED, 0
-                for depth, n in enumerate(path, 1):
-                    if n.data[index].value is None:
-                        live = 0
-                    else:
-                        live += n.num_tokens
-                        if live >= window:
-                            num_accepted = depth
-                # `tuple.__new__`: no NamedTuple `__new__` frame on every SWA match
-                return _new_tuple(MatchWalk, (path, num_accepted, off // UNIT_BYTES))
+            if len(windows) <= 1 and len(required) <= 1:
+                # SWA, Mamba or both: the general loop below without its generality;
+                # `tuple.__new__`: no NamedTuple `__new__` frame on every hybrid match
+                accepted = _accepted(path, windows, required)
+                return _new_tuple(MatchWalk, (path, accepted, off // UNIT_BYTES))
         num_accepted = 0
         # Units with data since the last node without it, per window (none yet: unbounded).
         lives = [_UNBOUNDED] * len(windows)
@@ -350,3 +343,25 @@ class TreeCore:
         self._next_id += 1
         self._time += 1  # `tick()` inline
         return TreeNode(self._next_id, key, extra_key, self.num_components, parent, self._time)
+
+
+def _accepted(
+    path: list[TreeNode], windows: Sequence[tuple[int, int]], required: Sequence[int]
+) -> int:
+    """`TreeCore.match`'s acceptance with at most one window and one required index and no
+    validators (every hybrid match of the SGLang core): the deepest usable node's depth."""
+    w_index, window = windows[0] if windows else (-1, 0)
+    r_index = required[0] if required else -1
+    live, num_accepted = _UNBOUNDED, 0
+    for i, n in enumerate(path):
+        data = n.data
+        if w_index >= 0:
+            if data[w_index].value is None:
+                live = 0
+                continue
+            live += n.num_tokens
+            if live < window:
+                continue
+        if r_index < 0 or data[r_index].value is not None:
+            num_accepted = i + 1
+    return num_accepted

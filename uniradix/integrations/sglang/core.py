@@ -44,6 +44,7 @@ from uniradix.integrations.sglang.keys import to_slots, to_tensor, to_uniradix_k
 from uniradix.integrations.sglang.mamba import MambaTree
 from uniradix.integrations.sglang.receipts import check_receipt
 from uniradix.integrations.sglang.refused import check_supported
+from uniradix.integrations.sglang.results import match_result
 from uniradix.integrations.sglang.swa import SWA_INDEX, SwaTree
 from uniradix.integrations.sglang.views import TreeCoreViews
 from uniradix.tree.core import TreeCore
@@ -97,6 +98,9 @@ class UniradixTreeCore(HostWalks, TreeCoreViews):
             self.mamba = MambaTree(index, grid, cap, self.device)
             if self.swa is not None:
                 self.swa.mamba = self.mamba
+        # What a match's end needs, checked inside the tree walk (see `match_prefix`).
+        self._required = () if self.mamba is None else (self.mamba.index,)
+        self._swa_windows = () if self.swa is None else self.swa.match_windows()
         self._policy = eviction_policy(params.eviction_policy.lower())
         self._paused_insert: tuple[TreeNode, InsertResult] | None = None
         self._host_walk = None  # a HiCache insert paused for a backup (host_walks.py)
@@ -149,14 +153,15 @@ class UniradixTreeCore(HostWalks, TreeCoreViews):
         if num_units == 0:
             return self._empty
         swa, mamba = self.swa, self.mamba
-        validators = () if swa is None else (swa.validator(),)
-        walk = self.tree.match(key, num_units, validators, () if mamba is None else (mamba.index,))
-        if not walk.path:
+        # SWA with gates on is checked inside the walk (`_swa_windows`), with no call per node.
+        validators = () if swa is None or self._swa_windows else (swa.validator(),)
+        walk = self.tree.match(key, num_units, validators, self._required, self._swa_windows)
+        path, full_len = walk.path, walk.matched_len
+        if not path:
             return self._empty
-        accepted = walk.path
-        device_len = walk.matched_len
-        if walk.num_accepted < len(accepted):  # a validator stopped the match short
-            accepted = accepted[: walk.num_accepted]
+        accepted, device_len = path, full_len
+        if walk.num_accepted < len(path):  # SWA or Mamba stopped the match short
+            accepted = path[: walk.num_accepted]
             device_len = sum(n.num_tokens for n in accepted)
         best = accepted[-1] if accepted else self.tree.root
         self.tree.touch_path(accepted)
@@ -164,23 +169,12 @@ class UniradixTreeCore(HostWalks, TreeCoreViews):
         if swa is not None:
             swa.refresh_window(best)
             # Full KV reaching past the last usable SWA window: where a window would hit.
-            branching = walk.matched_len if walk.matched_len > device_len else None
+            branching = full_len if full_len > device_len else None
         if mamba is not None:
             if accepted:
                 mamba.refresh(best)
-            mamba_branching = mamba.branching(walk.matched_len, device_len)
-        return MatchResult(
-            device_prefix_len=device_len,
-            last_device_node=best.id,
-            last_host_node=best.id,
-            best_match_node=best.id,
-            last_visited_node_id=walk.path[-1].id,
-            host_hit_length=0,
-            swa_branching_seqlen=branching,
-            mamba_branching_seqlen=mamba_branching,
-            full_kv_hit_length=walk.matched_len,
-            cache_actions=[],
-        )
+            mamba_branching = mamba.branching(full_len, device_len)
+        return match_result(device_len, best.id, path[-1].id, branching, mamba_branching, full_len)
 
     def set_component_device_value(self, node_id: int, component_type: Any, value: Any) -> None:
         if component_type == SWA and self.swa is not None:

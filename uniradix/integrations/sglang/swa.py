@@ -75,6 +75,11 @@ class SwaTree:
         return to_tensor(value, self.device)
 
     # ------------------------------------------------------------------ match
+    def match_windows(self) -> tuple[tuple[int, int], ...]:
+        """With gates on, the rule `validator` applies, as the tree walk's inline `windows`
+        check; with gates off a tombstone does not end a match, which needs the validator."""
+        return ((SWA_INDEX, self.window),) if self.gates else ()
+
     def validator(self) -> Validator:
         run = math.inf  # live SWA tokens ending at the node; no tombstone seen yet: unbounded
 
@@ -95,8 +100,7 @@ class SwaTree:
         limit = self.window + self.page_size
         while node.parent is not None and covered < limit:
             if node.data[SWA_INDEX].value is not None:
-                lru.remove(node)
-                lru.insert_after(prev, node)
+                lru.place_after(prev, node)
                 prev = node
             covered += node.num_tokens
             node = node.parent
