@@ -22,7 +22,7 @@ tokens, so eviction runs.
 `--config full+swa` / `full+mamba` serves the same stream with an SWA window or Mamba states
 (see `against_ref_driver.py`).
 
-Run: `python -m benchmarks.against_ref e7fa5f5^ [--rounds 5] [--page-sizes 1 16] [--cpu 1]
+Run: `python -m benchmarks.against_ref e7fa5f5^|DIR [--rounds 5] [--page-sizes 1 16] [--cpu 1]
 [--config full+mamba]`
 """
 
@@ -45,7 +45,11 @@ DRIVER = Path(__file__).with_name("against_ref_driver.py")
 
 
 def worktree_of(ref: str) -> Path:
-    """A detached worktree of `ref` (created once, reused)."""
+    """A detached worktree of `ref` (created once, reused); a `ref` naming a directory is a
+    source tree already (`git archive REF | tar -x -C DIR`: no worktree in the repository's
+    metadata), used as it is but for its native module."""
+    if Path(ref).is_dir():
+        return _with_native(Path(ref).resolve())
     sha = subprocess.run(
         ["git", "rev-parse", "--short", ref], cwd=ROOT, check=True, capture_output=True, text=True
     ).stdout.strip()
@@ -57,6 +61,10 @@ def worktree_of(ref: str) -> Path:
             check=True,
             capture_output=True,
         )
+    return _with_native(path)
+
+
+def _with_native(path: Path) -> Path:
     if (path / "setup.py").exists() and not list((path / "uniradix").glob("_native*.so")):
         # Without its native module the ref would run the pure-Python fallbacks, and every
         # ratio against it would flatter this checkout.
@@ -143,7 +151,9 @@ def one_round(
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("ref", help="the git ref to compare against, e.g. e7fa5f5^")
+    parser.add_argument(
+        "ref", help="the git ref to compare against, e.g. e7fa5f5^, or a source tree's directory"
+    )
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--warmup", type=int, default=300, help="requests left out of the figures")
