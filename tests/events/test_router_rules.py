@@ -103,3 +103,24 @@ def test_cluster_takes_a_router_factory_and_splits_the_over_prediction() -> None
             over = inst["predicted_hit_tokens"] - inst["at_match_hit_tokens"]
             split = inst["predicted_unprefilled_tokens"] + inst["predicted_unresumable_tokens"]
             assert split >= over
+
+
+def test_a_conversations_next_turn_gets_the_continuation_slack() -> None:
+    """A prompt holding the whole of the prompt last routed to an instance stays there at
+    a load `slack` would refuse; a prompt on pages it merely holds does not."""
+    index = KVEventIndex(block_size=4)
+    for name in ("a", "b"):
+        index.apply(name, KVEventBatch(0.0, [], 0))
+    turn, more = list(range(32)), list(range(50, 66))
+    branch = turn[:16] + list(range(80, 96))  # half the pages, not the whole prompt
+    for continuation_slack, next_turn_stays in ((10, True), (None, False)):
+        router = CacheAware(
+            index, ["a", "b"], slack=2, recent=8, continuation_slack=continuation_slack
+        )
+        first = router.choose(np.asarray(turn), [0, 0])
+        loads = [8, 0] if first == 0 else [0, 8]
+        stays = router.choose(np.asarray(turn + more), loads) == first
+        assert stays == next_turn_stays
+        assert router.choose(np.asarray(branch), loads) == 1 - first
+    with pytest.raises(ValueError, match="continuation_slack=-1"):
+        CacheAware(index, ["a"], continuation_slack=-1)

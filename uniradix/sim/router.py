@@ -72,6 +72,10 @@ class CacheAware:
     second instance holds too: a replicated system prompt then gives no preference, and a
     new conversation on it goes to the least loaded, while a context held on one instance
     still attracts (the default, "attract", scores every page held).
+    `continuation_slack` (default: `slack`) is the load slack for a conversation's next
+    turn: a prompt that holds the whole of a prompt recently routed to an instance, on
+    pages no other instance holds that deep, may go there while that instance's load is
+    within this many requests of the least loaded (moving a turn recomputes its context).
     """
 
     def __init__(
@@ -83,12 +87,15 @@ class CacheAware:
         host_weight: float = 0.8,
         storage_weight: float = 0.5,
         replicated: str = "attract",
+        continuation_slack: int | None = None,
     ) -> None:
         if slack < 0 or recent < 0 or not 0 <= storage_weight <= host_weight <= 1:
             raise ValueError(
                 f"slack={slack} and recent={recent} must be >= 0, "
                 f"0 <= storage_weight={storage_weight} <= host_weight={host_weight} <= 1"
             )
+        if continuation_slack is not None and continuation_slack < 0:
+            raise ValueError(f"continuation_slack={continuation_slack} must be >= 0")
         if replicated not in REPLICATED:
             raise ValueError(f"replicated={replicated!r}; choose from {REPLICATED}")
         self.weights = {
@@ -101,6 +108,7 @@ class CacheAware:
         self.slack = slack
         self.recent = recent
         self.replicated = replicated
+        self.continuation_slack = slack if continuation_slack is None else continuation_slack
         self._routed: deque[tuple[int, list[int]]] = deque()
         self._in_flight: list[Counter[int]] = [Counter() for _ in self.names]
         self._ends: list[Counter[int]] = [Counter() for _ in self.names]  # last page hashes
@@ -124,8 +132,17 @@ class CacheAware:
             held = [
                 h * max(0, e - shared) / e if e else 0.0 for h, e in zip(held, ends, strict=True)
             ]
-        limit = min(loads) + self.slack
-        best = max((held[i], -loads[i]) for i in range(len(loads)) if loads[i] <= limit)
+        shared = sorted(ends)[-2] if len(ends) > 1 else 0
+        limits = [
+            min(loads)
+            + (
+                self.continuation_slack
+                if e > shared and self._continues(i, hashes, e)
+                else self.slack
+            )
+            for i, e in enumerate(ends)
+        ]
+        best = max((held[i], -loads[i]) for i in range(len(loads)) if loads[i] <= limits[i])
         if best[0] == 0:
             choice = self._fallback.choose(tokens, loads)
         else:
@@ -142,6 +159,12 @@ class CacheAware:
             return in_flight
         ends = self._ends[instance]
         return next((k for k in range(in_flight, indexed, -1) if hashes[k - 1] in ends), indexed)
+
+    def _continues(self, instance: int, hashes: list[int], held: int) -> bool:
+        """Whether the prompt holds the whole of a prompt recently routed to `instance`
+        (the end of its first `held` pages is one): a conversation's next turn."""
+        ends = self._ends[instance]
+        return any(h in ends for h in hashes[:held])
 
     def _remember(self, instance: int, hashes: list[int]) -> None:
         if not self.recent:
