@@ -278,6 +278,8 @@ def main() -> None:
             trace = str(Path(tmp) / "synthetic.jsonl")
             conversations = synthetic_trace(Path(trace), args.requests)
         results = measure(trace, args.requests, conversations, args.jobs, kinds, previous)
+    # Read again: another run may have written its own entry meanwhile.
+    runs = json.loads(out.read_text()).get("runs", {}) if out.exists() else {}
     runs[key] = results
     out.write_text(json.dumps({"runs": runs}, indent=1) + "\n")
     print(table(results))
