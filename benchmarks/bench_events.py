@@ -258,7 +258,7 @@ def main() -> None:
         "--routers",
         default=",".join(ROUTING_ROUTERS),
         help="routing: comma-separated routers, `cache-aware:VARIANT` for a router option "
-        "of benchmarks.hybrid_routing.VARIANTS (results then go to events_routing_variants)",
+        "of benchmarks.hybrid_routing.VARIANTS (results then go under 'variants')",
     )
     parser.add_argument("--jobs", type=int, default=1, help="routing: replays run at once")
     parser.add_argument("--tokens", type=int, default=131072, help="prefix length (hashing)")
@@ -295,8 +295,10 @@ def main() -> None:
         **result,
     }
     RESULTS.mkdir(exist_ok=True)
-    variants = args.part == "routing" and args.routers != ",".join(ROUTING_ROUTERS)
-    path = RESULTS / f"events_{args.part}{'_variants' if variants else ''}.json"
+    path = RESULTS / f"events_{args.part}.json"
+    if args.part == "routing" and args.routers != ",".join(ROUTING_ROUTERS):
+        # Router options go under "variants", next to the default routers' run.
+        result = json.loads(path.read_text()) | {"variants": result} if path.exists() else result
     path.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {path}")
 
