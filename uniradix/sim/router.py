@@ -127,21 +127,17 @@ class CacheAware:
             held.append(score + (end - n))
             ends.append(end)
             self.expected_pages[i] = self._expected(i, hashes, n, end)
-        if self.replicated == "discount" and len(held) > 1:
-            shared = sorted(ends)[-2]
+        shared = sorted(ends)[-2] if len(ends) > 1 else 0  # pages a second instance holds
+        if self.replicated == "discount":
             held = [
                 h * max(0, e - shared) / e if e else 0.0 for h, e in zip(held, ends, strict=True)
             ]
-        shared = sorted(ends)[-2] if len(ends) > 1 else 0
-        limits = [
-            min(loads)
-            + (
-                self.continuation_slack
-                if e > shared and self._continues(i, hashes, e)
-                else self.slack
-            )
-            for i, e in enumerate(ends)
-        ]
+        slack = [self.slack] * len(ends)
+        if self.continuation_slack != self.slack:
+            for i, e in enumerate(ends):
+                if e > shared and self._continues(i, hashes, e):
+                    slack[i] = self.continuation_slack
+        limits = [min(loads) + s for s in slack]
         best = max((held[i], -loads[i]) for i in range(len(loads)) if loads[i] <= limits[i])
         if best[0] == 0:
             choice = self._fallback.choose(tokens, loads)
@@ -161,8 +157,9 @@ class CacheAware:
         return next((k for k in range(in_flight, indexed, -1) if hashes[k - 1] in ends), indexed)
 
     def _continues(self, instance: int, hashes: list[int], held: int) -> bool:
-        """Whether the prompt holds the whole of a prompt recently routed to `instance`
-        (the end of its first `held` pages is one): a conversation's next turn."""
+        """Whether one of the first `held` pages of `hashes` is the last page of a prompt
+        recently routed to `instance`, so that the prompt holds all of it: a conversation's
+        next turn."""
         ends = self._ends[instance]
         return any(h in ends for h in hashes[:held])
 
