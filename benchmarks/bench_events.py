@@ -5,6 +5,7 @@ routing buys on the Mooncake trace.
     .venv/bin/python -m benchmarks.bench_events hashing    # ns/token of the page digests
     .venv/bin/python -m benchmarks.bench_events publisher  # events/s over loopback ZMQ
     .venv/bin/python -m benchmarks.bench_events routing    # 4 instances x 3 routers vs 1
+    .venv/bin/python -m benchmarks.bench_events routing --routers cache-aware:continuation
 
 `ops` (what the events cost the cache's calls) is described in `benchmarks/events_ops.py`.
 Results go to `benchmarks/results/events_<part>.json`.
@@ -20,6 +21,8 @@ import sys
 import threading
 import time
 import types
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +30,7 @@ import numpy as np
 import zmq
 
 from benchmarks.events_ops import OPS_STREAMS, TRACE, bench_ops, git_show
+from benchmarks.hybrid_routing import VARIANTS
 from benchmarks.uniradix_side import build_full
 from uniradix import native
 from uniradix.events import (
@@ -42,6 +46,7 @@ from uniradix.hashing.storage_keys import KeySpace
 from uniradix.key import RadixKey
 from uniradix.sim.cluster import run_cluster
 from uniradix.sim.replay import ReplayOptions
+from uniradix.sim.router import make_router
 from uniradix.types import InsertParams
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -170,16 +175,36 @@ def bench_publisher(num_batches: int, events_per_batch: int) -> dict[str, Any]:
     return out
 
 
-def bench_routing(max_requests: int | None) -> dict[str, Any]:
+ROUTING_ROUTERS = ("round-robin", "least-loaded", "cache-aware")
+
+
+def _routing_run(task: tuple[ReplayOptions, str]) -> dict[str, Any]:
+    """One cluster replay: "one" (one instance, 4x the memory), a router's name, or
+    "cache-aware:VARIANT" (`CacheAware` with `benchmarks.hybrid_routing.VARIANTS[VARIANT]`)."""
+    base, router = task
+    if router == "one":
+        return run_cluster(base.updated(full_tokens=4 << 20), 1, "round-robin")
+    name, _, variant = router.partition(":")
+    if not variant:
+        return run_cluster(base, 4, name)
+    options = VARIANTS[variant]
+    return run_cluster(
+        base, 4, lambda index, names, recent: make_router(name, index, names, recent, **options)
+    )
+
+
+def bench_routing(
+    max_requests: int | None, routers: Sequence[str] = ROUTING_ROUTERS, jobs: int = 1
+) -> dict[str, Any]:
     base = ReplayOptions.of(
         trace=TRACE, config="full", page_size=16, full_tokens=1 << 20, max_requests=max_requests
     )
-    out: dict[str, Any] = {}
-    one = run_cluster(base.updated(full_tokens=4 << 20), 1, "round-robin")
-    out["one_instance_4M"] = _brief(one)
+    with ProcessPoolExecutor(jobs) as pool:
+        summaries = list(pool.map(_routing_run, [(base, r) for r in ["one", *routers]]))
+    one = summaries[0]
+    out: dict[str, Any] = {"one_instance_4M": _brief(one)}
     print("one", json.dumps(out["one_instance_4M"]))
-    for router in ("round-robin", "least-loaded", "cache-aware"):
-        summary = run_cluster(base, 4, router)
+    for router, summary in zip(routers, summaries[1:], strict=True):
         out[router] = _brief(summary)
         out[router]["vs_one_instance"] = summary["hit_rate"] / one["hit_rate"]
         print(router, json.dumps(out[router]))
@@ -229,6 +254,13 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=20000)
     parser.add_argument("--events-per-batch", type=int, default=8)
     parser.add_argument("--max-requests", type=int)
+    parser.add_argument(
+        "--routers",
+        default=",".join(ROUTING_ROUTERS),
+        help="routing: comma-separated routers, `cache-aware:VARIANT` for a router option "
+        "of benchmarks.hybrid_routing.VARIANTS (results then go under 'variants')",
+    )
+    parser.add_argument("--jobs", type=int, default=1, help="routing: replays run at once")
     parser.add_argument("--tokens", type=int, default=131072, help="prefix length (hashing)")
     args = parser.parse_args()
     if args.part == "ops":
@@ -247,7 +279,12 @@ def main() -> None:
     elif args.part == "publisher":
         result = bench_publisher(args.batches, args.events_per_batch)
     else:
-        result = bench_routing(args.max_requests)
+        routers = args.routers.split(",")
+        for router in routers:
+            name, _, variant = router.partition(":")
+            if name not in ROUTING_ROUTERS or (variant and variant not in VARIANTS):
+                parser.error(f"unknown router {router!r}")
+        result = bench_routing(args.max_requests, routers, args.jobs)
     revision = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
     ).stdout.strip()
@@ -259,6 +296,9 @@ def main() -> None:
     }
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"events_{args.part}.json"
+    if args.part == "routing" and args.routers != ",".join(ROUTING_ROUTERS):
+        # Router options go under "variants", next to the default routers' run.
+        result = json.loads(path.read_text()) | {"variants": result} if path.exists() else result
     path.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {path}")
 

@@ -3,17 +3,23 @@ behind the cache-aware router, page 16, per hybrid config (full+SWA, full+Mamba,
 full+SWA+Mamba):
 
 - hit tokens the index predicted when each request was admitted (`at_match`, from the
-  events with SWA / Mamba groups) against the actual hits, and what a full-only stream
-  promised at the same moment (its over-prediction);
-- the cluster's hit rate routing on group events, routing on full-only events, and one
-  instance holding all four instances' memory.
+  events with SWA / Mamba groups) against the actual hits, what a full-only stream
+  promised at the same moment (its over-prediction), and what the router itself predicted
+  at routing, with its excess split into unprefilled and unresumable tokens
+  (`uniradix.sim.predictions`), in all and per instance;
+- the cluster's hit rate per run kind: `auto` (the default router on group events), `full`
+  (on full-only events), the router options in `VARIANTS`, `pinned` (each conversation on
+  one instance: a study, synthetic trace only), against `one` instance holding all four
+  instances' memory.
 
-    .venv/bin/python -m benchmarks.hybrid_routing                   # a synthetic trace
+    .venv/bin/python -m benchmarks.hybrid_routing --requests 300     # a synthetic trace
+    .venv/bin/python -m benchmarks.hybrid_routing --requests 1000 --kinds auto,one --jobs 3
     .venv/bin/python -m benchmarks.hybrid_routing --trace T.jsonl --requests 800
 
 Without `--trace` it writes a synthetic Mooncake trace (conversations on shared system
 prompts, each turn resending the context plus new blocks, seeded) to a temporary file.
-Results: `benchmarks/results/hybrid_routing.json` (one entry per trace and request count)
+Replays run in a process pool (`--jobs`). Results: `benchmarks/results/hybrid_routing.json`
+(one entry per trace and request count; a run with `--kinds` replaces only those kinds)
 and a table on stdout.
 """
 
@@ -93,7 +99,11 @@ class PinnedByConversation:
 
 
 # Cache-aware router options measured next to the default (`CacheAware`'s).
-VARIANTS: dict[str, dict[str, Any]] = {"discount": {"replicated": "discount"}}
+VARIANTS: dict[str, dict[str, Any]] = {
+    "discount": {"replicated": "discount"},
+    "continuation": {"replicated": "discount", "continuation_slack": 40},
+}
+KINDS = ("auto", "full", *VARIANTS, "pinned", "one")
 PER_INSTANCE = (
     "name",
     "requests",
@@ -173,10 +183,16 @@ def _ratios(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def measure(
-    trace: str, requests: int, conversations: list[int] | None, jobs: int
+    trace: str,
+    requests: int,
+    conversations: list[int] | None,
+    jobs: int,
+    kinds: Sequence[str] = KINDS,
+    previous: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Per config: the default router on group events ("auto") and on full-only ones
-    ("full"), each variant, the pinning study (synthetic trace only), and one instance."""
+    ("full"), each variant, the pinning study (synthetic trace only), and one instance.
+    `kinds` picks some; the others are kept from `previous` (the same trace's entry)."""
     base = ReplayOptions.of(
         trace=trace,
         page_size=16,
@@ -187,17 +203,23 @@ def measure(
         max_running=16,
         max_requests=requests,
     )
-    kinds = ["auto", "full", *VARIANTS, "one"] + (["pinned"] if conversations else [])
+    kinds = [k for k in kinds if k != "pinned" or conversations]
     tasks = [(replace(base, config=c), k, conversations) for c in CONFIGS for k in kinds]
     with ProcessPoolExecutor(jobs) as pool:
         summaries = list(pool.map(_replay, tasks))
     done = {(t[0].config, t[1]): summary for t, summary in zip(tasks, summaries, strict=True)}
     out: dict[str, Any] = {}
     for config in CONFIGS:
-        one = done[(config, "one")]["hit_rate"]
-        runs = {k: _ratios(done[(config, k)]) for k in kinds if k != "one"}
+        before = (previous or {}).get(config, {})
+        if (config, "one") in done:
+            one = done[(config, "one")]["hit_rate"]
+        elif "hit_rate_one_instance" in before:
+            one = before["hit_rate_one_instance"]
+        else:
+            raise ValueError(f"no one-instance run for {config}: add 'one' to the kinds")
+        runs = before.get("runs", {}) | {k: _ratios(done[(config, k)]) for k in kinds if k != "one"}
         out[config] = {
-            "requests": done[(config, "auto")]["requests"],
+            "requests": next(s["requests"] for (c, _), s in done.items() if c == config),
             "hit_rate_one_instance": one,
             "vs_one_instance": {k: r["hit_rate"] / max(one, 1e-9) for k, r in runs.items()},
             "runs": runs,
@@ -234,19 +256,31 @@ def main() -> None:
     parser.add_argument("--trace", help="a Mooncake JSONL trace (default: synthetic)")
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--jobs", type=int, default=2, help="replays run at once")
+    parser.add_argument(
+        "--kinds",
+        default=",".join(KINDS),
+        help=f"comma-separated runs among {', '.join(KINDS)} (the others are kept)",
+    )
     parser.add_argument("--out", default=str(RESULTS))
     args = parser.parse_args()
+    kinds = args.kinds.split(",")
+    if bad := [k for k in kinds if k not in KINDS]:
+        parser.error(f"unknown kind {bad[0]!r}; choose from {', '.join(KINDS)}")
+    source = args.trace or "synthetic Mooncake trace (seed 0)"
+    key = f"{Path(source).name}, {args.requests} requests"
+    # One entry per trace and request count: a run replaces only its own kinds.
+    out = Path(args.out)
+    runs = json.loads(out.read_text()).get("runs", {}) if out.exists() else {}
+    previous = runs.get(key) if "runs" in next(iter(runs.get(key, {}).values()), {}) else None
     with tempfile.TemporaryDirectory() as tmp:
         trace, conversations = args.trace, None
         if trace is None:
             trace = str(Path(tmp) / "synthetic.jsonl")
             conversations = synthetic_trace(Path(trace), args.requests)
-        results = measure(trace, args.requests, conversations, args.jobs)
-    source = args.trace or "synthetic Mooncake trace (seed 0)"
-    # One entry per trace and request count: a run replaces only its own.
-    out = Path(args.out)
+        results = measure(trace, args.requests, conversations, args.jobs, kinds, previous)
+    # Read again: another run may have written its own entry meanwhile.
     runs = json.loads(out.read_text()).get("runs", {}) if out.exists() else {}
-    runs[f"{Path(source).name}, {args.requests} requests"] = results
+    runs[key] = results
     out.write_text(json.dumps({"runs": runs}, indent=1) + "\n")
     print(table(results))
 

@@ -17,6 +17,7 @@ from uniradix.event_sink import MEDIUM_CPU_PINNED, MEDIUM_DISK, MEDIUM_GPU
 from uniradix.events.index import KVEventIndex
 
 ROUTERS = ("round-robin", "least-loaded", "cache-aware")
+REPLICATED = ("attract", "discount")  # `CacheAware(replicated=)`
 
 
 class Router(Protocol):
@@ -55,9 +56,9 @@ class CacheAware:
 
     What an instance holds is what it can resume from, as its events said (a hybrid
     instance's SWA / Mamba groups included: `KVEventIndex.weighted_prefix`), plus the pages
-    of the last `recent`
-    prompts routed to it: those are being prefilled and will be cached before the events
-    say so (SGLang's router likewise inserts a routed prompt into its own tree at once).
+    of the last `recent` prompts routed to it: those are being prefilled and will be cached
+    before the events say so (SGLang's router likewise inserts a routed prompt into its own
+    tree at once).
     Its prediction (`expected_pages`) is stricter on an instance publishing SWA / Mamba
     groups: a prompt in flight leaves a window and a state at its own end only (the
     placement rule), so it adds the pages up to that end when the new prompt holds them all,
@@ -66,6 +67,15 @@ class CacheAware:
     instance's host tier (`CPU_PINNED`) counts `host_weight` of a device page: it is a hit
     after a load-back (0.8 is llm-d's default `cpu` tier weight); one the pages in L3
     (`DISK`) add counts `storage_weight`, below the host's (a prefetch, then a load-back).
+
+    `replicated="discount"` scores only the pages an instance holds past the prefix a
+    second instance holds too: a replicated system prompt then gives no preference, and a
+    new conversation on it goes to the least loaded, while a context held on one instance
+    still attracts (the default, "attract", scores every page held).
+    `continuation_slack` (default: `slack`) is the load slack for a conversation's next
+    turn: a prompt that holds the whole of a prompt recently routed to an instance, on
+    pages no other instance holds that deep, may go there while that instance's load is
+    within this many requests of the least loaded (moving a turn recomputes its context).
     """
 
     def __init__(
@@ -77,13 +87,17 @@ class CacheAware:
         host_weight: float = 0.8,
         storage_weight: float = 0.5,
         replicated: str = "attract",
-        balance: str = "load",
+        continuation_slack: int | None = None,
     ) -> None:
         if slack < 0 or recent < 0 or not 0 <= storage_weight <= host_weight <= 1:
             raise ValueError(
                 f"slack={slack} and recent={recent} must be >= 0, "
                 f"0 <= storage_weight={storage_weight} <= host_weight={host_weight} <= 1"
             )
+        if continuation_slack is not None and continuation_slack < 0:
+            raise ValueError(f"continuation_slack={continuation_slack} must be >= 0")
+        if replicated not in REPLICATED:
+            raise ValueError(f"replicated={replicated!r}; choose from {REPLICATED}")
         self.weights = {
             MEDIUM_GPU: 1.0,
             MEDIUM_CPU_PINNED: host_weight,
@@ -94,7 +108,7 @@ class CacheAware:
         self.slack = slack
         self.recent = recent
         self.replicated = replicated
-        self.balance = balance
+        self.continuation_slack = slack if continuation_slack is None else continuation_slack
         self._routed: deque[tuple[int, list[int]]] = deque()
         self._in_flight: list[Counter[int]] = [Counter() for _ in self.names]
         self._ends: list[Counter[int]] = [Counter() for _ in self.names]  # last page hashes
@@ -113,17 +127,19 @@ class CacheAware:
             held.append(score + (end - n))
             ends.append(end)
             self.expected_pages[i] = self._expected(i, hashes, n, end)
-        if self.replicated == "discount" and len(held) > 1:
-            shared = sorted(ends)[-2]
+        shared = sorted(ends)[-2] if len(ends) > 1 else 0  # pages a second instance holds
+        if self.replicated == "discount":
             held = [
                 h * max(0, e - shared) / e if e else 0.0 for h, e in zip(held, ends, strict=True)
             ]
-        limit = min(loads) + self.slack
-        best = max((held[i], -loads[i]) for i in range(len(loads)) if loads[i] <= limit)
-        if best[0] == 0 and self.balance == "pages":
-            work = [len(c) for c in self._in_flight]
-            choice = min(range(len(loads)), key=lambda i: (work[i], loads[i]))
-        elif best[0] == 0:
+        slack = [self.slack] * len(ends)
+        if self.continuation_slack != self.slack:
+            for i, e in enumerate(ends):
+                if e > shared and self._continues(i, hashes, e):
+                    slack[i] = self.continuation_slack
+        limits = [min(loads) + s for s in slack]
+        best = max((held[i], -loads[i]) for i in range(len(loads)) if loads[i] <= limits[i])
+        if best[0] == 0:
             choice = self._fallback.choose(tokens, loads)
         else:
             choice = next(i for i in range(len(loads)) if (held[i], -loads[i]) == best)
@@ -139,6 +155,13 @@ class CacheAware:
             return in_flight
         ends = self._ends[instance]
         return next((k for k in range(in_flight, indexed, -1) if hashes[k - 1] in ends), indexed)
+
+    def _continues(self, instance: int, hashes: list[int], held: int) -> bool:
+        """Whether one of the first `held` pages of `hashes` is the last page of a prompt
+        recently routed to `instance`, so that the prompt holds all of it: a conversation's
+        next turn."""
+        ends = self._ends[instance]
+        return any(h in ends for h in hashes[:held])
 
     def _remember(self, instance: int, hashes: list[int]) -> None:
         if not self.recent:
