@@ -86,6 +86,8 @@ class HostTier:
         # Split actions a walk hands the controller (pending backups follow the split).
         self._split_actions: list[Any] = []
         self._host_uuids = count(1)
+        # Device leaves a write-back walk popped but could neither back up nor drop.
+        self._kept_leaves: list[TreeNode] = []
 
     def set_hicache_enabled(self) -> None:
         if self.swa is not None or self.mamba is not None:
@@ -95,6 +97,18 @@ class HostTier:
             )
         self.enable_hicache = True
         self.tree.host_only_nodes = True
+
+    @property
+    def enable_storage(self) -> bool:
+        return False
+
+    @enable_storage.setter
+    def enable_storage(self, value: bool) -> None:
+        if value:  # SGLang turns it on when an L3 storage backend is attached
+            raise NotImplementedError(
+                "uniradix TreeCore: enable_storage needs SGLang's L3 storage page hashes on "
+                "the tree, which this core does not keep yet"
+            )
 
     def set_host_memory_buffer_only(self) -> None:
         raise NotImplementedError(
@@ -143,6 +157,17 @@ class HostTier:
                 )
             )
         self._track_duplicate(parent)
+
+    def _check_host(self, nodes: list[TreeNode]) -> None:
+        """The host state's invariants, for `sanity_check`: marks name live nodes, no host
+        lock count is negative, a host-only node's subtree is host-only."""
+        for marks in (self._write_pending, self._load_pending, self._duplicates):
+            assert all(i in self._nodes for i in marks), f"a mark outlived its node: {marks}"
+        for node in nodes:
+            data = node.data[0]
+            assert data.host_lock_ref >= 0, node
+            if data.value is None:
+                assert all(c.data[0].value is None for c in node.children.values()), node
 
     def _take_split_actions(self) -> list[Any]:
         actions, self._split_actions = self._split_actions, []
@@ -244,6 +269,9 @@ class HostTier:
                 cur is not node and cur.id in self._write_pending
             )
             if busy or data.lock_ref or data.host_lock_ref:
+                # The walk popped it and goes on without it, as SGLang's: it is offered
+                # again once the walk ends.
+                self._kept_leaves.append(node)
                 return result
             subtree.append(cur)
             stack.extend(cur.children.values())
@@ -260,6 +288,11 @@ class HostTier:
         self._delete(node)
         result.is_dropped = True
         return result
+
+    def _requeue_kept_leaves(self) -> None:
+        for node in self._kept_leaves:
+            self.tree.leaves.refresh(node)
+        self._kept_leaves.clear()
 
     def demote(self, node_id: int) -> Any:
         node = self._node(node_id)
