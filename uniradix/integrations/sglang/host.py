@@ -35,7 +35,6 @@ from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import (
     BaseEvictionResult,
     DemoteResult,
     DriveHostEvictionResult,
-    DropSubtreeNoHostResult,
     EvictDeviceLeafResult,
 )
 
@@ -253,46 +252,6 @@ class HostTier:
             self._free_device(node, result)
             self._delete(node)
         return result
-
-    def drop_subtree_no_host(self, node_id: int) -> Any:
-        """Write-back under host pressure: a device leaf whose backup failed goes with its
-        host-only subtree, unless a lock or an in-flight copy holds any of it."""
-        result = DropSubtreeNoHostResult(is_dropped=False)
-        node = self._node(node_id)
-        if not self.tree.is_evictable_leaf(node) or node.data[0].host_value is not None:
-            raise ValueError(f"drop_subtree_no_host: node {node_id} is not an unbacked leaf")
-        subtree, stack = [], [node]
-        while stack:
-            cur = stack.pop()
-            data = cur.data[0]
-            busy = cur.id in self._load_pending or (
-                cur is not node and cur.id in self._write_pending
-            )
-            if busy or data.lock_ref or data.host_lock_ref:
-                # The walk popped it and goes on without it, as SGLang's: it is offered
-                # again once the walk ends.
-                self._kept_leaves.append(node)
-                return result
-            subtree.append(cur)
-            stack.extend(cur.children.values())
-        for desc in reversed(subtree[1:]):  # host-only, deepest first
-            if self._events is not None:
-                self._events.removed(desc, CPU, drop=False)
-            assert desc.data[0].host_value is not None and desc.data[0].value is None
-            result.host_frees[FULL].append(torch.from_numpy(desc.data[0].host_value))
-            desc.data[0].host_value = None
-            self._delete(desc)
-        if self._events is not None:
-            self._events.removed(node, GPU)
-        self._free_device(node, result)
-        self._delete(node)
-        result.is_dropped = True
-        return result
-
-    def _requeue_kept_leaves(self) -> None:
-        for node in self._kept_leaves:
-            self.tree.leaves.refresh(node)
-        self._kept_leaves.clear()
 
     def demote(self, node_id: int) -> Any:
         node = self._node(node_id)
