@@ -2,11 +2,13 @@
 lock step on SGLang's Python core and on the uniradix core (both under SGLang's cache with
 HiCache on, see `sglang_hicache`): host locks against host eviction, `insert_host` (storage
 prefetch: new host-only leaves, refills, splits, refusal below an unbacked node) and the
-load-back of what it hung; the results and the trees compared after every call."""
+load-back of what it hung, backups failing for want of host memory (write-back drops the
+leaf); the results and the trees compared after every call."""
 
 from __future__ import annotations
 
 from array import array
+from unittest import mock
 
 import pytest
 
@@ -82,11 +84,22 @@ def script(cache, allocator) -> list:
     step("host evict all", cache.evict_host(10**6))
     step("insert c (unbacked)", insert(cache, allocator, seq(300, 2)))
     step("prefetch below unbacked c", host_insert(cache, seq(300, 2), seq(800, 1)))
+    # Host memory taken elsewhere: backups fail, so the leaves they were for are dropped
+    # (write-back: `drop_subtree_no_host`) or deleted unbacked (write-through).
+    host_pool = cache.cache_controller.mem_pool_host
+    taken = host_pool.alloc(host_pool.available_size())
+    step("insert d, host full", insert(cache, allocator, seq(600, 2)))
+    cache.check_hicache_events()
+    core = cache.tree_core
+    with mock.patch.object(core, "drop_subtree_no_host", wraps=core.drop_subtree_no_host) as drop:
+        evicted = cache.evict(EvictParams(num_tokens=10**6)).num_tokens_evicted
+    step("evict all, host full", (evicted, drop.call_count))
+    host_pool.free(taken)
     cache.sanity_check()
     return out
 
 
-@pytest.mark.parametrize("write_policy", ["write_through", "write_through_selective"])
+@pytest.mark.parametrize("write_policy", ["write_through", "write_through_selective", "write_back"])
 def test_host_methods_in_lock_step(write_policy):
     runs = {}
     for core in ("python", "uniradix"):
@@ -104,6 +117,8 @@ def test_host_methods_in_lock_step(write_policy):
     assert steps["load back prefetched"][0]
     if write_policy == "write_through_selective":
         assert steps["prefetch below unbacked c"][3]  # dropped: its anchor has no host copy
+    evicted, drops = steps["evict all, host full"]
+    assert evicted > 0 and (drops > 0) == (write_policy == "write_back")
 
 
 def test_l3_storage_on_the_host_tier_is_refused_by_name():
