@@ -61,7 +61,6 @@ class HostTier:
     mamba: MambaTree | None
     enable_hicache: bool
     is_write_back: bool
-    is_host_memory_buffer_only: bool
     write_through_threshold: int
     _policy: PolicyKey
     _nodes: dict[int, TreeNode]
