@@ -172,6 +172,8 @@ def test_hicache_plays_the_same_on_both_cores(cfg, write_policy):
     assert all(s[3] for s in played), "a prefix's KV is not what its requests wrote"
     assert any(s[6] for s in played), "no device eviction"
     assert any(not d and h for _, d, h, _ in expected_tree), "no host-only node"
+    if cfg.page_size > 1 and write_policy != "write_through_selective":
+        assert min(s[9] for s in played) == 0, "the host pool never filled"
     assert trace == expected
     assert tree == expected_tree
 

@@ -3,9 +3,9 @@
 SGLang's `UnifiedRadixCache` (its controller, components and pools) drives a TreeCore through
 that interface only; this one keeps the tree in `uniradix.tree.core.TreeCore` (full attention
 as component 0, then SGLang's SWA windows, see `swa.py`, and Mamba states, see `mamba.py`,
-when the cache has them; device tier) and answers SGLang's calls from it. What it does not
-cover is refused when the cache is built (see `check_supported`), or, for the host tier,
-raises `NotImplementedError` naming the method (see `refused.py`).
+when the cache has them; with HiCache on, FULL's host tier: `host.py`, `host_walks.py`) and
+answers SGLang's calls from it. What it does not cover is refused when the cache is built
+(`check_supported`, `set_hicache_enabled`) or by the method, by name (`refused.py`).
 
 Semantics follow SGLang's Python core, so both give the same results on the same calls:
 duplicates past `prev_prefix_len` are handed back as `FreeDeviceKV`, an eviction walk stops
@@ -379,6 +379,7 @@ class UniradixTreeCore(HostWalks, TreeCoreViews):
 
     def evict_device_end(self, component_type: Any) -> None:
         self._walk_quota = 0
+        self._requeue_kept_leaves()
         if component_type == SWA and self.swa is not None:
             self.swa.evict_end()
         elif component_type == MAMBA and self.mamba is not None:

@@ -35,7 +35,6 @@ from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import (
     BaseEvictionResult,
     DemoteResult,
     DriveHostEvictionResult,
-    DropSubtreeNoHostResult,
     EvictDeviceLeafResult,
 )
 
@@ -62,7 +61,6 @@ class HostTier:
     mamba: MambaTree | None
     enable_hicache: bool
     is_write_back: bool
-    is_host_memory_buffer_only: bool
     write_through_threshold: int
     _policy: PolicyKey
     _nodes: dict[int, TreeNode]
@@ -86,6 +84,8 @@ class HostTier:
         # Split actions a walk hands the controller (pending backups follow the split).
         self._split_actions: list[Any] = []
         self._host_uuids = count(1)
+        # Device leaves a write-back walk popped but could neither back up nor drop.
+        self._kept_leaves: list[TreeNode] = []
 
     def set_hicache_enabled(self) -> None:
         if self.swa is not None or self.mamba is not None:
@@ -95,6 +95,18 @@ class HostTier:
             )
         self.enable_hicache = True
         self.tree.host_only_nodes = True
+
+    @property
+    def enable_storage(self) -> bool:
+        return False
+
+    @enable_storage.setter
+    def enable_storage(self, value: bool) -> None:
+        if value:  # SGLang turns it on when an L3 storage backend is attached
+            raise NotImplementedError(
+                "uniradix TreeCore: enable_storage needs SGLang's L3 storage page hashes on "
+                "the tree, which this core does not keep yet"
+            )
 
     def set_host_memory_buffer_only(self) -> None:
         raise NotImplementedError(
@@ -143,6 +155,17 @@ class HostTier:
                 )
             )
         self._track_duplicate(parent)
+
+    def _check_host(self, nodes: list[TreeNode]) -> None:
+        """The host state's invariants, for `sanity_check`: marks name live nodes, no host
+        lock count is negative, a host-only node's subtree is host-only."""
+        for marks in (self._write_pending, self._load_pending, self._duplicates):
+            assert all(i in self._nodes for i in marks), f"a mark outlived its node: {marks}"
+        for node in nodes:
+            data = node.data[0]
+            assert data.host_lock_ref >= 0, node
+            if data.value is None:
+                assert all(c.data[0].value is None for c in node.children.values()), node
 
     def _take_split_actions(self) -> list[Any]:
         actions, self._split_actions = self._split_actions, []
@@ -227,38 +250,6 @@ class HostTier:
                 self._events.removed(node, GPU)
             self._free_device(node, result)
             self._delete(node)
-        return result
-
-    def drop_subtree_no_host(self, node_id: int) -> Any:
-        """Write-back under host pressure: a device leaf whose backup failed goes with its
-        host-only subtree, unless a lock or an in-flight copy holds any of it."""
-        result = DropSubtreeNoHostResult(is_dropped=False)
-        node = self._node(node_id)
-        if not self.tree.is_evictable_leaf(node) or node.data[0].host_value is not None:
-            raise ValueError(f"drop_subtree_no_host: node {node_id} is not an unbacked leaf")
-        subtree, stack = [], [node]
-        while stack:
-            cur = stack.pop()
-            data = cur.data[0]
-            busy = cur.id in self._load_pending or (
-                cur is not node and cur.id in self._write_pending
-            )
-            if busy or data.lock_ref or data.host_lock_ref:
-                return result
-            subtree.append(cur)
-            stack.extend(cur.children.values())
-        for desc in reversed(subtree[1:]):  # host-only, deepest first
-            if self._events is not None:
-                self._events.removed(desc, CPU, drop=False)
-            assert desc.data[0].host_value is not None and desc.data[0].value is None
-            result.host_frees[FULL].append(torch.from_numpy(desc.data[0].host_value))
-            desc.data[0].host_value = None
-            self._delete(desc)
-        if self._events is not None:
-            self._events.removed(node, GPU)
-        self._free_device(node, result)
-        self._delete(node)
-        result.is_dropped = True
         return result
 
     def demote(self, node_id: int) -> Any:

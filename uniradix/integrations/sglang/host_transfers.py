@@ -4,8 +4,9 @@ SGLang's controller copies KV between the tiers; the core tells it what to copy 
 where the copy landed: a backup gives a node its host copy (`commit_backup`), marked in
 flight until the write's ack (`mark_write_through_pending`, `finish_write_through`); a
 load-back gives the evicted bottom of a path its device values again (`commit_load_back`),
-its host copies pinned until the ack under write-back (`finish_load_back`). Semantics are
-those of SGLang's Python core.
+its host copies pinned until the ack under write-back (`finish_load_back`). A write-back
+backup that fails for want of host space drops the leaf with its host-only subtree
+(`drop_subtree_no_host`). Semantics are those of SGLang's Python core.
 """
 
 from __future__ import annotations
@@ -17,11 +18,16 @@ import torch
 from sglang.srt.disaggregation.kv_events import StorageMedium
 from sglang.srt.mem_cache.hicache_storage import PoolName, PoolTransfer
 from sglang.srt.mem_cache.unified_cache.cache_action import BackupKV
+from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import (
+    DropSubtreeNoHostResult,
+)
 
 from uniradix.integrations.sglang.host import HostTier
 from uniradix.integrations.sglang.keys import to_slots, to_tensor
 from uniradix.tree.node import TreeNode
 
+FULL = ComponentType.FULL
 CPU, GPU = StorageMedium.CPU, StorageMedium.GPU
 
 
@@ -76,6 +82,47 @@ class HostTransfers(HostTier):
                 self._track_duplicate(node)
             if self._events is not None:
                 self._events.restored(node, CPU)
+
+    # ------------------------------------------------------------------ failed backups
+    def drop_subtree_no_host(self, node_id: int) -> Any:
+        """Write-back under host pressure: a device leaf whose backup failed goes with its
+        host-only subtree, unless a lock or an in-flight copy holds any of it."""
+        result = DropSubtreeNoHostResult(is_dropped=False)
+        node = self._node(node_id)
+        if not self.tree.is_evictable_leaf(node) or node.data[0].host_value is not None:
+            raise ValueError(f"drop_subtree_no_host: node {node_id} is not an unbacked leaf")
+        subtree, stack = [], [node]
+        while stack:
+            cur = stack.pop()
+            data = cur.data[0]
+            busy = cur.id in self._load_pending or (
+                cur is not node and cur.id in self._write_pending
+            )
+            if busy or data.lock_ref or data.host_lock_ref:
+                # The walk popped it and goes on without it, as SGLang's: it is offered
+                # again once the walk ends.
+                self._kept_leaves.append(node)
+                return result
+            subtree.append(cur)
+            stack.extend(cur.children.values())
+        for desc in reversed(subtree[1:]):  # host-only, deepest first
+            if self._events is not None:
+                self._events.removed(desc, CPU, drop=False)
+            assert desc.data[0].host_value is not None and desc.data[0].value is None
+            result.host_frees[FULL].append(torch.from_numpy(desc.data[0].host_value))
+            desc.data[0].host_value = None
+            self._delete(desc)
+        if self._events is not None:
+            self._events.removed(node, GPU)
+        self._free_device(node, result)
+        self._delete(node)
+        result.is_dropped = True
+        return result
+
+    def _requeue_kept_leaves(self) -> None:
+        for node in self._kept_leaves:
+            self.tree.leaves.refresh(node)
+        self._kept_leaves.clear()
 
     # ------------------------------------------------------------------ load-back
     def build_load_back_spec(self, node_id: int, req: Any = None) -> tuple[Any, dict[Any, Any]]:

@@ -2,9 +2,10 @@
 
 `check_supported` runs when SGLang builds the cache, so an unsupported configuration fails
 at start-up with the reason instead of misbehaving while serving. `RefusedTreeCoreMethods`
-gives the rest of SGLang's `UnifiedTreeCoreInterface` (host tier, storage, SWA host windows,
-external linker) bodies that raise `NotImplementedError` naming the method and what it needs;
-SGLang's controller calls none of them on a device-tier cache.
+gives the rest of SGLang's `UnifiedTreeCoreInterface` (L3 storage hashes and transfers, SWA
+and Mamba host windows, buffer mode, external linker, scheduling walks) bodies that raise
+`NotImplementedError` naming the method and what it needs; SGLang's controller calls none of
+them on a device-tier cache, nor on a FULL HiCache cache without an L3 storage backend.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import (
 
 _FULL, _SWA, _MAMBA = ComponentType.FULL, ComponentType.SWA, ComponentType.MAMBA
 SUPPORTED_COMPONENTS = ((_FULL,), (_FULL, _SWA), (_FULL, _MAMBA), (_FULL, _SWA, _MAMBA))
-_HOST = "SGLang's host tier (HiCache) and L3 storage"
+_HOST = "SGLang's L3 storage (HiCache storage backend)"
 _AUX = "SGLang's host tier (the write-back backups of SWA, Mamba and custom sizes)"
 _WALK = "tree walks for scheduling and the KV canary"
 _LINKER = "SGLang's external cache linker"

@@ -4,6 +4,7 @@ which mutates the tree."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -31,6 +32,7 @@ class TreeCoreViews(RefusedTreeCoreMethods):
     _evictable: int
     _protected: int
     _empty: Any
+    _check_host: Callable[[list[TreeNode]], None]  # host.py: the host tier's invariants
 
     def _node(self, node_id: int) -> TreeNode:
         try:
@@ -164,6 +166,8 @@ class TreeCoreViews(RefusedTreeCoreMethods):
             f"sizes {(self._evictable, self._protected)} != tree {(evictable, protected)}"
         )
         assert len(self._nodes) == len(nodes) + 1
+        if self.tree.host_only_nodes:
+            self._check_host(nodes)
         if self.swa is not None:
             self.swa.check(nodes)
         if self.mamba is not None:

@@ -1,0 +1,139 @@
+"""The host-tier TreeCore methods SGLang's stream test does not reach on its own, called in
+lock step on SGLang's Python core and on the uniradix core (both under SGLang's cache with
+HiCache on, see `sglang_hicache`): host locks against host eviction, `insert_host` (storage
+prefetch: new host-only leaves, refills, splits, refusal below an unbacked node) and the
+load-back of what it hung, backups failing for want of host memory (write-back drops the
+leaf); the results and the trees compared after every call."""
+
+from __future__ import annotations
+
+from array import array
+from unittest import mock
+
+import pytest
+
+from tests.integrations.sglang_env import load_sglang
+
+load_sglang(kits=True)
+
+from sglang.srt.mem_cache.base_prefix_cache import (  # noqa: E402
+    EvictParams,
+    InsertParams,
+    MatchPrefixParams,
+)
+from sglang.srt.mem_cache.radix_cache import RadixKey  # noqa: E402
+from sglang.test.kits.unified_radix_cache.config import CONFIGS  # noqa: E402
+
+from tests.integrations.sglang_hicache import build_hicache_cache, cpu_hicache  # noqa: E402
+from tests.integrations.test_sglang_hicache import load_back, tree_state  # noqa: E402
+
+CFG = next(c for c in CONFIGS if c.label == "FULL_ps4")
+PS = CFG.page_size
+
+
+def seq(start: int, pages: int) -> list[int]:
+    return list(range(start, start + pages * PS))
+
+
+def insert(cache, allocator, tokens: list[int]) -> int:
+    key = RadixKey(array("q", tokens))
+    return cache.insert(InsertParams(key=key, value=allocator.alloc(len(tokens)))).prefix_len
+
+
+def best(cache, tokens: list[int]):
+    return cache.match_prefix(MatchPrefixParams(key=RadixKey(array("q", tokens))))
+
+
+def host_insert(cache, anchor_tokens: list[int], tokens: list[int]) -> tuple:
+    """SGLang's storage prefetch hands the tree a host copy of `tokens` below the node that
+    ends `anchor_tokens` (the root when empty)."""
+    node = best(cache, anchor_tokens).best_match_node if anchor_tokens else cache.root_node_handle()
+    host = cache.cache_controller.mem_pool_host.alloc(len(tokens))
+    hashes = [f"page{t}" for t in tokens[::PS]]
+    r = cache.tree_core.insert_host(node, RadixKey(array("q", tokens)), host, hashes)
+    if r.host_insert_dropped:
+        cache.cache_controller.mem_pool_host.free(host)
+    return r.prefix_len, r.total_len, r.inserted_host_node is not None, r.host_insert_dropped
+
+
+def script(cache, allocator) -> list:
+    """One call sequence; every step's result and the tree after it, free of node ids."""
+    a, b = seq(100, 3), seq(100, 2) + seq(500, 2)
+    out = []
+
+    def step(name, result):
+        out.append((name, result, tree_state(cache)))
+
+    for tokens in (a, b, a, b):  # twice: a second hit backs up under the selective policy
+        step("insert", insert(cache, allocator, tokens))
+    cache.check_hicache_events()  # the backups acked: every node is on the host
+    step("evict all", cache.evict(EvictParams(num_tokens=10**6)).num_tokens_evicted)
+    m = best(cache, a)
+    step("match a", (m.device_prefix_len, m.host_hit_length))
+    lock = cache.inc_host_lock_ref(m.best_match_node)
+    step("host evict, a pinned", cache.evict_host(10**6))
+    cache.dec_host_lock_ref(m.best_match_node, lock.to_dec_params())
+    step("host prefetch below a", host_insert(cache, a, seq(900, 2)))
+    step("prefetch over a, split", host_insert(cache, [], seq(100, 2) + seq(700, 1)))
+    step("prefetch refills nothing", host_insert(cache, [], a))
+    m = best(cache, a + seq(900, 2))
+    step("match prefetched", (m.device_prefix_len, m.host_hit_length))
+    loaded = load_back(cache, m.best_match_node)
+    m = best(cache, a + seq(900, 2))
+    step("load back prefetched", (loaded, m.device_prefix_len))
+    step("host evict all", cache.evict_host(10**6))
+    step("insert c (unbacked)", insert(cache, allocator, seq(300, 2)))
+    step("prefetch below unbacked c", host_insert(cache, seq(300, 2), seq(800, 1)))
+    # Host memory taken elsewhere: backups fail, so the leaves they were for are dropped
+    # (write-back: `drop_subtree_no_host`) or deleted unbacked (write-through).
+    host_pool = cache.cache_controller.mem_pool_host
+    taken = host_pool.alloc(host_pool.available_size())
+    step("insert d, host full", insert(cache, allocator, seq(600, 2)))
+    cache.check_hicache_events()
+    core = cache.tree_core
+    with mock.patch.object(core, "drop_subtree_no_host", wraps=core.drop_subtree_no_host) as drop:
+        evicted = cache.evict(EvictParams(num_tokens=10**6)).num_tokens_evicted
+    step("evict all, host full", (evicted, drop.call_count))
+    host_pool.free(taken)
+    cache.sanity_check()
+    return out
+
+
+@pytest.mark.parametrize("write_policy", ["write_through", "write_through_selective", "write_back"])
+def test_host_methods_in_lock_step(write_policy):
+    runs = {}
+    for core in ("python", "uniradix"):
+        with cpu_hicache():
+            cache, allocator, _ = build_hicache_cache(CFG, core, write_policy)
+            cache.load_back_threshold = PS
+            try:
+                runs[core] = script(cache, allocator)
+            finally:
+                cache.release_host_resources()
+    for expected, got in zip(runs["python"], runs["uniradix"], strict=True):
+        assert got == expected, expected[0]
+    steps = dict((name, result) for name, result, _ in runs["python"])
+    assert steps["host evict, a pinned"] > 0 and steps["match a"][1] > 0
+    assert steps["load back prefetched"][0]
+    if write_policy == "write_through_selective":
+        assert steps["prefetch below unbacked c"][3]  # dropped: its anchor has no host copy
+    evicted, drops = steps["evict all, host full"]
+    assert evicted > 0 and (drops > 0) == (write_policy == "write_back")
+
+
+def test_l3_storage_on_the_host_tier_is_refused_by_name():
+    """SGLang turns `enable_storage` on when an L3 backend is attached; this core keeps no
+    storage page hashes yet, so it refuses there rather than when a hash is first asked."""
+    with cpu_hicache():
+        cache, _, _ = build_hicache_cache(CFG, "uniradix", "write_through")
+        try:
+            with pytest.raises(NotImplementedError, match="enable_storage needs SGLang's L3"):
+                cache.enable_storage = True
+        finally:
+            cache.release_host_resources()
+
+
+def test_hicache_is_refused_for_swa_and_mamba_by_name():
+    cfg = next(c for c in CONFIGS if c.label == "FULL_SWA_ps4_sw4")
+    with cpu_hicache(), pytest.raises(NotImplementedError, match="set_hicache_enabled covers"):
+        build_hicache_cache(cfg, "uniradix", "write_through")
