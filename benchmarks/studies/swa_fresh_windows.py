@@ -2,6 +2,7 @@
 for fresh (never-served) windows, side by side on the `bursts` traces and the Mooncake trace.
 
     .venv/bin/python -m benchmarks.studies.swa_fresh_windows [--max-requests 2000]
+        [--rules reuse_credit own_depth ...]
 
 - `own_depth`: a never-served node credited by its own end, not by the end of the insert
   whose window it is in (what `greedy_dual` did);
@@ -10,7 +11,8 @@ for fresh (never-served) windows, side by side on the `bursts` traces and the Mo
   output windows, every 8th request's counted at the full worth (as the default does for
   output windows);
 - `past_censored`: the same, a sampled window counted only once its outcome is known
-  (served, or evicted unserved).
+  (served, or evicted unserved);
+- `output_factor_1`: the default with its output windows always at the full worth.
 
 Each runs full+SWA at the hit table's ample budget (W = 1024) on `bursts/s0` and `bursts/s1`,
 and on the Mooncake trace's first requests at issue 14's sizes, W = 1024 and 4096
@@ -43,6 +45,13 @@ class OwnDepth(SWAOutputCreditEviction):
 
     def refreshed(self, node: TreeNode, depth: int, window_end: int) -> None:
         super().refreshed(node, depth, depth)
+
+
+class OutputFactor1(SWAOutputCreditEviction):
+    """The default without the measured worth of output windows."""
+
+    def output_factor(self) -> float:
+        return 1.0
 
 
 class PastMeasured(SWAOutputCreditEviction):
@@ -133,12 +142,14 @@ RULES = {
     "own_depth": register_swa_order("study:fresh_own_depth", OwnDepth),
     "past_measured": register_swa_order("study:fresh_past_measured", PastMeasured),
     "past_censored": register_swa_order("study:fresh_past_censored", PastCensored),
+    "output_factor_1": register_swa_order("study:fresh_output_factor_1", OutputFactor1),
 }
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--max-requests", type=int, default=2000, help="of the Mooncake trace")
+    parser.add_argument("--rules", nargs="+", default=list(RULES), choices=list(RULES))
     args = parser.parse_args()
     print("| rule | bursts/s0 | bursts/s1 | Mooncake W=1024 | Mooncake W=4096 |")
     print("|---|---|---|---|---|")
@@ -146,7 +157,8 @@ def main() -> int:
     base = base_options("trace", str(TRACE)).updated(max_requests=args.max_requests)
     base = base.updated(full_tokens=full_pool(base)[0])
     full = run_replay(base.updated(config="full")).summary["hit_rate"]
-    for name, policy in RULES.items():
+    for name in args.rules:
+        policy = RULES[name]
         cells = [
             measure(table_sized(t.options, *BUDGETS["ample"]), "swa", policy)["hit_rate"]
             for t in traces
