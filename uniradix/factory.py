@@ -11,6 +11,7 @@ from uniradix.components.mamba_host import HostMambaComponent
 from uniradix.components.registry import DEFAULT_REGISTRY, ComponentRegistry, ComponentSpec
 from uniradix.components.swa_host import HostSWAComponent
 from uniradix.config import CacheConfig
+from uniradix.eviction.orders import check_aux_eviction_policy, check_swa_eviction_policy
 from uniradix.memory.allocator import TokenSlotAllocator
 from uniradix.memory.kv_pool import KVPool
 from uniradix.memory.mamba_pool import MambaReqPool, MambaSlotAllocator, MambaStatePool
@@ -89,8 +90,9 @@ def build_cache(
         page_size=ps,
         is_eagle=requests.is_eagle,
         eviction_policy=eviction.eviction_policy,
-        aux_eviction_policy=eviction.aux_eviction_policy,
-        swa_eviction_policy=eviction.swa_eviction_policy,
+        # checked for every cache (a bad name is an error even where its pool is absent)
+        aux_eviction_policy=check_aux_eviction_policy(eviction.aux_eviction_policy),
+        swa_eviction_policy=check_swa_eviction_policy(eviction.swa_eviction_policy),
         sliding_window=p.sliding_window,
         mamba_cache_chunk_size=p.mamba_cache_chunk_size,
         mamba_max_states_per_path=p.mamba_max_states_per_path,
