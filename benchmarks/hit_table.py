@@ -97,7 +97,7 @@ def measure(options: ReplayOptions, config: str, order: str) -> dict[str, Any]:
         return swa_oracle_replay(opts) if config != "mamba" else mamba_oracle_replay(opts)
     if config == "swa":
         opts = opts.updated(swa_eviction_policy=order)
-    else:
+    elif config != "full":  # full attention has no auxiliary pool to order
         opts = opts.updated(aux_eviction_policy=order)
         if order in ("lru", BRANCH_AWARE):  # both pools, as the library's aux order once did
             opts = opts.updated(swa_eviction_policy=order)
