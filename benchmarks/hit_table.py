@@ -4,7 +4,7 @@ full+SWA+Mamba) with LRU, the default order, every retired order (study copies,
 marked; hits per Mamba slot and per SWA token.
 
     .venv/bin/python -m benchmarks.hit_table [--traces NAME ...] [--budgets tight mid ample]
-        [--mooncake PATH] [--sharegpt PATH] [--out benchmarks/results]
+        [--mooncake PATH] [--sharegpt PATH] [--out benchmarks/results] [--as-default]
 
 Budgets, from each trace's working set (prompt tokens minus ideal hits): the full pool is
 1/50 (`tight`), 1/4 (`mid`, issue 14's sizes) or all (`ample`) of it, at least twice the
@@ -19,6 +19,8 @@ The oracle is Belady with the future known (`benchmarks/mamba_oracle.py`,
 `benchmarks/swa_oracle.py`; both on full+SWA+Mamba); it is an estimate, not a bound, where
 those modules say. Rows go to `hit_table.jsonl` as they are measured (a rerun skips cells
 already there: delete the file to remeasure) and `hit_table.md` is written from it.
+`--as-default` measures nothing: it scores every order of `hit_table.jsonl` on the judging
+cells as if it were the default (issue 28's targets against all the others).
 """
 
 from __future__ import annotations
@@ -95,7 +97,7 @@ def measure(options: ReplayOptions, config: str, order: str) -> dict[str, Any]:
         return swa_oracle_replay(opts) if config != "mamba" else mamba_oracle_replay(opts)
     if config == "swa":
         opts = opts.updated(swa_eviction_policy=order)
-    else:
+    elif config != "full":  # full attention has no auxiliary pool to order
         opts = opts.updated(aux_eviction_policy=order)
         if order in ("lru", BRANCH_AWARE):  # both pools, as the library's aux order once did
             opts = opts.updated(swa_eviction_policy=order)
@@ -145,7 +147,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mooncake", type=Path, default=None)
     parser.add_argument("--sharegpt", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    parser.add_argument("--as-default", action="store_true", help="score the rows, run none")
     args = parser.parse_args(argv)
+    if args.as_default:
+        rows = [json.loads(x) for x in (args.out / "hit_table.jsonl").read_text().splitlines()]
+        print("\n".join(as_default(rows)))
+        return 0
     log: list[str] = []
     chosen = suite(mooncake=args.mooncake, sharegpt_json=args.sharegpt, log=log, only=args.traces)
     traces = {t.name: t for t in chosen}
@@ -225,6 +232,24 @@ def markdown(rows: list[dict[str, Any]], argv: str) -> str:
         lines += ["", verdict(judged), ""]
         judged.clear()
     return "\n".join(lines)
+
+
+def as_default(rows: list[dict[str, Any]]) -> list[str]:
+    """Per config and order: the judging cells where that order, as the default, meets each
+    target against every other order and the oracle."""
+    lines = []
+    for config in CONFIGS:
+        cells: dict[tuple[str, str], dict[str, float]] = {}
+        for r in rows:
+            if r["config"] == config and r["half"] == "judge":
+                cells.setdefault((r["trace"], r["budget"]), {})[r["order"]] = r["hit_rate"]
+        for order in [label(o) for o in orders(config) if o != ORACLE]:
+            judged = []
+            for rates in cells.values():
+                best = max(v for o, v in rates.items() if o not in (order, ORACLE))
+                judged.append((rates[order] >= TARGET_BEST * best, rates[ORACLE], rates[order]))
+            lines.append(f"{config} {order}: {verdict(judged)}")
+    return lines
 
 
 def verdict(judged: list[tuple[bool, float, float]]) -> str:

@@ -12,6 +12,7 @@ from uniradix.components.mamba_host import HostMambaComponent
 from uniradix.components.registry import DEFAULT_REGISTRY, ComponentRegistry, ComponentSpec
 from uniradix.components.swa_host import HostSWAComponent
 from uniradix.config import CacheConfig
+from uniradix.eviction.orders import check_aux_eviction_policy, check_swa_eviction_policy
 from uniradix.memory.allocator import TokenSlotAllocator
 from uniradix.memory.kv_pool import KVPool
 from uniradix.memory.mamba_pool import MambaReqPool, MambaSlotAllocator, MambaStatePool
@@ -34,8 +35,11 @@ def components(config: CacheConfig) -> tuple[ComponentType, ...]:
 
 def cache_settings(config: CacheConfig) -> CacheSettings:
     """The settings the components read: each from the knob of the same name, so a knob is
-    declared once (in its group); the settings no knob sets keep their defaults."""
+    declared once (in its group); the settings no knob sets keep their defaults. The order
+    names are checked (and former names mapped) for every cache, even where the pool is absent."""
     knobs = config.flat()
+    knobs["aux_eviction_policy"] = check_aux_eviction_policy(knobs["aux_eviction_policy"])
+    knobs["swa_eviction_policy"] = check_swa_eviction_policy(knobs["swa_eviction_policy"])
     names = [f.name for f in dataclasses.fields(CacheSettings)]
     return CacheSettings(**{name: knobs[name] for name in names if name in knobs})
 

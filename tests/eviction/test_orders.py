@@ -82,3 +82,16 @@ def test_the_cli_rejects_a_retired_name_in_one_line(capsys: pytest.CaptureFixtur
 def test_a_registered_order_needs_a_study_name() -> None:
     with pytest.raises(ValueError, match="'greedy_dual' must be named 'study:"):
         register_swa_order("greedy_dual", SWAOutputCreditEviction)
+
+
+def test_a_bad_name_is_rejected_where_its_pool_is_absent() -> None:
+    """A full+SWA cache has no Mamba pool, a full-only cache neither pool: the names are
+    still checked, as a typo would otherwise go unnoticed until the pool is added."""
+    with pytest.raises(ValueError, match="aux_eviction_policy 'nope'"):
+        build_cache(
+            CacheConfig.of(
+                full_tokens=64, swa_tokens=32, sliding_window=4, aux_eviction_policy="nope"
+            )
+        )
+    with pytest.raises(ValueError, match="swa_eviction_policy 'branch_aware'"):
+        build_cache(CacheConfig.of(full_tokens=64, swa_eviction_policy="branch_aware"))
