@@ -223,7 +223,7 @@ class UniradixTreeCore(TreeCoreViews):
         if self.swa is not None and params.swa_branching_seqlen is not None:
             result.swa_branch_inserted = len(params.key) >= params.swa_branching_seqlen
         result.prefix_len, result.last_device_node = present, target.id
-        if not all(isinstance(a, _DEFERRABLE) for a in actions):
+        if _has_barrier(actions):
             # SWA values to publish or a Mamba path cap to apply: the controller does it (a
             # barrier in SGLang's walk) before the SWA windows refresh.
             self._paused_insert = (target, result)
@@ -373,6 +373,15 @@ class UniradixTreeCore(TreeCoreViews):
     ) -> None:
         if self.mamba is not None:
             self.mamba.evict_excess(self._node(tail_node_id), device_frees)
+
+
+def _has_barrier(actions: list[Any]) -> bool:
+    """Whether an action must reach the controller before the walk goes on (a loop: `all`
+    over a generator costs more than the few actions an insert makes)."""
+    for action in actions:  # noqa: SIM110 (see above)
+        if not isinstance(action, _DEFERRABLE):
+            return True
+    return False
 
 
 def _no_hook(node: TreeNode, offset: int, units: int) -> None:

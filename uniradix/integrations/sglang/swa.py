@@ -15,8 +15,8 @@ Python core does on the same calls:
 - an insert over a tombstone inside the request's live window recovers it from the request's
   slots; a new leaf keeps SWA from the window start on, its in-window part capped at one
   page-rounded window (the older part split off into a parent), so a lock pins one window;
-- SWA eviction walks the LRU: an evictable leaf is handed to the controller (it evicts the
-  whole node), any other node is tombstoned.
+- SWA eviction walks the LRU (`walk.py`): an evictable leaf is handed to the controller (it
+  evicts the whole node), any other node is tombstoned, its Mamba state with it.
 
 SWA values are SWA pool slots the controller computes (`SWARebuild` and the recover actions)
 and hands back through `set_value`. Freeing a node's SWA frees it by the node's full slots,
@@ -40,6 +40,7 @@ from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 
 from uniradix.integrations.sglang.keys import to_slots, to_tensor
 from uniradix.integrations.sglang.mamba import MAMBA, MambaTree
+from uniradix.integrations.sglang.walk import LruEvictionWalk
 from uniradix.tree.core import OverlapHook, TreeCore, Validator
 from uniradix.tree.lru import LRUList
 from uniradix.tree.node import TreeNode
@@ -50,7 +51,7 @@ FULL = ComponentType.FULL
 _UUID = "uuid"
 
 
-class SwaTree:
+class SwaTree(LruEvictionWalk):
     def __init__(self, window: int, page_size: int, gates: bool, device: torch.device) -> None:
         self.window = window
         self.page_size = page_size
@@ -66,8 +67,7 @@ class SwaTree:
         self.lru = LRUList(SWA_INDEX, tree.num_components)
         self.evictable = 0
         self.protected = 0
-        self._cursor: TreeNode | None = None
-        self._quota = 0
+        self.evict_end()
 
     def _full_tensor(self, node: TreeNode) -> torch.Tensor:
         value = node.data[FULL_INDEX].value
@@ -277,36 +277,14 @@ class SwaTree:
         return self.tree.split(leaf, leaf.num_tokens - self.window_tail)
 
     # ------------------------------------------------------------------ eviction
-    def evict_start(self, quota: int) -> None:
-        self._quota = quota
-        self._cursor = self.lru.least_recent_unlocked()
-
-    def evict_next(
-        self, evicted: int, device_frees: dict[Any, list[torch.Tensor]], tracker: dict[Any, int]
-    ) -> TreeNode | None:
-        """One step of the SWA walk: an evictable leaf for the controller, or None after
-        tombstoning one node (counted in `tracker`; its Mamba state goes with it) or when
-        done."""
-        lru = self.lru
-        if self._cursor is not None and self._cursor not in lru:
-            self._cursor = lru.least_recent_unlocked()
-        node = self._cursor
-        if evicted >= self._quota or node is None:
-            return None
-        self._cursor = lru.least_recent_unlocked(node)
-        if node in self.tree.leaves:
-            return node
+    def tombstone(
+        self, node: TreeNode, device_frees: dict[Any, list[torch.Tensor]], tracker: dict[Any, int]
+    ) -> None:
         tracker[SWA] += self.drop(node, device_frees)
         # Without its window a node's Mamba state can never be matched: it goes too.
         mamba = self.mamba
         if mamba is not None and node.data[mamba.index].value is not None:
             tracker[MAMBA] += mamba.drop(node, device_frees)
-        self.tree.update_leaf(node)
-        return None
-
-    def evict_end(self) -> None:
-        self._cursor = None
-        self._quota = 0
 
     def check(self, nodes: list[TreeNode]) -> None:
         """SGLang's sanity check, SWA part: ledgers and LRU membership match the nodes."""
