@@ -147,14 +147,16 @@ class UniradixTreeCore(TreeCoreViews):
         swa, mamba = self.swa, self.mamba
         # SWA with gates on is checked inside the walk (`_swa_windows`), with no call per node.
         validators = () if swa is None or self._swa_windows else (swa.validator(),)
-        walk = self.tree.match(key, num_units, validators, self._required, self._swa_windows)
-        path, full_len = walk.path, walk.matched_len
+        path, num_accepted, full_len = self.tree.match(
+            key, num_units, validators, self._required, self._swa_windows
+        )
         if not path:
             return self._empty
         accepted, device_len = path, full_len
-        if walk.num_accepted < len(path):  # SWA or Mamba stopped the match short
-            accepted = path[: walk.num_accepted]
-            device_len = sum(n.num_tokens for n in accepted)
+        if num_accepted < len(path):  # SWA or Mamba stopped the match short
+            accepted, device_len = path[:num_accepted], 0
+            for node in accepted:  # a loop: `sum` over a generator costs more
+                device_len += node.num_tokens
         best = accepted[-1] if accepted else self.tree.root
         self.tree.touch_path(accepted)
         branching = mamba_branching = None
@@ -376,9 +378,8 @@ class UniradixTreeCore(TreeCoreViews):
 
 
 def _has_barrier(actions: list[Any]) -> bool:
-    """Whether an action must reach the controller before the walk goes on (a loop: `all`
-    over a generator costs more than the few actions an insert makes)."""
-    for action in actions:  # noqa: SIM110 (see above)
+    """Whether an action must reach the controller before the walk goes on."""
+    for action in actions:  # noqa: SIM110 (`any` over a generator costs more than the loop)
         if not isinstance(action, _DEFERRABLE):
             return True
     return False
