@@ -165,9 +165,7 @@ class UniradixTreeCore(TreeCoreViews):
             # Full KV reaching past the last usable SWA window: where a window would hit.
             branching = full_len if full_len > device_len else None
         if mamba is not None:
-            if accepted:
-                mamba.refresh(best)
-            mamba_branching = mamba.branching(full_len, device_len)
+            mamba_branching = mamba.matched(best if accepted else None, full_len, device_len)
         return match_result(device_len, best.id, path[-1].id, branching, mamba_branching, full_len)
 
     def set_component_device_value(self, node_id: int, component_type: Any, value: Any) -> None:

@@ -54,14 +54,13 @@ class MambaTree(LruEvictionWalk):
         assert value is not None, f"{node} has no Mamba state"
         return to_tensor(value, self.device)
 
-    def branching(self, full_hit: int, device_len: int) -> int | None:
-        """The deepest grid depth inside the full KV hit past the usable state, if any."""
+    def matched(self, best: TreeNode | None, full_hit: int, device_len: int) -> int | None:
+        """A match used `best`'s state (None: no state): it becomes the most recent. Returns
+        the deepest grid depth inside the full KV hit past the usable state, if any."""
+        if best is not None:
+            self.lru.move_to_mru(best)  # a match ends only at a node holding a state
         aligned = full_hit // self.grid * self.grid
         return aligned if aligned > device_len else None
-
-    def refresh(self, node: TreeNode) -> None:
-        if node.data[self.index].value is not None:
-            self.lru.move_to_mru(node)
 
     def set_value(self, node: TreeNode, value: torch.Tensor) -> None:
         data = node.data[self.index]
