@@ -99,8 +99,11 @@ class SwaTree(LruEvictionWalk):
         lru, prev, covered = self.lru, self.lru.head, 0
         limit = self.window + self.page_size
         while node.parent is not None and covered < limit:
-            if node.data[SWA_INDEX].value is not None:
-                lru.place_after(prev, node)
+            data = node.data[SWA_INDEX]
+            if data.value is not None:
+                # Mostly in place already (the window was refreshed last): no call then.
+                if data.lru_prev is not prev:
+                    lru.place_after(prev, node)
                 prev = node
             covered += node.num_tokens
             node = node.parent
