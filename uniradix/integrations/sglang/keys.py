@@ -30,8 +30,8 @@ def to_uniradix_key(sglang_key: Any, page_size: int) -> tuple[RadixKey, int]:
 
     SGLang's ids are an `array('q')` already: their bytes are uniradix's units as they are
     (`uniradix.key` packs tokens the same way), a fifth of the cost of repacking them. Reads
-    SGLang's `RadixKey` fields itself (`raw_token_ids`, `namespace` inline): on every match
-    and insert, its two calls cost a third as much as the copy."""
+    SGLang's `RadixKey` fields itself (`raw_token_ids` and `namespace` inline): this runs on
+    every match and insert."""
     ids, limit = sglang_key.token_ids, sglang_key.limit
     if limit is not None and limit < len(ids):
         ids = ids[:limit]
