@@ -27,6 +27,7 @@ from sglang.srt.mem_cache.unified_cache.cache_action import MambaEvictExcessPath
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 
 from uniradix.integrations.sglang.keys import to_tensor
+from uniradix.integrations.sglang.ledger import ComponentLedger
 from uniradix.integrations.sglang.walk import LruEvictionWalk
 from uniradix.tree.core import TreeCore
 from uniradix.tree.lru import LRUList
@@ -35,7 +36,7 @@ from uniradix.tree.node import TreeNode
 MAMBA = ComponentType.MAMBA
 
 
-class MambaTree(LruEvictionWalk):
+class MambaTree(ComponentLedger, LruEvictionWalk):
     def __init__(self, index: int, grid: int, cap: int, device: torch.device) -> None:
         self.index = index
         self.grid = grid  # depths a state may sit at: multiples of this (SGLang's checkpoint grid)
@@ -67,13 +68,7 @@ class MambaTree(LruEvictionWalk):
         if data.value is not None:
             raise ValueError(f"node {node.id} already holds a Mamba state")
         # A host copy in the state's own dtype (the controller frees it back as it gave it).
-        data.value = (value if value.is_cpu else value.detach().cpu()).numpy().copy()
-        self.lru.insert_mru(node)
-        # A state that arrives under a lock is protected; the last release makes it evictable.
-        if data.lock_ref > 0:
-            self.protected += len(data.value)
-        else:
-            self.evictable += len(data.value)
+        self.store(node, (value if value.is_cpu else value.detach().cpu()).numpy().copy())
 
     def commit(
         self, node: TreeNode, is_new: bool, params: Any, result: Any, actions: list[Any]
@@ -97,37 +92,16 @@ class MambaTree(LruEvictionWalk):
         self.tree.leaves.refresh(node)
 
     def drop(self, node: TreeNode, device_frees: dict[Any, list[torch.Tensor]]) -> int:
-        data = node.data[self.index]
-        assert data.value is not None
-        freed = len(data.value)
-        device_frees[MAMBA].append(self.tensor(node))
-        self.evictable -= freed
-        data.value = None
-        self.lru.remove(node)
-        return freed
+        return self.release(node, self.tensor(node), MAMBA, device_frees)
 
     # ------------------------------------------------------------------ locks
     def lock(self, node: TreeNode) -> None:
-        data = node.data[self.index]
-        if node.parent is None:
-            return
-        if data.lock_ref == 0 and data.value is not None:
-            self.evictable -= len(data.value)
-            self.protected += len(data.value)
-        data.lock_ref += 1
+        if node.parent is not None:
+            self.pin(node.data[self.index])
 
     def unlock(self, node: TreeNode) -> None:
-        data = node.data[self.index]
-        if node.parent is None:
-            return
-        if data.lock_ref <= 0:
-            raise ValueError(f"Mamba release on unlocked node {node.id}")
-        if data.lock_ref == 1 and data.value is not None:
-            self.evictable += len(data.value)
-            self.protected -= len(data.value)
-        data.lock_ref -= 1
-        if data.lock_ref == 0:
-            self.tree.update_leaf(node)
+        if node.parent is not None:
+            self.unpin(node, node.data[self.index], "Mamba")
 
     # ------------------------------------------------------------------ eviction
     def tombstone(

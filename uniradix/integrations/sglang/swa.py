@@ -39,6 +39,7 @@ from sglang.srt.mem_cache.unified_cache.cache_action import (
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 
 from uniradix.integrations.sglang.keys import to_slots, to_tensor
+from uniradix.integrations.sglang.ledger import ComponentLedger
 from uniradix.integrations.sglang.mamba import MAMBA, MambaTree
 from uniradix.integrations.sglang.walk import LruEvictionWalk
 from uniradix.tree.core import OverlapHook, TreeCore, Validator
@@ -51,8 +52,9 @@ FULL = ComponentType.FULL
 _UUID = "uuid"
 
 
-class SwaTree(LruEvictionWalk):
+class SwaTree(ComponentLedger, LruEvictionWalk):
     def __init__(self, window: int, page_size: int, gates: bool, device: torch.device) -> None:
+        self.index = SWA_INDEX
         self.window = window
         self.page_size = page_size
         self.gates = gates
@@ -110,16 +112,9 @@ class SwaTree(LruEvictionWalk):
 
     # ------------------------------------------------------------------ values
     def set_value(self, node: TreeNode, value: torch.Tensor) -> None:
-        data = node.data[SWA_INDEX]
-        if data.value is not None:
+        if node.data[SWA_INDEX].value is not None:
             raise ValueError(f"node {node.id} already holds an SWA value")
-        data.value = to_slots(value)
-        self.lru.insert_mru(node)
-        # A value that arrives under a lock is protected; the last release makes it evictable.
-        if data.lock_ref > 0:
-            self.protected += len(data.value)
-        else:
-            self.evictable += len(data.value)
+        self.store(node, to_slots(value))
 
     def redistribute_on_split(self, parent: TreeNode, child: TreeNode, split_len: int) -> None:
         old, new = child.data[SWA_INDEX], parent.data[SWA_INDEX]
@@ -133,14 +128,7 @@ class SwaTree(LruEvictionWalk):
 
     def drop(self, node: TreeNode, device_frees: dict[Any, list[torch.Tensor]]) -> int:
         """Tombstones the node's SWA (unlocked); its full slots name the SWA peers to free."""
-        data = node.data[SWA_INDEX]
-        assert data.value is not None
-        freed = len(data.value)
-        device_frees[SWA].append(self._full_tensor(node))
-        self.evictable -= freed
-        data.value = None
-        self.lru.remove(node)
-        return freed
+        return self.release(node, self._full_tensor(node), SWA, device_frees)
 
     # ------------------------------------------------------------------ locks
     def lock(self, node: TreeNode) -> int | None:
@@ -148,10 +136,7 @@ class SwaTree(LruEvictionWalk):
         covered, boundary = 0, None
         while node.parent is not None and covered < self.window:
             data = node.data[SWA_INDEX]
-            if data.lock_ref == 0 and data.value is not None:
-                self.evictable -= len(data.value)
-                self.protected += len(data.value)
-            data.lock_ref += 1
+            self.pin(data)
             covered += node.num_tokens
             if covered >= self.window:
                 if data.metadata is None:
@@ -165,14 +150,7 @@ class SwaTree(LruEvictionWalk):
     def unlock(self, node: TreeNode, boundary: int | None) -> None:
         while node.parent is not None:
             data = node.data[SWA_INDEX]
-            if data.lock_ref <= 0:
-                raise ValueError(f"SWA release on unlocked node {node.id}")
-            if data.lock_ref == 1 and data.value is not None:
-                self.evictable += len(data.value)
-                self.protected -= len(data.value)
-            data.lock_ref -= 1
-            if data.lock_ref == 0:
-                self.tree.update_leaf(node)
+            self.unpin(node, data, "SWA")
             if boundary and data.metadata and data.metadata.get(_UUID) == boundary:
                 return
             node = node.parent
@@ -184,16 +162,9 @@ class SwaTree(LruEvictionWalk):
         SWA at once (its request has moved past it)."""
         while node.parent is not None:
             data = node.data[SWA_INDEX]
-            if data.lock_ref <= 0:
-                raise ValueError(f"SWA window release on unlocked node {node.id}")
-            data.lock_ref -= 1
-            if data.lock_ref == 0:
-                self.tree.update_leaf(node)
-                if data.value is not None:
-                    self.evictable += len(data.value)
-                    self.protected -= len(data.value)
-                    if self.tree.is_evictable_leaf(node):
-                        self.drop(node, device_frees)
+            self.unpin(node, data, "SWA window")
+            if data.lock_ref == 0 and data.value is not None and self.tree.is_evictable_leaf(node):
+                self.drop(node, device_frees)
             if boundary and data.metadata and data.metadata.get(_UUID) == boundary:
                 return
             node = node.parent
