@@ -155,14 +155,16 @@ class UniradixTreeCore(HostWalks, TreeCoreViews):
         swa, mamba = self.swa, self.mamba
         # SWA with gates on is checked inside the walk (`_swa_windows`), with no call per node.
         validators = () if swa is None or self._swa_windows else (swa.validator(),)
-        walk = self.tree.match(key, num_units, validators, self._required, self._swa_windows)
-        path, full_len = walk.path, walk.matched_len
+        path, num_accepted, full_len = self.tree.match(
+            key, num_units, validators, self._required, self._swa_windows
+        )
         if not path:
             return self._empty
         accepted, device_len = path, full_len
-        if walk.num_accepted < len(path):  # SWA or Mamba stopped the match short
-            accepted = path[: walk.num_accepted]
-            device_len = sum(n.num_tokens for n in accepted)
+        if num_accepted < len(path):  # SWA or Mamba stopped the match short
+            accepted, device_len = path[:num_accepted], 0
+            for node in accepted:  # a loop: `sum` over a generator costs more
+                device_len += node.num_tokens
         best = accepted[-1] if accepted else self.tree.root
         self.tree.touch_path(accepted)
         branching = mamba_branching = None
@@ -171,9 +173,7 @@ class UniradixTreeCore(HostWalks, TreeCoreViews):
             # Full KV reaching past the last usable SWA window: where a window would hit.
             branching = full_len if full_len > device_len else None
         if mamba is not None:
-            if accepted:
-                mamba.refresh(best)
-            mamba_branching = mamba.branching(full_len, device_len)
+            mamba_branching = mamba.matched(best if accepted else None, full_len, device_len)
         return match_result(device_len, best.id, path[-1].id, branching, mamba_branching, full_len)
 
     def set_component_device_value(self, node_id: int, component_type: Any, value: Any) -> None:
@@ -233,7 +233,7 @@ class UniradixTreeCore(HostWalks, TreeCoreViews):
         if self.swa is not None and params.swa_branching_seqlen is not None:
             result.swa_branch_inserted = len(params.key) >= params.swa_branching_seqlen
         result.prefix_len, result.last_device_node = present, target.id
-        if not all(isinstance(a, _DEFERRABLE) for a in actions):
+        if _has_barrier(actions):
             # SWA values to publish or a Mamba path cap to apply: the controller does it (a
             # barrier in SGLang's walk) before the SWA windows refresh.
             self._paused_insert = (target, result)
@@ -390,6 +390,14 @@ class UniradixTreeCore(HostWalks, TreeCoreViews):
     ) -> None:
         if self.mamba is not None:
             self.mamba.evict_excess(self._node(tail_node_id), device_frees)
+
+
+def _has_barrier(actions: list[Any]) -> bool:
+    """Whether an action must reach the controller before the walk goes on."""
+    for action in actions:  # noqa: SIM110 (`any` over a generator costs more than the loop)
+        if not isinstance(action, _DEFERRABLE):
+            return True
+    return False
 
 
 def _no_hook(node: TreeNode, offset: int, units: int) -> None:

@@ -14,6 +14,8 @@ import torch
 from uniradix.key import RadixKey
 from uniradix.slots import Slots
 
+_new_key = object.__new__
+
 
 def namespace(sglang_key: Any) -> str | None:
     """One namespace for SGLang's two: different salts never share, as in SGLang."""
@@ -27,12 +29,20 @@ def to_uniradix_key(sglang_key: Any, page_size: int) -> tuple[RadixKey, int]:
     """The key as uniradix's tree walks it, and its length in whole pages (units).
 
     SGLang's ids are an `array('q')` already: their bytes are uniradix's units as they are
-    (`uniradix.key` packs tokens the same way), a fifth of the cost of repacking them."""
-    ids = sglang_key.raw_token_ids()
-    if not (isinstance(ids, array) and ids.typecode == "q"):
+    (`uniradix.key` packs tokens the same way), a fifth of the cost of repacking them. Reads
+    SGLang's `RadixKey` fields itself (`raw_token_ids` and `namespace` inline): this runs on
+    every match and insert."""
+    ids, limit = sglang_key.token_ids, sglang_key.limit
+    if limit is not None and limit < len(ids):
+        ids = ids[:limit]
+    if type(ids) is not array or ids.typecode != "q":
         ids = array("q", ids)
     num_units = len(ids) - len(ids) % page_size
-    return RadixKey.from_units(ids.tobytes(), namespace(sglang_key), False), num_units
+    extra = sglang_key.extra_key
+    ns = (extra or None) if sglang_key.cache_salt is None else namespace(sglang_key)
+    key = _new_key(RadixKey)
+    key.units, key.extra_key, key.is_bigram = ids.tobytes(), ns, False
+    return key, num_units
 
 
 def to_slots(value: torch.Tensor, start: int = 0, stop: int | None = None) -> Slots:
@@ -44,4 +54,7 @@ def to_slots(value: torch.Tensor, start: int = 0, stop: int | None = None) -> Sl
 
 
 def to_tensor(slots: Slots, device: torch.device) -> torch.Tensor:
-    return torch.from_numpy(slots).to(device)
+    tensor = torch.from_numpy(slots)
+    # `.to` its own device returns the tensor itself, after a dispatch that costs more than
+    # `from_numpy`: skipped on the CPU.
+    return tensor if device.type == "cpu" else tensor.to(device)

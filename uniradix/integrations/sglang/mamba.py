@@ -11,8 +11,9 @@ semantics:
   its copy); each commit may cap the states on the path (`evict_excess_path_states`, run by
   the controller's `MambaEvictExcessPathStates`);
 - a lock holds the anchor's state only; a split leaves the state on the lower part;
-- Mamba eviction walks its LRU: an evictable leaf goes to the controller (whole node), any
-  other node loses its state (a tombstone). An SWA tombstone takes the node's state with it.
+- Mamba eviction walks its LRU (`walk.py`): an evictable leaf goes to the controller (whole
+  node), any other node loses its state (a tombstone). An SWA tombstone takes the node's
+  state with it.
 
 States are kept as the controller hands them (their dtype included), as host arrays.
 """
@@ -25,6 +26,9 @@ import torch
 from sglang.srt.mem_cache.unified_cache.cache_action import MambaEvictExcessPathStates
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 
+from uniradix.integrations.sglang.keys import to_tensor
+from uniradix.integrations.sglang.ledger import ComponentLedger
+from uniradix.integrations.sglang.walk import LruEvictionWalk
 from uniradix.tree.core import TreeCore
 from uniradix.tree.lru import LRUList
 from uniradix.tree.node import TreeNode
@@ -32,7 +36,7 @@ from uniradix.tree.node import TreeNode
 MAMBA = ComponentType.MAMBA
 
 
-class MambaTree:
+class MambaTree(ComponentLedger, LruEvictionWalk):
     def __init__(self, index: int, grid: int, cap: int, device: torch.device) -> None:
         self.index = index
         self.grid = grid  # depths a state may sit at: multiples of this (SGLang's checkpoint grid)
@@ -44,35 +48,27 @@ class MambaTree:
         self.lru = LRUList(self.index, tree.num_components)
         self.evictable = 0
         self.protected = 0
-        self._cursor: TreeNode | None = None
-        self._quota = 0
+        self.evict_end()
 
     def tensor(self, node: TreeNode) -> torch.Tensor:
         value = node.data[self.index].value
         assert value is not None, f"{node} has no Mamba state"
-        return torch.from_numpy(value).to(self.device)
+        return to_tensor(value, self.device)
 
-    def branching(self, full_hit: int, device_len: int) -> int | None:
-        """The deepest grid depth inside the full KV hit past the usable state, if any."""
+    def matched(self, best: TreeNode | None, full_hit: int, device_len: int) -> int | None:
+        """A match used `best`'s state (None: no state): it becomes the most recent. Returns
+        the deepest grid depth inside the full KV hit past the usable state, if any."""
+        if best is not None:
+            self.lru.move_to_mru(best)  # a match ends only at a node holding a state
         aligned = full_hit // self.grid * self.grid
         return aligned if aligned > device_len else None
-
-    def refresh(self, node: TreeNode) -> None:
-        if node.data[self.index].value is not None:
-            self.lru.move_to_mru(node)
 
     def set_value(self, node: TreeNode, value: torch.Tensor) -> None:
         data = node.data[self.index]
         if data.value is not None:
             raise ValueError(f"node {node.id} already holds a Mamba state")
         # A host copy in the state's own dtype (the controller frees it back as it gave it).
-        data.value = (value if value.is_cpu else value.detach().cpu()).numpy().copy()
-        self.lru.insert_mru(node)
-        # A state that arrives under a lock is protected; the last release makes it evictable.
-        if data.lock_ref > 0:
-            self.protected += len(data.value)
-        else:
-            self.evictable += len(data.value)
+        self.store(node, (value if value.is_cpu else value.detach().cpu()).numpy().copy())
 
     def commit(
         self, node: TreeNode, is_new: bool, params: Any, result: Any, actions: list[Any]
@@ -96,64 +92,22 @@ class MambaTree:
         self.tree.leaves.refresh(node)
 
     def drop(self, node: TreeNode, device_frees: dict[Any, list[torch.Tensor]]) -> int:
-        data = node.data[self.index]
-        assert data.value is not None
-        freed = len(data.value)
-        device_frees[MAMBA].append(self.tensor(node))
-        self.evictable -= freed
-        data.value = None
-        self.lru.remove(node)
-        return freed
+        return self.release(node, self.tensor(node), MAMBA, device_frees)
 
     # ------------------------------------------------------------------ locks
     def lock(self, node: TreeNode) -> None:
-        data = node.data[self.index]
-        if node.parent is None:
-            return
-        if data.lock_ref == 0 and data.value is not None:
-            self.evictable -= len(data.value)
-            self.protected += len(data.value)
-        data.lock_ref += 1
+        if node.parent is not None:
+            self.pin(node.data[self.index])
 
     def unlock(self, node: TreeNode) -> None:
-        data = node.data[self.index]
-        if node.parent is None:
-            return
-        if data.lock_ref <= 0:
-            raise ValueError(f"Mamba release on unlocked node {node.id}")
-        if data.lock_ref == 1 and data.value is not None:
-            self.evictable += len(data.value)
-            self.protected -= len(data.value)
-        data.lock_ref -= 1
-        if data.lock_ref == 0:
-            self.tree.update_leaf(node)
+        if node.parent is not None:
+            self.unpin(node, node.data[self.index], "Mamba")
 
     # ------------------------------------------------------------------ eviction
-    def evict_start(self, quota: int) -> None:
-        self._quota = quota
-        self._cursor = self.lru.least_recent_unlocked()
-
-    def evict_next(
-        self, evicted: int, device_frees: dict[Any, list[torch.Tensor]], tracker: dict[Any, int]
-    ) -> TreeNode | None:
-        """One step of the walk: an evictable leaf for the controller, or None after dropping
-        one state (counted in `tracker`) or when done."""
-        lru = self.lru
-        if self._cursor is not None and self._cursor not in lru:
-            self._cursor = lru.least_recent_unlocked()
-        node = self._cursor
-        if evicted >= self._quota or node is None:
-            return None
-        self._cursor = lru.least_recent_unlocked(node)
-        if node in self.tree.leaves:
-            return node
+    def tombstone(
+        self, node: TreeNode, device_frees: dict[Any, list[torch.Tensor]], tracker: dict[Any, int]
+    ) -> None:
         tracker[MAMBA] += self.drop(node, device_frees)
-        self.tree.update_leaf(node)
-        return None
-
-    def evict_end(self) -> None:
-        self._cursor = None
-        self._quota = 0
 
     def evict_excess(self, tail: TreeNode, device_frees: dict[Any, list[torch.Tensor]]) -> None:
         """Drops the shallowest states past the per-path cap; the tail, forks, locked states
@@ -161,7 +115,12 @@ class MambaTree:
         if self.cap < 0:
             return
         i = self.index
-        holders = [n for n in self.tree.path_to_root(tail) if n.data[i].value is not None]
+        holders: list[TreeNode] = []
+        node = tail
+        while node.parent is not None:  # the root path, without a generator's frame per step
+            if node.data[i].value is not None:
+                holders.append(node)
+            node = node.parent
         excess = len(holders) - self.cap
         for node in reversed(holders):
             if excess <= 0 or node is tail:

@@ -1,8 +1,8 @@
 """SGLang's `MatchResult`, built at the cost of a plain tuple.
 
-A `NamedTuple` called with ten keywords binds them one by one in Python: on a FULL match that
-was more than the tree walk itself. `match_result` fills every field positionally through
-`tuple.__new__`, so it relies on SGLang's field order, checked here when the module loads.
+A `NamedTuple` called with keywords binds them one by one in Python, on every match.
+`match_result` fills every field positionally through `tuple.__new__`, so it relies on
+SGLang's field order, checked here when the module loads.
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ Python core does on the same calls:
 - an insert over a tombstone inside the request's live window recovers it from the request's
   slots; a new leaf keeps SWA from the window start on, its in-window part capped at one
   page-rounded window (the older part split off into a parent), so a lock pins one window;
-- SWA eviction walks the LRU: an evictable leaf is handed to the controller (it evicts the
-  whole node), any other node is tombstoned.
+- SWA eviction walks the LRU (`walk.py`): an evictable leaf is handed to the controller (it
+  evicts the whole node), any other node is tombstoned, its Mamba state with it.
 
 SWA values are SWA pool slots the controller computes (`SWARebuild` and the recover actions)
 and hands back through `set_value`. Freeing a node's SWA frees it by the node's full slots,
@@ -39,7 +39,9 @@ from sglang.srt.mem_cache.unified_cache.cache_action import (
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 
 from uniradix.integrations.sglang.keys import to_slots, to_tensor
+from uniradix.integrations.sglang.ledger import ComponentLedger
 from uniradix.integrations.sglang.mamba import MAMBA, MambaTree
+from uniradix.integrations.sglang.walk import LruEvictionWalk
 from uniradix.tree.core import OverlapHook, TreeCore, Validator
 from uniradix.tree.lru import LRUList
 from uniradix.tree.node import TreeNode
@@ -50,8 +52,9 @@ FULL = ComponentType.FULL
 _UUID = "uuid"
 
 
-class SwaTree:
+class SwaTree(ComponentLedger, LruEvictionWalk):
     def __init__(self, window: int, page_size: int, gates: bool, device: torch.device) -> None:
+        self.index = SWA_INDEX
         self.window = window
         self.page_size = page_size
         self.gates = gates
@@ -66,8 +69,7 @@ class SwaTree:
         self.lru = LRUList(SWA_INDEX, tree.num_components)
         self.evictable = 0
         self.protected = 0
-        self._cursor: TreeNode | None = None
-        self._quota = 0
+        self.evict_end()
 
     def _full_tensor(self, node: TreeNode) -> torch.Tensor:
         value = node.data[FULL_INDEX].value
@@ -99,24 +101,20 @@ class SwaTree:
         lru, prev, covered = self.lru, self.lru.head, 0
         limit = self.window + self.page_size
         while node.parent is not None and covered < limit:
-            if node.data[SWA_INDEX].value is not None:
-                lru.place_after(prev, node)
+            data = node.data[SWA_INDEX]
+            if data.value is not None:
+                # Mostly in place already (the window was refreshed last): no call then.
+                if data.lru_prev is not prev:
+                    lru.place_after(prev, node)
                 prev = node
             covered += node.num_tokens
             node = node.parent
 
     # ------------------------------------------------------------------ values
     def set_value(self, node: TreeNode, value: torch.Tensor) -> None:
-        data = node.data[SWA_INDEX]
-        if data.value is not None:
+        if node.data[SWA_INDEX].value is not None:
             raise ValueError(f"node {node.id} already holds an SWA value")
-        data.value = to_slots(value)
-        self.lru.insert_mru(node)
-        # A value that arrives under a lock is protected; the last release makes it evictable.
-        if data.lock_ref > 0:
-            self.protected += len(data.value)
-        else:
-            self.evictable += len(data.value)
+        self.store(node, to_slots(value))
 
     def redistribute_on_split(self, parent: TreeNode, child: TreeNode, split_len: int) -> None:
         old, new = child.data[SWA_INDEX], parent.data[SWA_INDEX]
@@ -130,14 +128,7 @@ class SwaTree:
 
     def drop(self, node: TreeNode, device_frees: dict[Any, list[torch.Tensor]]) -> int:
         """Tombstones the node's SWA (unlocked); its full slots name the SWA peers to free."""
-        data = node.data[SWA_INDEX]
-        assert data.value is not None
-        freed = len(data.value)
-        device_frees[SWA].append(self._full_tensor(node))
-        self.evictable -= freed
-        data.value = None
-        self.lru.remove(node)
-        return freed
+        return self.release(node, self._full_tensor(node), SWA, device_frees)
 
     # ------------------------------------------------------------------ locks
     def lock(self, node: TreeNode) -> int | None:
@@ -145,10 +136,7 @@ class SwaTree:
         covered, boundary = 0, None
         while node.parent is not None and covered < self.window:
             data = node.data[SWA_INDEX]
-            if data.lock_ref == 0 and data.value is not None:
-                self.evictable -= len(data.value)
-                self.protected += len(data.value)
-            data.lock_ref += 1
+            self.pin(data)
             covered += node.num_tokens
             if covered >= self.window:
                 if data.metadata is None:
@@ -162,14 +150,7 @@ class SwaTree:
     def unlock(self, node: TreeNode, boundary: int | None) -> None:
         while node.parent is not None:
             data = node.data[SWA_INDEX]
-            if data.lock_ref <= 0:
-                raise ValueError(f"SWA release on unlocked node {node.id}")
-            if data.lock_ref == 1 and data.value is not None:
-                self.evictable += len(data.value)
-                self.protected -= len(data.value)
-            data.lock_ref -= 1
-            if data.lock_ref == 0:
-                self.tree.update_leaf(node)
+            self.unpin(node, data, "SWA")
             if boundary and data.metadata and data.metadata.get(_UUID) == boundary:
                 return
             node = node.parent
@@ -181,16 +162,9 @@ class SwaTree:
         SWA at once (its request has moved past it)."""
         while node.parent is not None:
             data = node.data[SWA_INDEX]
-            if data.lock_ref <= 0:
-                raise ValueError(f"SWA window release on unlocked node {node.id}")
-            data.lock_ref -= 1
-            if data.lock_ref == 0:
-                self.tree.update_leaf(node)
-                if data.value is not None:
-                    self.evictable += len(data.value)
-                    self.protected -= len(data.value)
-                    if self.tree.is_evictable_leaf(node):
-                        self.drop(node, device_frees)
+            self.unpin(node, data, "SWA window")
+            if data.lock_ref == 0 and data.value is not None and self.tree.is_evictable_leaf(node):
+                self.drop(node, device_frees)
             if boundary and data.metadata and data.metadata.get(_UUID) == boundary:
                 return
             node = node.parent
@@ -277,36 +251,14 @@ class SwaTree:
         return self.tree.split(leaf, leaf.num_tokens - self.window_tail)
 
     # ------------------------------------------------------------------ eviction
-    def evict_start(self, quota: int) -> None:
-        self._quota = quota
-        self._cursor = self.lru.least_recent_unlocked()
-
-    def evict_next(
-        self, evicted: int, device_frees: dict[Any, list[torch.Tensor]], tracker: dict[Any, int]
-    ) -> TreeNode | None:
-        """One step of the SWA walk: an evictable leaf for the controller, or None after
-        tombstoning one node (counted in `tracker`; its Mamba state goes with it) or when
-        done."""
-        lru = self.lru
-        if self._cursor is not None and self._cursor not in lru:
-            self._cursor = lru.least_recent_unlocked()
-        node = self._cursor
-        if evicted >= self._quota or node is None:
-            return None
-        self._cursor = lru.least_recent_unlocked(node)
-        if node in self.tree.leaves:
-            return node
+    def tombstone(
+        self, node: TreeNode, device_frees: dict[Any, list[torch.Tensor]], tracker: dict[Any, int]
+    ) -> None:
         tracker[SWA] += self.drop(node, device_frees)
         # Without its window a node's Mamba state can never be matched: it goes too.
         mamba = self.mamba
         if mamba is not None and node.data[mamba.index].value is not None:
             tracker[MAMBA] += mamba.drop(node, device_frees)
-        self.tree.update_leaf(node)
-        return None
-
-    def evict_end(self) -> None:
-        self._cursor = None
-        self._quota = 0
 
     def check(self, nodes: list[TreeNode]) -> None:
         """SGLang's sanity check, SWA part: ledgers and LRU membership match the nodes."""

@@ -1,0 +1,61 @@
+"""SGLang's eviction walk over one auxiliary component's LRU list (SWA windows, Mamba
+states), shared by `swa.py` and `mamba.py`.
+
+SGLang's controller drives the walk one node at a time: the least recent unlocked node
+holding the component is either an evictable leaf, handed to the controller (which evicts
+the whole node), or an inner node, which loses the component's value here (a tombstone). The
+cursor survives between steps, so a node the controller removed meanwhile restarts the walk
+from the least recent end.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+import torch
+
+from uniradix.tree.core import TreeCore
+from uniradix.tree.lru import LRUList
+from uniradix.tree.node import TreeNode
+
+
+class LruEvictionWalk(ABC):
+    """The walk's cursor and quota; a component supplies `lru`, `tree` and `tombstone`."""
+
+    lru: LRUList
+    tree: TreeCore
+    _cursor: TreeNode | None = None
+    _quota = 0
+
+    @abstractmethod
+    def tombstone(
+        self, node: TreeNode, device_frees: dict[Any, list[torch.Tensor]], tracker: dict[Any, int]
+    ) -> None:
+        """Drops the component's value of the inner `node`, counting it in `tracker`."""
+
+    def evict_start(self, quota: int) -> None:
+        self._quota = quota
+        self._cursor = self.lru.least_recent_unlocked()
+
+    def evict_next(
+        self, evicted: int, device_frees: dict[Any, list[torch.Tensor]], tracker: dict[Any, int]
+    ) -> TreeNode | None:
+        """One step: an evictable leaf for the controller, or None after tombstoning one
+        node or once `evicted` reached the quota or no unlocked node is left."""
+        lru = self.lru
+        if self._cursor is not None and self._cursor not in lru:
+            self._cursor = lru.least_recent_unlocked()
+        node = self._cursor
+        if evicted >= self._quota or node is None:
+            return None
+        self._cursor = lru.least_recent_unlocked(node)
+        if node in self.tree.leaves:
+            return node
+        self.tombstone(node, device_frees, tracker)
+        self.tree.update_leaf(node)
+        return None
+
+    def evict_end(self) -> None:
+        self._cursor = None
+        self._quota = 0
