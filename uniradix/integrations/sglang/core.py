@@ -1,18 +1,16 @@
 """`UniradixTreeCore`: SGLang's `UnifiedTreeCoreInterface` on uniradix's radix tree.
 
-SGLang's `UnifiedRadixCache` (its controller, components and pools) drives a TreeCore through
-that interface only; this one keeps the tree in `uniradix.tree.core.TreeCore` (full attention
-as component 0, then SGLang's SWA windows, see `swa.py`, and Mamba states, see `mamba.py`,
-when the cache has them; with HiCache on, FULL's host tier: `host.py`, `host_walks.py`) and
-answers SGLang's calls from it. What it does not cover is refused when the cache is built
-(`check_supported`, `set_hicache_enabled`) or by the method, by name (`refused.py`).
+SGLang's `UnifiedRadixCache` drives a TreeCore through that interface only; this one keeps
+the tree in `uniradix.tree.core.TreeCore` (FULL as component 0, then SWA windows: `swa.py`,
+Mamba states: `mamba.py`; with HiCache on, FULL's host tier: `host.py`, `host_walks.py`).
+What it does not cover is refused at build (`check_supported`, `set_hicache_enabled`) or by
+the method, by name (`refused.py`).
 
 Semantics follow SGLang's Python core, so both give the same results on the same calls:
 duplicates past `prev_prefix_len` are handed back as `FreeDeviceKV`, an eviction walk stops
-once the tracker reaches the requested count, and a lock pins the node's root path (its SWA
-part: the window only; its Mamba part: the node's state). An insert that publishes SWA values
-or caps a path's Mamba states pauses once, as SGLang's does at its barrier: the controller
-applies them (`set_component_device_value`, `evict_excess_path_states`), then
+once the tracker reaches the requested count, and a lock pins the node's root path (SWA: the
+window only; Mamba: the node's state). An insert that publishes SWA values or caps a path's
+Mamba states pauses once at SGLang's barrier: the controller applies them, then
 `resume_insert` refreshes the SWA windows.
 """
 
