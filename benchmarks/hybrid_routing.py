@@ -40,6 +40,7 @@ import numpy as np
 
 from uniradix.events import KVEventsConfig
 from uniradix.sim.cluster import Cluster
+from uniradix.sim.predictions import FIELDS as PREDICTION_FIELDS
 from uniradix.sim.replay import ReplayOptions
 from uniradix.sim.router import LeastLoaded, RouterFactory, make_router
 
@@ -104,17 +105,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "continuation": {"replicated": "discount", "continuation_slack": 40},
 }
 KINDS = ("auto", "full", *VARIANTS, "pinned", "one")
-PER_INSTANCE = (
-    "name",
-    "requests",
-    "hit_tokens",
-    "predicted_hit_tokens",
-    "indexed_hit_tokens",
-    "at_match_hit_tokens",
-    "full_only_hit_tokens",
-    "predicted_unprefilled_tokens",
-    "predicted_unresumable_tokens",
-)
+PER_INSTANCE = ("name", "requests", "hit_tokens", *PREDICTION_FIELDS)
 
 
 def run(
