@@ -24,6 +24,7 @@ import torch
 
 from uniradix.cache import request_caching
 from uniradix.cache.checks import format_tree, raise_if_broken
+from uniradix.cache.component_sizes import ComponentSizes
 from uniradix.cache.eviction import evict_components
 from uniradix.cache.insert_slots import checked_value, duplicate_frees
 from uniradix.cache.lock_receipts import LockReceipts
@@ -35,7 +36,6 @@ from uniradix.components.registry import (
     DEFAULT_REGISTRY,
     ComponentRegistry,
     ComponentSpec,
-    normalize_key,
 )
 from uniradix.event_sink import MEDIUM_GPU, CacheEventSink
 from uniradix.key import RadixKey
@@ -46,7 +46,6 @@ from uniradix.tree.node import TreeNode
 from uniradix.tree.policy import eviction_policy
 from uniradix.types import (
     CacheSettings,
-    ComponentKey,
     ComponentType,
     DecLockRefParams,
     EvictParams,
@@ -69,7 +68,7 @@ _new_tuple = tuple.__new__
 _MATCH_DEFAULTS = tuple(MatchResult._field_defaults[f] for f in MatchResult._fields[4:])
 
 
-class UnifiedRadixCache:
+class UnifiedRadixCache(ComponentSizes):
     def __init__(
         self,
         pools: CachePools,
@@ -362,26 +361,7 @@ class UnifiedRadixCache:
         tensor = torch.from_numpy(slots)
         return tensor if self._on_cpu else tensor.to(self.device)
 
-    # ------------------------------------------------------------------ sizes and state
-    def component(self, component_type: ComponentKey) -> TreeComponent:
-        """The component of a built-in type, or of a registered name (\"swa\" works too)."""
-        key = normalize_key(component_type)
-        try:
-            return self._by_type[key]
-        except KeyError:
-            name = key.name if isinstance(key, ComponentType) else key
-            raise ValueError(f"this cache has no {name} component") from None
-
-    def evictable_size(self, component_type: ComponentKey = ComponentType.FULL) -> int:
-        return self.component(component_type).evictable_tokens
-
-    def protected_size(self, component_type: ComponentKey = ComponentType.FULL) -> int:
-        return self.component(component_type).protected_tokens
-
-    def total_size(self) -> int:
-        """Full-KV units held by the tree."""
-        return self.evictable_size() + self.protected_size()
-
+    # ------------------------------------------------------------------ state
     def reset(self) -> None:
         """Empties the tree and every pool (outstanding requests and receipts become void)."""
         self.tree.reset()
