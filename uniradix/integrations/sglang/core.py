@@ -60,8 +60,7 @@ class UniradixTreeCore(HostWalks, TreeCoreViews):
     supports_rotation_base = False
 
     def __init__(self, params: Any, components: dict[Any, Any] | None = None) -> None:
-        # `components`: SGLang's component objects, which its Python core calls into; this
-        # core keeps their tree-side state itself, as SGLang's Rust core does.
+        # `components`: SGLang's; their tree-side state is kept here, as its Rust core does.
         check_supported(params)
         self.page_size: int = params.page_size
         allocator = params.token_to_kv_pool_allocator
@@ -209,8 +208,7 @@ class UniradixTreeCore(HostWalks, TreeCoreViews):
             key, num_units, on_overlap, params.inserted_len, params.priority or 0
         )
         if swa is None and floor < present:
-            # The request's own slots for tokens the tree already held, past its prefix: one
-            # range, freed as SGLang's per-node frees would free it.
+            # The request's slots for tokens the tree held, past its prefix: one range.
             actions.append(FreeDeviceKV(indices=[value[floor:present]]))
         if is_new:
             result.record_adopted_range(FULL, present, num_units)
