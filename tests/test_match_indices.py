@@ -4,6 +4,7 @@ re-insert, SWA recovery), so a match never returns slots the node no longer hold
 
 from tests.helpers import alloc, insert_fresh, make_cache
 from uniradix import CacheConfig, EvictParams, InsertParams, MatchPrefixParams, RadixKey
+from uniradix.cache.paths import SLOT_TENSORS_KEPT
 from uniradix.factory import build_cache
 from uniradix.memory.swa_allocator import SWASlotAllocator
 
@@ -20,7 +21,8 @@ def test_one_node_match_reuses_its_tensor_while_the_value_is_the_same():
     assert first.device_indices is again.device_indices
     assert again.device_indices.tolist() == slots.tolist()
     node = first.last_device_node
-    assert node.indices_memo is not None and node.indices_memo[0] is node.data[0].value
+    kept = cache.tree.slot_tensors.get(node)
+    assert kept is not None and kept[0] is node.data[0].value
     cache.check_invariants({"full": 0})
 
 
@@ -44,9 +46,9 @@ def test_evicted_and_reinserted_key_returns_the_new_slots():
     cache = make_cache(full_tokens=8)
     insert_fresh(cache, [1, 2, 3, 4])
     node = match(cache, [1, 2, 3, 4]).last_device_node
-    assert node.indices_memo is not None
+    assert node in cache.tree.slot_tensors
     cache.evict(EvictParams(num_tokens=4))
-    assert node.indices_memo is None  # nothing keeps the freed slots' array
+    assert node not in cache.tree.slot_tensors  # nothing keeps the freed slots' array
     assert match(cache, [1, 2, 3, 4]).device_prefix_len == 0
     _, new = insert_fresh(cache, [1, 2, 3, 4])
     got = match(cache, [1, 2, 3, 4]).device_indices
@@ -87,6 +89,25 @@ def test_swa_recovery_matches_return_the_nodes_current_slots():
     assert after.device_indices.tolist() == path_slots(after.last_device_node)
     assert set(after.device_indices.tolist()) & set(fresh.tolist())  # adopted slots show
     for node in cache.tree.nodes():
-        memo = node.indices_memo
-        assert memo is None or memo[0] is node.data[0].value or memo[1] is not after.device_indices
+        kept = cache.tree.slot_tensors.get(node)
+        assert kept is None or kept[0] is node.data[0].value or kept[1] is not after.device_indices
     cache.check_invariants({"full": 0, "swa": 0})
+
+
+def test_kept_tensors_are_bounded_and_matches_stay_right():
+    cache = make_cache(full_tokens=4 * (SLOT_TENSORS_KEPT + 8))
+    inserted = {}
+    for first in range(SLOT_TENSORS_KEPT + 8):  # one node each: they start with different units
+        tokens = [1000 + first, 1, 2, 3]
+        inserted[first] = (tokens, insert_fresh(cache, tokens)[1])
+        assert match(cache, tokens).device_indices.tolist() == inserted[first][1].tolist()
+        assert len(cache.tree.slot_tensors) <= SLOT_TENSORS_KEPT
+    assert len(cache.tree.slot_tensors) == SLOT_TENSORS_KEPT
+    # the oldest left first; matching one again gives its slots and keeps its tensor again
+    tokens, slots = inserted[0]
+    node = match(cache, tokens).last_device_node
+    assert node in cache.tree.slot_tensors
+    assert match(cache, tokens).device_indices.tolist() == slots.tolist()
+    for node, (value, tensor) in cache.tree.slot_tensors.items():
+        assert value is node.data[0].value and tensor.tolist() == value.tolist()
+    cache.check_invariants({"full": 0})

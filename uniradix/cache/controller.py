@@ -184,7 +184,7 @@ class UnifiedRadixCache(ComponentSizes):
             self.tree.touch_path(accepted)
             last = accepted[-1]
             if self._on_cpu:
-                indices = cpu_indices(accepted)
+                indices = cpu_indices(accepted, self.tree.slot_tensors)
             else:
                 indices = self.to_device(concat_values([n.data[0].value for n in accepted]))
             num_slots = indices.shape[0]

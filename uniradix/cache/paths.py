@@ -20,20 +20,32 @@ def concat_values(values: list[Slots | None]) -> Slots:
     return np.concatenate(present) if present else _EMPTY
 
 
-def cpu_indices(path: list[TreeNode]) -> torch.Tensor:
+SLOT_TENSORS_KEPT = 64
+"""Nodes whose slot tensor `cpu_indices` keeps at once. Matches that end on one node mostly end
+on a few shared prompts; a bound keeps a tree that matched many nodes once (a fill of unrelated
+sequences) from keeping a tensor (~400 bytes) on each of them."""
+
+
+def cpu_indices(
+    path: list[TreeNode], kept: dict[TreeNode, tuple[Slots, torch.Tensor]]
+) -> torch.Tensor:
     """Full-KV slots of the non-empty `path` as a CPU tensor sharing their memory. A path of
     one node (a match that ends on a shared prefix: the usual one) reuses the tensor wrapped
-    around that node's value last time, while the value is the same array: wrapping one costs
-    about a microsecond, a sixth of a whole match."""
+    around that node's value last time, kept in `kept` (the tree's `slot_tensors`) while the
+    value is the same array: wrapping one costs about a microsecond, a sixth of a whole
+    match. `kept` holds at most `SLOT_TENSORS_KEPT` nodes, the oldest entry leaving first."""
     if len(path) == 1:
         node = path[0]
         value = node.data[0].value
-        memo = node.indices_memo
-        if memo is not None and memo[0] is value:
-            return memo[1]  # type: ignore[no-any-return]
+        entry = kept.get(node)
+        if entry is not None:
+            if entry[0] is value:
+                return entry[1]
+        elif len(kept) >= SLOT_TENSORS_KEPT:
+            del kept[next(iter(kept))]
         assert value is not None, "a full-KV value is missing on a cached path"
         tensor = torch.from_numpy(value)
-        node.indices_memo = (value, tensor)
+        kept[node] = (value, tensor)
         return tensor
     return torch.from_numpy(concat_values([n.data[0].value for n in path]))
 

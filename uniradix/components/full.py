@@ -47,7 +47,7 @@ class FullComponent(TreeComponent):
         actions.append(FreeSlots(FreeKind.KV, d.value, node_value=True))
         self.evictable_tokens -= num
         d.value = None
-        node.indices_memo = None  # a match's tensor of the freed slots: nothing may keep it
+        self.tree.slot_tensors.pop(node, None)  # a match's tensor of the freed slots: drop it
         return num
 
     def lock(self, node: TreeNode) -> tuple[int, int | None]:

@@ -188,7 +188,7 @@ class SWAComponent(TreeComponent):
             # Adopt the incoming slots whole; the old full slots lost their peers long ago.
             actions.append(FreeSlots(FreeKind.KV_FULL_ONLY, full.value, node_value=True))
             full.value = incoming.copy()
-            node.indices_memo = None  # holds the freed slots' array
+            self.tree.slot_tensors.pop(node, None)  # holds the freed slots' array
         else:
             # Running requests read the locked full slots: they stay, taking over the peers.
             actions.append(FreeSlots(FreeKind.SWA_MOVE, np.stack([full.value, incoming])))

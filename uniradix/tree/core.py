@@ -11,7 +11,7 @@ present, and leaves are evictable only when no component holds a lock on them.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from uniradix.key import UNIT_BYTES, RadixKey, common_prefix_len
 from uniradix.tree.leaves import EvictableLeaves
@@ -56,12 +56,17 @@ class TreeCore:
         # node with children never is, and the leaf test needs no look at them.
         self.host_only_nodes = False
         self.leaves = EvictableLeaves(policy)
+        # node -> (its base value, a tensor over it): kept by the cache for matches that end
+        # on that node alone (`uniradix.cache.paths.cpu_indices`), a few nodes at a time. Off
+        # the node, so a node the cache never memoises carries nothing for it.
+        self.slot_tensors: dict[TreeNode, tuple[Any, Any]] = {}
         self._next_id = 0
         self._time = 0
         self.root = self._new_node(b"", None, None)
 
     def reset(self) -> None:
         self.leaves.clear()
+        self.slot_tensors.clear()
         self.root = self._new_node(b"", None, None)
 
     def tick(self) -> int:

@@ -52,7 +52,6 @@ class TreeNode:
         "extra_key",
         "hit_count",
         "id",
-        "indices_memo",
         "key",
         "last_access_time",
         "num_tokens",
@@ -83,9 +82,6 @@ class TreeNode:
         self.creation_time = time
         self.hit_count = 0
         self.priority = 0
-        # (value, tensor view of it) kept by the cache for a match ending at this node alone:
-        # valid while `data[0].value` is that same array (see `uniradix.cache.paths`)
-        self.indices_memo: tuple[Any, Any] | None = None
 
     def child_key(self, page_size: int) -> ChildKey:
         page = self.key[: page_size * UNIT_BYTES]
