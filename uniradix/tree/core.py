@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple, Protocol
 
-from uniradix.key import UNIT_BYTES, RadixKey, common_prefix_len
+from uniradix.key import UNIT_BYTES, ChildKey, RadixKey, common_prefix_len
 from uniradix.tree.leaves import EvictableLeaves
-from uniradix.tree.node import TreeNode
+from uniradix.tree.node import NO_CHILDREN, TreeNode
 from uniradix.tree.policy import PolicyKey
 
 Validator = Callable[[TreeNode], bool]
@@ -213,7 +213,7 @@ class TreeCore:
         leaf = self._new_node(units[off:n_bytes], ns, node)
         leaf.priority = priority
         # The walk stopped at `page`, the first page of the rest: the leaf's child key.
-        node.children[page if ns is None else (ns, page)] = leaf
+        self._adopt(node, page if ns is None else (ns, page), leaf)
         self.leaves.discard(node)
         return leaf, base + off // UNIT_BYTES, True
 
@@ -274,7 +274,7 @@ class TreeCore:
         child.key = child.key[cut:]
         child.num_tokens -= split_len
         child.parent = new
-        new.children[child.child_key(self.page_size)] = child
+        new.children = {child.child_key(self.page_size): child}
         for hook in self.split_hooks:
             hook.redistribute_on_split(new, child, split_len)
         return new
@@ -284,7 +284,7 @@ class TreeCore:
         starting with its first page: for walks that `insert` does not cover (an engine's
         own insert protocol). The leaf carries no component data: the caller commits it."""
         leaf = self._new_node(edge, extra_key, parent)
-        parent.children[leaf.child_key(self.page_size)] = leaf
+        self._adopt(parent, leaf.child_key(self.page_size), leaf)
         self.leaves.discard(parent)
         return leaf
 
@@ -293,6 +293,8 @@ class TreeCore:
         parent = node.parent
         assert parent is not None and not node.children, f"{node} is not a removable leaf"
         del parent.children[node.child_key(self.page_size)]
+        if not parent.children:
+            parent.children = NO_CHILDREN  # its emptied dict keeps a table: let it go
         node.parent = None
         self.leaves.discard(node)
         self.update_leaf(parent)
@@ -343,6 +345,14 @@ class TreeCore:
     def prefix_len(self, node: TreeNode) -> int:
         """Units from the root to the end of `node`."""
         return sum(n.num_tokens for n in self.path_to_root(node))
+
+    @staticmethod
+    def _adopt(parent: TreeNode, child_key: ChildKey, child: TreeNode) -> None:
+        """Hangs `child` under `parent`, giving a childless parent a dict of its own."""
+        if parent.children:
+            parent.children[child_key] = child
+        else:
+            parent.children = {child_key: child}
 
     def _new_node(self, key: bytes, extra_key: str | None, parent: TreeNode | None) -> TreeNode:
         self._next_id += 1

@@ -8,7 +8,7 @@ of what a value means; components interpret it.
 from __future__ import annotations
 
 from itertools import repeat
-from typing import Any
+from typing import Any, NoReturn
 
 from uniradix.key import UNIT_BYTES, ChildKey
 from uniradix.slots import Slots
@@ -42,6 +42,22 @@ class ComponentData:
         self.lru_next: TreeNode | None = None
 
 
+class _NoChildren(dict):  # type: ignore[type-arg]
+    """The children of every node that has none: one shared empty dict, so that a leaf (half
+    the nodes of a tree) carries no dict of its own (64 bytes). It refuses to change; the tree
+    gives a node its own dict when it gains its first child (`TreeCore`)."""
+
+    __slots__ = ()
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise TypeError("a childless node's shared children dict cannot change")
+
+    __setitem__ = __delitem__ = setdefault = update = pop = popitem = clear = __ior__ = _refuse
+
+
+NO_CHILDREN: dict[Any, Any] = _NoChildren()
+
+
 class TreeNode:
     """A radix-tree node. `parent is None` marks the root or a node removed from the tree."""
 
@@ -73,7 +89,7 @@ class TreeNode:
         self.num_tokens = len(key) // UNIT_BYTES  # units on this edge; kept in step with key
         self.extra_key = extra_key
         self.parent = parent
-        self.children: dict[ChildKey, TreeNode] = {}
+        self.children: dict[ChildKey, TreeNode] = NO_CHILDREN
         # map, not a comprehension: no function frame per node (runs on every new leaf); a
         # tuple, not a list: one allocation of 16 bytes less per node, and the components'
         # entries never change (each entry's fields do)
