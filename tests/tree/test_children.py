@@ -14,8 +14,8 @@ def match_len(cache, tokens):
 
 def test_leaves_share_the_empty_children_and_it_refuses_to_change():
     cache = make_cache()
-    a, _ = insert_fresh(cache, [1, 2, 3])
-    b, _ = insert_fresh(cache, [7, 8])
+    insert_fresh(cache, [1, 2, 3])
+    insert_fresh(cache, [7, 8])
     leaves = [n for n in cache.tree.nodes() if not n.children]
     assert len(leaves) == 2 and all(n.children is NO_CHILDREN for n in leaves)
     for change in (
