@@ -12,8 +12,10 @@ Options:
 
 - `ttl_s`: expire each page after this many seconds (`SET ... PX`, so `volatile-*` eviction
   policies can reclaim pages); without it pages live until evicted or deleted;
-- `timeout_s` (default 0.5): socket connect and read timeout. redis-py's own retries are
-  off, so a dead server costs one bounded timeout per call until the breaker opens;
+- `timeout_s` (default 0.5): each call's deadline (`redis_deadline`: every socket wait of
+  the call, connect and reconnect included, waits at most the time left; large pages earn
+  their transfer time). redis-py's own retries are off, so a dead or stalled server costs
+  one bounded timeout per call until the breaker opens;
 - `breaker_failures`, `breaker_cooldown_s`: the circuit breaker.
 
 A server with `maxmemory` and an `allkeys-*` / `volatile-*` policy may drop any page: that
