@@ -56,6 +56,7 @@ from uniradix.storage.redis_deadline import (
     BoundedConnection,
     BoundedSSLConnection,
     call_deadline,
+    outside_deadline,
 )
 from uniradix.storage.redis_wire import (
     Reply,
@@ -118,7 +119,10 @@ class RedisBackend(StorageBackend):
             with self._connect_lock:
                 if self._client_obj is None:
                     assert self._connect is not None
-                    client = self._connect(**self._client_kwargs)  # type: ignore[arg-type]
+                    # Built once per store (a Cluster client reads the slot map and the
+                    # command table: ~1 s under load), bounded per socket wait only.
+                    with outside_deadline():
+                        client = self._connect(**self._client_kwargs)  # type: ignore[arg-type]
                     _bound_waits(client)
                     self._client_obj = client
         return self._client_obj
@@ -198,7 +202,7 @@ class RedisBackend(StorageBackend):
 
     def _store_get(self, text_names: list[str]) -> list[StoredPage | None]:
         names = encode_names(text_names)
-        with self._deadline():
+        with self._deadline(getattr(self._call, "get_bytes", 0)):
             replies = self._run(names, lambda idx: key_commands(b"GET", _pick(names, idx)))
         return [_stored(reply) for reply in replies]
 

@@ -5,14 +5,15 @@ A socket timeout alone bounds each wait, not the call: a batch whose replies tri
 cluster redirection and refreshes the slot map, waits many times, each within the timeout.
 Here `call_deadline(timeout_s)` starts a call's clock in the calling thread, and every socket
 wait on a connection of `BoundedConnection` (connect, handshake, send, read: the backend's
-own pipelines and redis-py's commands alike) waits at most the time left, capped by the
-socket timeout. Past the deadline the next wait raises `DeadlinePassed` (a redis-py
+own pipelines and redis-py's commands alike) waits at most the time left (a connect also
+at most the connect timeout). Past the deadline the next wait raises `DeadlinePassed` (a redis-py
 `TimeoutError`: the backend counts a store failure and tells its breaker); a wait cut short
 by the deadline raises redis-py's own `TimeoutError`, and the connection is dropped.
 
-Large pages take time to move even on a healthy server, so a call's time grows with its
-bytes: `BYTES_PER_S` of credit per byte sent (known before the call) and per byte of each
-reply read. Outside a `call_deadline` the connections behave as redis-py's own.
+Large pages take time to move even on a healthy server (Redis copies a batch's values into
+its output buffers before the first byte goes out), so a call's time grows with the bytes it
+is known to move when it starts: a write's payloads, a read's expected page size times its
+pages, at `BYTES_PER_S`. Outside a `call_deadline` the connections behave as redis-py's own.
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ from redis._parsers import _HiredisParser
 from redis.connection import Connection, DefaultParser, SSLConnection
 from redis.utils import SENTINEL
 
-BYTES_PER_S = 50e6
-"""The slowest transfer a call is allowed (a call's deadline grows by 1 s per 50 MB it moves):
-well below loopback and a local network, so only a stalled server meets the deadline."""
+BYTES_PER_S = 20e6
+"""The slowest transfer a call is allowed (its deadline grows by 1 s per 20 MB it moves): a
+third of what one loopback Redis served 2 MiB pages at on 2 cores at load 15 (64 pages read
+in up to 2.0 s, `benchmarks/results/storage.md`), so only a stalled server meets it."""
 _SEND_GROUP = 1 << 20  # bytes sent per socket wait (the wait is re-armed with the time left)
 
 _local = threading.local()
@@ -43,8 +45,8 @@ class DeadlinePassed(redis.exceptions.TimeoutError):
 @contextmanager
 def call_deadline(timeout_s: float, num_bytes: int = 0) -> Iterator[None]:
     """Bounds the socket waits of this thread's Redis calls inside the block by `timeout_s`
-    from now, plus the credit of `num_bytes` to send. A nested block keeps the outer
-    deadline (one call, one clock)."""
+    from now, plus the time of `num_bytes` to move. A nested block keeps the outer deadline
+    (one call, one clock)."""
     if getattr(_local, "at", None) is not None:
         yield
         return
@@ -55,10 +57,16 @@ def call_deadline(timeout_s: float, num_bytes: int = 0) -> Iterator[None]:
         _local.at = None
 
 
-def credit(num_bytes: int) -> None:
-    """Extends this thread's deadline for `num_bytes` received."""
-    if getattr(_local, "at", None) is not None and num_bytes:
-        _local.at += num_bytes / BYTES_PER_S
+@contextmanager
+def outside_deadline() -> Iterator[None]:
+    """Suspends this thread's deadline inside the block (its socket waits have their own
+    timeouts): for one-time set-up inside a call, such as building a Cluster client."""
+    at = getattr(_local, "at", None)
+    _local.at = None
+    try:
+        yield
+    finally:
+        _local.at = at
 
 
 def wait_s(cap: float | None) -> float | None:
@@ -112,7 +120,7 @@ class _Bounded:
         for end, chunk in enumerate(chunks, 1):
             size += len(chunk)
             if size >= _SEND_GROUP or end == len(chunks):
-                self._arm(wait_s(self.socket_timeout))
+                self._arm(wait_s(None))
                 try:
                     super().send_packed_command(chunks[start:end], check_health)  # type: ignore[misc]
                 finally:
@@ -128,11 +136,11 @@ class _BoundedHiredisParser(_HiredisParser):
     """redis-py's hiredis parser whose blocking socket reads (redis-py's own commands: the
     handshake, `EXISTS`, the slot map) each wait at most the time left to the call: a reply
     that arrives in many pieces cannot outlast the deadline. (Without hiredis, redis-py's
-    Python parser bounds each wait by the socket timeout only.)"""
+    Python parser bounds each wait by the socket timeout instead.)"""
 
     def read_from_socket(self, timeout: Any = SENTINEL, raise_on_timeout: bool = True) -> Any:
         if timeout is SENTINEL:
-            wait = wait_s(self._socket_timeout)
+            wait = wait_s(None)
             if wait is not None:
                 timeout = wait
         return super().read_from_socket(timeout, raise_on_timeout)  # type: ignore[no-untyped-call]
