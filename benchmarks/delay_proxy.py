@@ -3,7 +3,9 @@
 `DelayProxy(upstream_port).start()` listens on `127.0.0.1:proxy.port` and forwards each
 connection to `127.0.0.1:upstream_port`. Every chunk of bytes, either way, is sent on
 `delay_s` seconds after it arrived (read when it arrives, so `delay_s` may change any time):
-added latency, not a lower bandwidth, as a far or congested link adds. A server that goes
+added latency, as a far or congested link adds. With `bytes_per_s`, the bytes toward the
+client also trickle at that rate (a server that stalls between replies: every socket read
+gets a few bytes, none waits long). A server that goes
 away closes its clients' connections; a connection to a server that is not there is closed
 at once (the client sees a reset, as it would without the proxy).
 """
@@ -17,12 +19,16 @@ import threading
 import time
 
 _CHUNK = 1 << 16
+_PACE_S = 0.05  # with `bytes_per_s`: a piece of bytes sent this often
 
 
 class DelayProxy:
-    def __init__(self, upstream_port: int, delay_s: float = 0.0) -> None:
+    def __init__(
+        self, upstream_port: int, delay_s: float = 0.0, bytes_per_s: float | None = None
+    ) -> None:
         self.upstream_port = upstream_port
         self.delay_s = delay_s
+        self.bytes_per_s = bytes_per_s
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port: int = self._listener.getsockname()[1]
         self._lock = threading.Lock()
@@ -61,10 +67,10 @@ class DelayProxy:
                     _shut(upstream)
                     return
                 self._sockets |= {client, upstream}
-            for src, dst in ((client, upstream), (upstream, client)):
-                self._pipe(src, dst)
+            self._pipe(client, upstream)
+            self._pipe(upstream, client, paced=True)
 
-    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
+    def _pipe(self, src: socket.socket, dst: socket.socket, paced: bool = False) -> None:
         """Two threads: one reads `src` and stamps each chunk with its due time, one sends
         the chunks to `dst` when due (so chunks overlap in flight, as on a real link)."""
         chunks: queue.SimpleQueue[tuple[float, bytes]] = queue.SimpleQueue()
@@ -93,7 +99,7 @@ class DelayProxy:
                     data, held = data + held[1], None
                 try:
                     if data:
-                        dst.sendall(data)
+                        self._forward(dst, data, paced)
                 except OSError:
                     break
                 if not data or (held is not None and not held[1]):
@@ -102,6 +108,16 @@ class DelayProxy:
 
         threading.Thread(target=read, name="delay-proxy-read", daemon=True).start()
         threading.Thread(target=send, name="delay-proxy-send", daemon=True).start()
+
+    def _forward(self, dst: socket.socket, data: bytes, paced: bool) -> None:
+        rate = self.bytes_per_s
+        if not paced or not rate:
+            dst.sendall(data)
+            return
+        piece = max(1, int(rate * _PACE_S))  # a piece every `_PACE_S` seconds
+        for start in range(0, len(data), piece):
+            dst.sendall(data[start : start + piece])
+            time.sleep(_PACE_S)
 
     def _drop(self, *sockets: socket.socket) -> None:
         with self._lock:

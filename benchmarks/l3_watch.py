@@ -24,11 +24,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import redis
-
 from uniradix.hashing.storage_keys import PageKey
 from uniradix.storage.backend import StorageBackend
 from uniradix.storage.page_format import Miss, MissReason, Payload
+from uniradix.storage.redis_deadline import BoundedConnection
 
 
 def _digest(data: Payload) -> bytes:
@@ -125,7 +124,7 @@ class StoreWatch:
         return checked
 
 
-class TimedConnection(redis.Connection):
+class TimedConnection(BoundedConnection):
     """A redis-py connection that notes its longest connect and reply wait in `waits` (and
     counts those past `waits.limit_s`, when the caller sets one)."""
 
@@ -134,7 +133,7 @@ class TimedConnection(redis.Connection):
     def _connect(self) -> Any:
         t0 = time.perf_counter()
         try:
-            return super()._connect()  # type: ignore[no-untyped-call]
+            return super()._connect()
         finally:
             self.waits.note("connect", time.perf_counter() - t0)
 

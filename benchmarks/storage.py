@@ -41,6 +41,7 @@ from uniradix.hashing.page import page_digests
 from uniradix.key import RadixKey
 from uniradix.storage import KeySpace, StorageBackend, open_backend
 from uniradix.storage.file_backend import FileBackend
+from uniradix.storage.redis_wire import pipelined, receive, send
 
 KS = KeySpace("bench/model@rev", "bfloat16", "layer_first", 64, "full")
 
@@ -173,10 +174,16 @@ def bench_cluster(
     plain = redis.RedisCluster.from_url(cluster_url.replace("redis+cluster", "redis", 1))
     # Small batches take milliseconds, and a loaded machine's noise is of that order: they
     # get six times the rounds (a few seconds in all).
-    rows = [
-        _bench_shape(one, cluster, plain, n, size, rounds * (6 if size < 1 << 16 else 1))
-        for n, size in shapes
-    ]
+    servers = [one.client, *(_master_clients(cluster))]  # type: ignore[attr-defined]
+    rows = []
+    for n, size in shapes:
+        for server in servers:
+            server.config_resetstat()
+        rows.append(
+            _bench_shape(one, cluster, plain, n, size, rounds * (6 if size < 1 << 16 else 1))
+        )
+        rows[-1].update(_probe_server_us(servers))
+    rows[-1].update(_round_trips(one, cluster, rounds * 30))
     for store in (one, cluster):
         store.clear()
         store.close()
@@ -228,6 +235,43 @@ def _bench_shape(
     return row
 
 
+def _master_clients(store: StorageBackend) -> list[redis.Redis]:
+    batches = store._cluster  # type: ignore[attr-defined]
+    return [node.redis_connection for node in batches.client.get_primaries()]
+
+
+def _probe_server_us(servers: list[redis.Redis]) -> dict[str, float]:
+    """Server time (INFO commandstats) of one `batch_exists`: one Redis's multi-key `EXISTS`
+    against the Cluster's scripts (one per master; the sum and the largest master's)."""
+    stats = [s.info("commandstats") for s in servers]
+    one = stats[0].get("cmdstat_exists", {})
+    masters = [st.get("cmdstat_eval", {}) for st in stats[1:]]
+    batches = max(1, max(m.get("calls", 0) for m in masters))  # one script per master a probe
+    return {
+        "probe_us_one": one.get("usec", 0) / max(1, one.get("calls", 0)),
+        "probe_us_cluster": sum(m.get("usec", 0) for m in masters) / batches,
+        "probe_us_master": max(m.get("usec", 0) for m in masters) / batches,
+    }
+
+
+def _round_trips(one: StorageBackend, cluster: StorageBackend, rounds: int) -> dict[str, float]:
+    """The floor of a call: median wall of one `PING` to one Redis, and of a `PING` to every
+    master at once (all sent, then all replies read, as a Cluster batch does)."""
+    ping = [b"*1\r\n$4\r\nPING\r\n"]
+    masters = _master_clients(cluster)
+
+    def all_masters() -> None:
+        for sent in [send(m, ping) for m in masters]:
+            receive(sent, 1)
+
+    t_one: list[float] = []
+    t_all: list[float] = []
+    for _ in range(rounds):
+        t_one.append(_median_s(lambda: pipelined(one.client, ping, 1), 1))  # type: ignore[attr-defined]
+        t_all.append(_median_s(all_masters, 1))
+    return {"ping_one": statistics.median(t_one), "ping_masters": statistics.median(t_all)}
+
+
 def render_cluster(rows: list[dict[str, float]], setup: str) -> str:
     lines = [
         "## Redis Cluster against one Redis",
@@ -249,6 +293,22 @@ def render_cluster(rows: list[dict[str, float]], setup: str) -> str:
                 f"{_rate(row, cluster_s, op)} | "
                 + (f"{plain * 1e3:.2f} ms ({plain / one_s:.1f}×) |" if plain else "- |")
             )
+    lines.append("")
+    for row in rows:
+        if "probe_us_one" in row:
+            lines.append(
+                f"Server time of one stored-prefix probe of {row['pages']:,.0f} pages (INFO "
+                f"commandstats): one Redis {row['probe_us_one']:,.0f} µs (one multi-key "
+                f"`EXISTS`), Cluster {row['probe_us_cluster']:,.0f} µs over its masters "
+                f"({row['probe_us_master']:,.0f} µs on the busiest; a script per master, one "
+                "`EXISTS` per key)."
+            )
+    last = rows[-1]
+    if "ping_one" in last:
+        lines.append(
+            f"One round trip: `PING` to one Redis {last['ping_one'] * 1e3:.3f} ms, to every "
+            f"master at once {last['ping_masters'] * 1e3:.3f} ms (median)."
+        )
     return "\n".join(lines + [""])
 
 

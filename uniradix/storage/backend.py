@@ -110,7 +110,9 @@ class StorageBackend(ABC):
         self._lock = threading.Lock()
         self._counts = dict.fromkeys(_COUNTERS, 0)
         self._misses = {reason: 0 for reason in MissReason}
-        self._call = threading.local()  # per store call: pages a write found stored
+        # Per store call: pages a write found stored (`kept`), bytes a read asks for
+        # (`get_bytes`: `expected_bytes` per page).
+        self._call = threading.local()
         self._pause_s = 0.0
         self._paused_until = 0.0
 
@@ -188,6 +190,8 @@ class StorageBackend(ABC):
         size the caller needs (a page of another size is a `BAD_LENGTH` miss)."""
         if not keys:
             return []
+        # The bytes this call asks for, for stores whose calls have deadlines (Redis).
+        self._call.get_bytes = (expected_bytes or 0) * len(keys)
         blobs = self._guarded(lambda: self._store_get([k.name for k in keys]), len(keys))
         if isinstance(blobs, MissReason):
             self._count_misses({blobs: len(keys)})

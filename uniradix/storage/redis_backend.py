@@ -12,8 +12,10 @@ Options:
 
 - `ttl_s`: expire each page after this many seconds (`SET ... PX`, so `volatile-*` eviction
   policies can reclaim pages); without it pages live until evicted or deleted;
-- `timeout_s` (default 0.5): socket connect and read timeout. redis-py's own retries are
-  off, so a dead server costs one bounded timeout per call until the breaker opens;
+- `timeout_s` (default 0.5): each call's deadline (`redis_deadline`: every socket wait of
+  the call, connect and reconnect included, waits at most the time left; large pages earn
+  their transfer time). redis-py's own retries are off, so a dead or stalled server costs
+  one bounded timeout per call until the breaker opens;
 - `breaker_failures`, `breaker_cooldown_s`: the circuit breaker.
 
 A server with `maxmemory` and an `allkeys-*` / `volatile-*` policy may drop any page: that
@@ -28,12 +30,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import TypeVar
 from urllib.parse import unquote, urlsplit
 
 import redis
 from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
+from redis.connection import Connection, SSLConnection
 from redis.retry import Retry
 
 from uniradix.hashing.storage_keys import KEY_PREFIX
@@ -48,6 +52,12 @@ from uniradix.storage.backend import (
 from uniradix.storage.breaker import CircuitBreaker
 from uniradix.storage.page_format import Payload
 from uniradix.storage.redis_cluster import REDIRECTED, ClusterBatches, Packer
+from uniradix.storage.redis_deadline import (
+    BoundedConnection,
+    BoundedSSLConnection,
+    call_deadline,
+    outside_deadline,
+)
 from uniradix.storage.redis_wire import (
     Reply,
     encode_names,
@@ -82,6 +92,7 @@ class RedisBackend(StorageBackend):
         client: Client | None = None,
         ttl_s: float | None = None,
         breaker: CircuitBreaker | None = None,
+        timeout_s: float | None = None,
     ) -> None:
         super().__init__(breaker)
         if ttl_s is not None and ttl_s <= 0:
@@ -92,6 +103,12 @@ class RedisBackend(StorageBackend):
         self._client_obj = client
         self._connect = connect
         self._client_kwargs = client_kwargs or {}
+        # Each store call's deadline (`redis_deadline`): by default the socket timeout.
+        self.timeout_s = (
+            timeout_s if timeout_s is not None else _socket_timeout(client, client_kwargs)
+        )
+        if self.timeout_s is not None and not self.timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0 or None, got {self.timeout_s}")
         self._connect_lock = threading.Lock()
         self._batches: ClusterBatches | None = None
         self._exists_script: bool | None = None  # does the cluster run `_EXISTS_PREFIX`?
@@ -102,7 +119,12 @@ class RedisBackend(StorageBackend):
             with self._connect_lock:
                 if self._client_obj is None:
                     assert self._connect is not None
-                    self._client_obj = self._connect(**self._client_kwargs)  # type: ignore[arg-type]
+                    # Built once per store (a Cluster client reads the slot map and the
+                    # command table: ~1 s under load), bounded per socket wait only.
+                    with outside_deadline():
+                        client = self._connect(**self._client_kwargs)  # type: ignore[arg-type]
+                    _bound_waits(client)
+                    self._client_obj = client
         return self._client_obj
 
     @property
@@ -117,7 +139,17 @@ class RedisBackend(StorageBackend):
                     self._batches = ClusterBatches(client)
         return self._batches
 
+    def _deadline(self, num_bytes: int = 0) -> AbstractContextManager[None]:
+        """The clock of one store call (`redis_deadline`): `timeout_s` and the bytes' time."""
+        if self.timeout_s is None:
+            return nullcontext()
+        return call_deadline(self.timeout_s, num_bytes)
+
     def _store_exists_prefix(self, names: list[str]) -> int:
+        with self._deadline():
+            return self._exists_prefix(names)
+
+    def _exists_prefix(self, names: list[str]) -> int:
         cluster = self._cluster
         if cluster is not None:
             return self._cluster_exists_prefix(cluster, names)
@@ -170,7 +202,8 @@ class RedisBackend(StorageBackend):
 
     def _store_get(self, text_names: list[str]) -> list[StoredPage | None]:
         names = encode_names(text_names)
-        replies = self._run(names, lambda idx: key_commands(b"GET", _pick(names, idx)))
+        with self._deadline(getattr(self._call, "get_bytes", 0)):
+            replies = self._run(names, lambda idx: key_commands(b"GET", _pick(names, idx)))
         return [_stored(reply) for reply in replies]
 
     def _store_set(
@@ -187,7 +220,10 @@ class RedisBackend(StorageBackend):
                 _pick(names, idx), _pick(headers, idx), _pick(payloads, idx), self.ttl_ms
             )
 
-        for i, reply in enumerate(self._run(names, pack)):
+        num_bytes = sum(memoryview(p).nbytes for p in payloads) + sum(map(len, headers))
+        with self._deadline(num_bytes):
+            replies = self._run(names, pack)
+        for i, reply in enumerate(replies):
             if isinstance(reply, Exception):
                 if not isinstance(reply, REDIRECTED):  # refused: not the moving slot's fault
                     self._note_refusal(str(reply).splitlines()[0])
@@ -196,7 +232,8 @@ class RedisBackend(StorageBackend):
 
     def _store_delete(self, text_names: list[str]) -> int:
         names = encode_names(text_names)
-        replies = self._run(names, lambda idx: key_commands(b"UNLINK", _pick(names, idx)))
+        with self._deadline():
+            replies = self._run(names, lambda idx: key_commands(b"UNLINK", _pick(names, idx)))
         return sum(r for r in replies if isinstance(r, int))
 
     def _run(self, names: list[bytes], pack: Packer) -> list[Reply]:
@@ -261,6 +298,32 @@ def _stored(reply: Reply) -> StoredPage | None:
     return reply
 
 
+_BOUNDED = {Connection: BoundedConnection, SSLConnection: BoundedSSLConnection}
+
+
+def _bound_waits(client: Client) -> None:
+    """Makes the connections of one server's client keep to each call's deadline: its pool
+    builds `redis_deadline`'s classes instead of redis-py's plain ones (TCP or TLS, picked
+    by redis-py from the URL's scheme)."""
+    if isinstance(client, redis.Redis):
+        pool = client.connection_pool
+        pool.connection_class = _BOUNDED.get(pool.connection_class, pool.connection_class)
+
+
+def _socket_timeout(client: Client | None, kwargs: dict[str, object] | None) -> float | None:
+    """The socket timeout the client was built with (None: none set)."""
+    if client is None:
+        pool = (kwargs or {}).get("connection_pool")
+        found = (kwargs or {}).get("socket_timeout")
+    elif isinstance(client, redis.Redis):
+        pool, found = client.connection_pool, None
+    else:
+        pool, found = None, client.nodes_manager.connection_kwargs.get("socket_timeout")
+    if isinstance(pool, redis.ConnectionPool):
+        found = pool.connection_kwargs.get("socket_timeout")
+    return float(found) if isinstance(found, (int, float)) else None
+
+
 def _client_kwargs(url: str, options: dict[str, str], cluster: bool) -> dict[str, object]:
     parts = urlsplit(url)
     timeout_s = float(options.get("timeout_s", "0.5"))
@@ -271,12 +334,22 @@ def _client_kwargs(url: str, options: dict[str, str], cluster: bool) -> dict[str
         "socket_connect_timeout": timeout_s,
         "retry": Retry(NoBackoff(), 0),
     }
+    if parts.scheme.lower() == "rediss":
+        kwargs["ssl"] = True
+    if cluster:
+        # Every node's connections keep to the call's deadline (one server: `_bound_waits`).
+        # redis-py gives a connection class to the nodes of a cluster built from a URL only.
+        host = str(kwargs["host"])
+        kwargs["url"] = (
+            f"redis://[{host}]:{kwargs['port']}"
+            if ":" in host
+            else (f"redis://{host}:{kwargs['port']}")
+        )
+        kwargs["connection_class"] = BoundedConnection
     if parts.username:
         kwargs["username"] = unquote(parts.username)
     if parts.password:
         kwargs["password"] = unquote(parts.password)
-    if parts.scheme.lower() == "rediss":
-        kwargs["ssl"] = True
     db = parts.path.strip("/")
     if db and cluster:
         raise ValueError(f"Redis Cluster has only database 0; remove /{db} from {url!r}")

@@ -14,9 +14,9 @@ master that died (its connection fails, or it answers `CLUSTERDOWN` / `TRYAGAIN`
 failover). Then the slot map is refreshed once and the affected pages are sent again, once.
 A page still redirected after that is a miss for the caller (absent, not stored); a master
 still lost, or a cluster still down, fails the whole call (the backend counts a store
-failure, and its breaker turns L3 off when failures go on). Every command is bounded by the
-client's socket timeouts, so a call never hangs: a master that stops answering costs one
-timeout (not retried), a lost one at most a refresh and a second attempt.
+failure, and its breaker turns L3 off when failures go on). The whole call, refresh and
+second attempt included, keeps to the backend's deadline (`redis_deadline`), so a call never
+hangs: a master that stops answering costs at most the call's timeout (not retried).
 """
 
 from __future__ import annotations

@@ -11,11 +11,13 @@ connection, and the replies read back in order.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import redis
 from redis._parsers import hiredis as _hiredis
 
 from uniradix.storage.page_format import Payload
+from uniradix.storage.redis_deadline import wait_s
 
 Reply = object
 """A parsed reply: the value, or the `redis.exceptions.ResponseError` the server answered."""
@@ -133,13 +135,39 @@ def _read_replies(conn: redis.connection.Connection, count: int) -> list[Reply]:
             except redis.exceptions.ResponseError as exc:
                 replies.append(exc)
         return replies
-    add, gets = replies.append, reader.gets
+    add, gets, timeout = replies.append, reader.gets, conn.socket_timeout
     while len(replies) < count:
         reply = gets()
-        if reply is _NOT_ENOUGH_DATA:  # no whole reply buffered yet: bounded by the socket
-            parser.read_from_socket()  # type: ignore[no-untyped-call]  # timeout, raises if lost
+        if reply is _NOT_ENOUGH_DATA:  # no whole reply buffered yet
+            _fill(parser, reader, timeout)
         elif isinstance(reply, redis.exceptions.ConnectionError):
             raise reply
         else:
             add(reply)
     return replies
+
+
+def _fill(parser: _hiredis._HiredisParser, reader: Any, socket_timeout: float | None) -> None:
+    """Reads what the socket has into hiredis's reader, waiting at most the time left to the
+    call (`redis_deadline.wait_s`; outside a call, the socket timeout). Raises redis-py's
+    `TimeoutError` when nothing came, its `ConnectionError` when the server closed the
+    connection."""
+    wait = wait_s(None)
+    if wait is None:  # no deadline: redis-py's own read, with the socket timeout
+        parser.read_from_socket()  # type: ignore[no-untyped-call]
+        return
+    sock, buffer = parser._sock, parser._buffer
+    if sock is None:
+        raise redis.exceptions.ConnectionError("Connection closed.")
+    sock.settimeout(wait)
+    try:
+        num_bytes = sock.recv_into(buffer)
+    except TimeoutError as exc:  # `socket.timeout`
+        raise redis.exceptions.TimeoutError("Timeout reading from socket") from exc
+    except OSError as exc:
+        raise redis.exceptions.ConnectionError(f"Error reading from socket: {exc}") from exc
+    finally:
+        sock.settimeout(socket_timeout)
+    if num_bytes == 0:
+        raise redis.exceptions.ConnectionError("Connection closed by server.")
+    reader.feed(buffer, 0, num_bytes)
