@@ -5,17 +5,19 @@ past worth what their measured reuse says, and nothing before any window has ser
 Why: a finished request's checkpoint windows that lie wholly above its last window (its
 prompt's grid points, `Req.checkpoint_seqlens`) serve only a request that branches there
 rather than continuing from the end. Whether traffic does is a property of the stream: on the
-synthetic Mooncake trace continuations branch at block boundaries (these windows serve about
-two thirds as often per token as prompt windows), in a chat that sends its answers back
-nobody does (the `bursts` trace of `benchmarks/traces`). Each such *past* window is worth
+synthetic Mooncake trace continuations branch at block boundaries, in a chat that sends its
+answers back nobody does (the `bursts` trace of `benchmarks/traces`). Each such *past*
+window is worth
 
     factor * depth ** COST_EXPONENT,  factor = min(1, past share / prompt share)
 
-where the shares are the tokens of windows that served a match over those whose outcome is
-known, the past share with a prior of one window's tokens at the prompt share. Outcomes are
-counted when known (served, or evicted unserved), not when stored: a window still waiting for
-its next turn is no evidence that it is never used (the output factor's counting from store
-would read the first turns of every conversation as unused). Every `OUTPUT_SAMPLE`-th
+where the prompt share is tokens of prompt windows that served a match over those stored
+(the output order's counts, with no prior serves: 0 until one serves) and the past share is the tokens of past windows that served over those
+whose outcome is known, with a prior of one window's tokens at the prompt share. Past
+outcomes are counted when known (served, or evicted unserved), not when stored: a window
+still waiting for its next turn is no evidence that it is never used (counted from store, the
+first turns of every conversation would read as unused). The prompt share, counted from
+store, errs low early, which errs towards keeping past windows. Every `OUTPUT_SAMPLE`-th
 request's past windows keep the full worth and only those are counted, so demoted windows
 cannot bias the count.
 
@@ -23,8 +25,8 @@ Before any prompt window has served a match the prompt share is 0 and so is the 
 no evidence of reuse anywhere, a request is presumed to be continued from its end, and the
 windows its outputs went past go first (as states and windows without evidence go first on
 probation). On `bursts` the deciding evictions come in the first burst, before any window
-served; on the Mooncake trace the first serves come within a few requests and the factor is
-measured from then on. Figures: docs/hit_rates.md.
+served; on the Mooncake trace the first comes at its 128th insert naming checkpoints (about the
+40th request) and the factor is measured from then on. Figures: docs/hit_rates.md.
 """
 
 from __future__ import annotations
