@@ -12,14 +12,14 @@ window is worth
     factor * depth ** COST_EXPONENT,  factor = min(1, past share / prompt share)
 
 where the prompt share is tokens of prompt windows that served a match over those stored
-(the output order's counts, with no prior serves: 0 until one serves) and the past share is the tokens of past windows that served over those
-whose outcome is known, with a prior of one window's tokens at the prompt share. Past
-outcomes are counted when known (served, or evicted unserved), not when stored: a window
-still waiting for its next turn is no evidence that it is never used (counted from store, the
-first turns of every conversation would read as unused). The prompt share, counted from
-store, errs low early, which errs towards keeping past windows. Every `OUTPUT_SAMPLE`-th
-request's past windows keep the full worth and only those are counted, so demoted windows
-cannot bias the count.
+(the output order's counts, with no prior serves: 0 until one serves) and the past share
+is the tokens of past windows that served over those whose outcome is known, with a prior
+of one window's tokens at the prompt share. Past outcomes are counted when known (served,
+or evicted unserved), not when stored: a window still waiting for its next turn is no
+evidence that it is never used (counted from store, the first turns of every conversation
+would read as unused). The prompt share, counted from store, errs low early, which errs
+towards keeping past windows. Every `OUTPUT_SAMPLE`-th request's past windows keep the full
+worth and only those are counted, so demoted windows cannot bias the count.
 
 Before any prompt window has served a match the prompt share is 0 and so is the factor: with
 no evidence of reuse anywhere, a request is presumed to be continued from its end, and the
