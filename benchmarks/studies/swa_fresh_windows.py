@@ -1,5 +1,7 @@
-"""Why the SWA default still loses `bursts/s1` ample to the retired `greedy_dual`: three rules
-for fresh (never-served) windows, side by side on the `bursts` traces and the Mooncake trace.
+"""Why the former SWA default (`output_windows`, the default without its past windows'
+measured worth, `uniradix.eviction.swa_past`) lost `bursts/s1` ample to the retired
+`greedy_dual`: rules for fresh (never-served) windows, side by side with the default on the
+`bursts` traces and the Mooncake trace.
 
     .venv/bin/python -m benchmarks.studies.swa_fresh_windows [--max-requests 2000]
         [--rules reuse_credit own_depth ...]
@@ -12,14 +14,19 @@ for fresh (never-served) windows, side by side on the `bursts` traces and the Mo
   output windows);
 - `past_censored`: the same, a sampled window counted only once its outcome is known
   (served, or evicted unserved);
-- `output_factor_1`: the default with its output windows always at the full worth.
+- `output_factor_1`: the former default with its output windows always at the full worth.
+
+The last three are variants of the former default; `reuse_credit` is the default now: the
+past windows of `past_censored`, worth nothing before any window has served a match.
 
 Each runs full+SWA at the hit table's ample budget (W = 1024) on `bursts/s0` and `bursts/s1`,
 and on the Mooncake trace's first requests at issue 14's sizes, W = 1024 and 4096
 (`benchmarks.hybrid_hits`). Measured (docs/hit_rates.md): the first two win `bursts/s1` but
 lose W = 4096 on Mooncake; the third keeps Mooncake and loses the `bursts` gain. On `bursts`
 the deciding evictions come in the first burst, before any window's reuse is known, so only
-a prior decides them.
+a prior decides them: the default's (no window served yet, so a request is presumed to be
+continued from its end) wins `bursts` and, as serves come within a few requests on Mooncake,
+keeps W = 4096 there.
 """
 
 from __future__ import annotations
@@ -41,21 +48,21 @@ from uniradix.tree.node import TreeNode
 
 
 class OwnDepth(SWAOutputCreditEviction):
-    """The default with never-served nodes credited by their own end."""
+    """The former default with never-served nodes credited by their own end."""
 
     def refreshed(self, node: TreeNode, depth: int, window_end: int) -> None:
         super().refreshed(node, depth, depth)
 
 
 class OutputFactor1(SWAOutputCreditEviction):
-    """The default without the measured worth of output windows."""
+    """The former default without the measured worth of output windows."""
 
     def output_factor(self) -> float:
         return 1.0
 
 
 class PastMeasured(SWAOutputCreditEviction):
-    """The default with past prompt-checkpoint windows worth their measured reuse."""
+    """The former default with past prompt-checkpoint windows worth their measured reuse."""
 
     censored = False
 
@@ -139,6 +146,7 @@ class PastCensored(PastMeasured):
 
 RULES = {
     "reuse_credit": "reuse_credit",
+    "output_windows": register_swa_order("study:fresh_output_windows", SWAOutputCreditEviction),
     "own_depth": register_swa_order("study:fresh_own_depth", OwnDepth),
     "past_measured": register_swa_order("study:fresh_past_measured", PastMeasured),
     "past_censored": register_swa_order("study:fresh_past_censored", PastCensored),

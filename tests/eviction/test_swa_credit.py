@@ -19,6 +19,7 @@ from uniradix import EvictParams, RadixKey
 from uniradix.cache.controller import UnifiedRadixCache
 from uniradix.components.swa import SWAComponent
 from uniradix.eviction import swa_order
+from uniradix.eviction.orders import register_swa_order
 from uniradix.eviction.swa_credit import (
     COST_EXPONENT,
     PASSED_WORTH,
@@ -28,6 +29,9 @@ from uniradix.eviction.swa_credit import (
 from uniradix.eviction.swa_output import SWAOutputCreditEviction
 from uniradix.memory.swa_allocator import SWASlotAllocator
 from uniradix.types import ComponentType, InsertParams
+
+# the default without its past windows' measured worth (`uniradix.eviction.swa_past`)
+OUTPUT_WINDOWS = register_swa_order("study:output_windows", SWAOutputCreditEviction)
 
 
 def order_of(cache: UnifiedRadixCache) -> SWACreditEviction:
@@ -263,7 +267,7 @@ def insert_with_checkpoints(
 def test_an_output_window_is_worth_its_measured_reuse(
     output_matched: bool, factor: float, order: list[int]
 ) -> None:
-    """Window 4, page 1, `greedy_dual_output`. A = a prompt of 8 tokens plus 4 outputs
+    """Window 4, page 1, the default's output windows alone. A = a prompt of 8 tokens plus 4 outputs
     [100..111] (last checkpoint 8): its leaf [108..111] lies past the checkpoint, an output
     window, the first of its kind, so sampled (full worth, counted). B = [200..211] likewise;
     its output window [208..211] is not sampled and is worth `factor * 12 ** 1.5`, where
@@ -274,7 +278,7 @@ def test_an_output_window_is_worth_its_measured_reuse(
     than the rest (12 ** 1.5 ~ 41.6). A match through A's output makes it 1: (8 + 4) / 20 =
     0.6 against (4 + 4 * 0.6) / 8 = 0.8, so B's output keeps its depth's worth and C goes
     first; A, served, goes last (tied nodes go together, the leaf first)."""
-    cache = swa_cache("reuse_credit")
+    cache = swa_cache(OUTPUT_WINDOWS)
     order_obj = order_of(cache)
     assert isinstance(order_obj, SWAOutputCreditEviction)
     insert_with_checkpoints(cache, list(range(100, 112)), (8,))

@@ -7,7 +7,7 @@ docs/hit_rates.md). `reuse_credit` is the same rule in both pools: what shows no
 reuse (a state or window on no path another request shared, never resumed from or served)
 goes first, as segmented LRU and 2Q admit new pages on probation; the rest go by GreedyDual
 credits, the hit each one saves weighted by its reuse (`uniradix.eviction.mamba_probation`,
-`uniradix.eviction.swa_output`).
+`uniradix.eviction.swa_past`).
 
 The retired names (`RETIRED`) raise ValueError naming the replacement; the default's former
 names (`ALIASES`) still select it. Orders built outside the library (a study's copies of the
@@ -23,7 +23,7 @@ from typing import Protocol
 from uniradix.eviction.aux_eviction import EvictingComponent
 from uniradix.eviction.mamba_probation import ProbationEviction
 from uniradix.eviction.swa_order import SWAOrder
-from uniradix.eviction.swa_output import SWAOutputCreditEviction
+from uniradix.eviction.swa_past import SWAPastCreditEviction
 from uniradix.tree.node import TreeNode
 
 LRU = "lru"
@@ -55,7 +55,7 @@ class MambaOrder(Protocol):
 SWAOrderFactory = Callable[[EvictingComponent, int], SWAOrder]  # (component, window_tail)
 MambaOrderFactory = Callable[[EvictingComponent], MambaOrder]
 
-_SWA_ORDERS: dict[str, SWAOrderFactory] = {DEFAULT_ORDER: SWAOutputCreditEviction}
+_SWA_ORDERS: dict[str, SWAOrderFactory] = {DEFAULT_ORDER: SWAPastCreditEviction}
 _MAMBA_ORDERS: dict[str, MambaOrderFactory] = {DEFAULT_ORDER: ProbationEviction}
 
 

@@ -1,7 +1,7 @@
 """The credit part of the default order of SWA windows: GreedyDual over the hit tokens a
 window serves, weighted by the matches it served, a window's nodes credited together, windows
 with no sign of reuse first among the least credited (`uniradix.eviction.swa_output` adds the
-worth of decode-output windows on top).
+worth of decode-output windows on top, `uniradix.eviction.swa_past` that of past windows).
 
 Why depth: a window at prefix length `d` lets a later request resume at `d`, so its hit is `d`
 tokens whatever its size, and on real traces the chance a window is matched later hardly

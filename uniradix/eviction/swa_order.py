@@ -5,7 +5,7 @@ of SWA windows learns from the component where matches ended (`served`), which w
 insert stored or touched (`refreshed`), which a request's decode outputs left
 (`inserted_past_checkpoints`), where a running request is (`request_step`), and when a node
 is split or its window evicted (`split`, `forget`). `candidates` yields victims, best first.
-The default order (`uniradix.eviction.swa_output`) and any registered one
+The default order (`uniradix.eviction.swa_past`) and any registered one
 (`uniradix.eviction.orders`) subclass `SWAOrder`; `lru` needs no order object.
 """
 

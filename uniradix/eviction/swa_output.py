@@ -1,6 +1,7 @@
-"""The default eviction order of SWA windows, `reuse_credit`: the credit order of
-`uniradix.eviction.swa_credit`, with the windows a request leaves past its last checkpoint
-(its decode outputs) worth what their measured reuse says.
+"""The output windows of the default order of SWA windows (`reuse_credit`,
+`uniradix.eviction.swa_past`): the credit order of `uniradix.eviction.swa_credit`, with the
+windows a request leaves past its last checkpoint (its decode outputs) worth what their
+measured reuse says.
 
 Why: a finished request's window at the outputs' end is the deepest of its windows, so the
 credit order alone credits it most, yet it serves only traffic that sends outputs back (a
@@ -50,8 +51,8 @@ class OutputReuseCounts:
 
 
 class SWAOutputCreditEviction(SWACreditEviction):
-    """`reuse_credit`: the credit order with never-served output windows worth
-    `output_factor()` of their depth's worth (module docstring)."""
+    """The credit order with never-served output windows worth `output_factor()` of their
+    depth's worth (module docstring); `reuse_credit` adds past windows on top."""
 
     def __init__(self, component: EvictingComponent, window_tail: int, **weights: float) -> None:
         """`weights`: `reuse_weight` / `cost_exponent`, as `SWACreditEviction`'s."""
