@@ -7,6 +7,14 @@ than `instances * max_running` outstanding (a saturated cluster, as the single r
 saturated server), and a request waiting on an earlier one (a conversation's next turn) is
 routed once that one finished, wherever it ran. Then every instance takes one scheduler step,
 and its events are flushed.
+
+`dispatch="late"` keeps the requests in the router's queue instead, and routes the next one
+only when an instance has a free running slot (fewer than `max_running` outstanding), among
+those instances (the others are shown to the router with an unbounded load): the router
+decides from the index as it is when the request can be admitted, not while it would queue
+(late binding, as llm-d's and Dynamo's dispatchers do). `await_turns` holds a prompt that
+holds the whole of one still being prefilled until that prefill is published
+(`uniradix.sim.turn_gate`).
 """
 
 from __future__ import annotations
@@ -44,8 +52,12 @@ from uniradix.sim.replay import (
 )
 from uniradix.sim.router import CacheAware, RouterFactory, make_router
 from uniradix.sim.scheduler import Scheduler
+from uniradix.sim.turn_gate import TurnGate
 from uniradix.storage.backend import StorageBackend, open_backend
 from uniradix.types import EvictResult, MatchResult
+
+DISPATCH = ("early", "late")  # `Cluster(dispatch=)`: route on arrival, or when admissible
+_FULL = 1 << 30  # the load a late-binding router sees for an instance with no free slot
 
 
 @dataclass
@@ -131,6 +143,8 @@ class _Listener:
     def on_finish(self, request: RunningRequest) -> None:
         inst = self._inst()
         inst.metrics.on_finish(request)
+        if (gate := self.cluster.gate) is not None:
+            self.cluster.release(gate.prefilled(self.i, request.spec.rid))
         self.cluster.finished(inst.global_rids[request.spec.rid])
 
     def on_step(self, scheduler: SchedulerView) -> None:
@@ -139,6 +153,11 @@ class _Listener:
         inst.stream.flush()
         if inst.snapshots is not None:
             inst.snapshots.serve()
+        gate = self.cluster.gate
+        if gate is not None and (pending := gate.pending(self.i)):
+            for request in scheduler.running:  # after the flush: the index has the pages
+                if request.prefilled and request.spec.rid in pending:
+                    self.cluster.release(gate.prefilled(self.i, request.spec.rid))
 
 
 class Cluster:
@@ -148,9 +167,14 @@ class Cluster:
         num_instances: int,
         router: str | RouterFactory,
         kv_events: KVEventsConfig | None = None,
+        dispatch: str = "early",
+        await_turns: bool = False,
     ) -> None:
         """`router`: a name in `ROUTERS`, or a factory (a router with options, a study's
-        oracle) called with the cluster's index, instance names and `recent`."""
+        oracle) called with the cluster's index, instance names and `recent`; `dispatch`:
+        one of `DISPATCH` (the module's docstring)."""
+        if dispatch not in DISPATCH:
+            raise ValueError(f"unknown dispatch {dispatch!r}; choose from {DISPATCH}")
         if num_instances < 1:
             raise ValueError(f"instances must be >= 1, got {num_instances}")
         if options.config not in CONFIG_COMPONENTS:
@@ -227,6 +251,13 @@ class Cluster:
             else:
                 self._blocked.setdefault(spec.after, []).append(spec.rid)
         self._outstanding = 0
+        self.late = dispatch == "late"
+        self.gate = TurnGate(num_instances) if await_turns else None
+
+    def release(self, rids: list[int]) -> None:
+        """Requests the turn gate held go back to the queue, in arrival order."""
+        for rid in rids:
+            heapq.heappush(self._ready, rid)
 
     def finished(self, rid: int) -> None:
         self._outstanding -= 1
@@ -234,17 +265,28 @@ class Cluster:
             heapq.heappush(self._ready, waiting)
 
     def _dispatch(self) -> None:
-        window = len(self.instances) * self.options.scheduler.max_running
+        running = self.options.scheduler.max_running
+        window = len(self.instances) * running
         while self._ready and self._outstanding < window:
-            spec = self.specs[heapq.heappop(self._ready)]
             loads = [inst.outstanding for inst in self.instances]
+            if self.late:
+                if min(loads) >= running:
+                    break
+                loads = [load if load < running else _FULL for load in loads]
+            spec = self.specs[heapq.heappop(self._ready)]
             tokens = spec.prompt.token_ids()
+            if self.gate is not None:
+                hashes = self.index.page_hashes(tokens)
+                if self.gate.hold(spec.rid, hashes):
+                    continue
             choice = self.router.choose(tokens, loads)
             inst = self.instances[choice]
             expected = (
                 self.router.expected_pages[choice] if isinstance(self.router, CacheAware) else None
             )
             self.predictions.routed(choice, len(inst.global_rids), tokens, expected)
+            if self.gate is not None:
+                self.gate.routed(choice, len(inst.global_rids), hashes)
             inst.scheduler.submit(replace(spec, rid=len(inst.global_rids), after=None))
             inst.global_rids.append(spec.rid)
             self._outstanding += 1
@@ -273,7 +315,8 @@ class Cluster:
                     inst.snapshots.close()
                 if inst.cache.host_tier.storage is not None:
                     inst.cache.host_tier.storage.close()
-        assert not self._ready and not self._blocked, "requests left unrouted"
+        held = 0 if self.gate is None else self.gate.holding
+        assert not self._ready and not self._blocked and not held, "requests left unrouted"
         summary = self._summary(time.perf_counter() - t0)
         if self.shared_storage is not None:
             self.shared_storage.close()  # after its counters are read
@@ -318,8 +361,10 @@ def run_cluster(
     num_instances: int,
     router: str,
     kv_events: KVEventsConfig | None = None,
+    dispatch: str = "early",
+    await_turns: bool = False,
 ) -> dict[str, Any]:
-    return Cluster(options, num_instances, router, kv_events).run()
+    return Cluster(options, num_instances, router, kv_events, dispatch, await_turns).run()
 
 
 def cluster_text(summary: dict[str, Any]) -> str:
