@@ -196,7 +196,8 @@ def _cluster(args: argparse.Namespace, options: ReplayOptions) -> int:
     from uniradix.cli_flags import leak_status
     from uniradix.events.endpoints import bind_flag
     from uniradix.events.publisher import KVEventsConfig
-    from uniradix.sim.cluster import cluster_text, run_cluster
+    from uniradix.sim.cluster import run_cluster
+    from uniradix.sim.cluster_text import cluster_text
 
     kv_events = None
     if args.kv_events:

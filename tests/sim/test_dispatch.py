@@ -28,28 +28,53 @@ OPTIONS = ReplayOptions.of(
 _SUBMIT = Scheduler.submit
 
 
-def _outstanding_at_submit(monkeypatch: pytest.MonkeyPatch, cluster: Cluster) -> list[int]:
-    """Runs `cluster`; returns, per request routed, its instance's outstanding requests
-    before it."""
-    seen: list[int] = []
+def _at_submit(monkeypatch: pytest.MonkeyPatch, cluster: Cluster) -> list[tuple[int, int]]:
+    """Runs `cluster`; returns, per request routed, its instance's outstanding and running
+    requests before it."""
+    seen: list[tuple[int, int]] = []
 
     def counted(scheduler: Scheduler, spec: RequestSpec) -> None:
         inst = next(i for i in cluster.instances if i.scheduler is scheduler)
-        seen.append(inst.outstanding)
+        seen.append((inst.outstanding, len(scheduler.running)))
         _SUBMIT(scheduler, spec)
 
     monkeypatch.setattr(Scheduler, "submit", counted)
-    assert cluster.run()["requests"] == 60
+    cluster.run()
     return seen
 
 
-def test_late_binding_routes_only_to_an_instance_with_a_free_slot(
+def test_late_binding_routes_only_to_an_instance_that_admits_now(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    late = _outstanding_at_submit(monkeypatch, Cluster(OPTIONS, 3, "cache-aware", dispatch="late"))
-    early = _outstanding_at_submit(monkeypatch, Cluster(OPTIONS, 3, "cache-aware"))
+    late = _at_submit(monkeypatch, Cluster(OPTIONS, 3, "cache-aware", dispatch="late"))
+    early = _at_submit(monkeypatch, Cluster(OPTIONS, 3, "cache-aware"))
     assert len(late) == len(early) == 60
-    assert max(late) < OPTIONS.scheduler.max_running <= max(early)
+    # Late: a free running slot and nothing waiting there; early: requests queue.
+    assert all(o == r < OPTIONS.scheduler.max_running for o, r in late)
+    assert max(o for o, _ in early) >= OPTIONS.scheduler.max_running
+
+
+def test_late_binding_keeps_a_next_turn_for_the_instance_holding_its_context(
+    tmp_path: Path,
+) -> None:
+    """Two conversations, A answering long and B short, on two instances of one running
+    slot: when B's instance frees first, A's next turn (the older request) waits for A's
+    instance and B's next turn goes ahead of it."""
+    rows = []
+    for turn in (1, 2):
+        for first, output in ((0, 64), (100, 2)):
+            ids = list(range(first, first + 2 * turn))
+            rows.append({"timestamp": len(rows), "input_length": 512 * len(ids),
+                         "output_length": output, "hash_ids": ids})  # fmt: skip
+    trace = tmp_path / "two.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    options = ReplayOptions.of(
+        trace=str(trace), config="full", page_size=16, full_tokens=64_000, max_running=1
+    )
+    cluster = Cluster(options, 2, "cache-aware", dispatch="late")
+    cluster.run()
+    b_instance = next(inst for inst in cluster.instances if 1 in inst.global_rids)
+    assert b_instance.global_rids[:2] == [1, 3]
 
 
 def test_turn_gate_holds_a_prompt_holding_one_in_prefill() -> None:

@@ -8,12 +8,9 @@ saturated server), and a request waiting on an earlier one (a conversation's nex
 routed once that one finished, wherever it ran. Then every instance takes one scheduler step,
 and its events are flushed.
 
-`dispatch="late"` keeps the requests in the router's queue instead, and routes the next one
-only when an instance has a free running slot (fewer than `max_running` outstanding), among
-those instances (the others are shown to the router with an unbounded load): the router
-decides from the index as it is when the request can be admitted, not while it would queue
-(late binding, as llm-d's and Dynamo's dispatchers do). `await_turns` holds a prompt that
-holds the whole of one still being prefilled until that prefill is published
+`dispatch="late"` keeps the requests at the router instead, and routes one only when an
+instance can admit it (late binding: `uniradix.sim.late_dispatch`). `await_turns` holds a
+prompt that holds the whole of one still being prefilled until that prefill is published
 (`uniradix.sim.turn_gate`).
 """
 
@@ -39,6 +36,7 @@ from uniradix.events.subscription import SnapshotServer
 from uniradix.key import RadixKey
 from uniradix.sim.batch import RunningRequest, SchedulerView
 from uniradix.sim.host_summary import host_summary
+from uniradix.sim.late_dispatch import LOOKAHEAD, masked_loads, next_late
 from uniradix.sim.metrics import ReplayMetrics
 from uniradix.sim.predictions import FIELDS as PREDICTION_FIELDS
 from uniradix.sim.predictions import HitPredictions
@@ -57,7 +55,6 @@ from uniradix.storage.backend import StorageBackend, open_backend
 from uniradix.types import EvictResult, MatchResult
 
 DISPATCH = ("early", "late")  # `Cluster(dispatch=)`: route on arrival, or when admissible
-_FULL = 1 << 30  # the load a late-binding router sees for an instance with no free slot
 
 
 @dataclass
@@ -253,6 +250,7 @@ class Cluster:
         self._outstanding = 0
         self.late = dispatch == "late"
         self.gate = TurnGate(num_instances) if await_turns else None
+        self._hashes: dict[int, list[int]] = {}
 
     def release(self, rids: list[int]) -> None:
         """Requests the turn gate held go back to the queue, in arrival order."""
@@ -269,27 +267,48 @@ class Cluster:
         window = len(self.instances) * running
         while self._ready and self._outstanding < window:
             loads = [inst.outstanding for inst in self.instances]
-            if self.late:
-                if min(loads) >= running:
-                    break
-                loads = [load if load < running else _FULL for load in loads]
-            spec = self.specs[heapq.heappop(self._ready)]
-            tokens = spec.prompt.token_ids()
+            if not self.late:
+                rid = heapq.heappop(self._ready)
+                if self.gate is None or not self.gate.hold(rid, self._hashes_of(rid)):
+                    self._route(rid, loads)
+                continue
+            free = [  # a free running slot and nothing waiting there: it admits now
+                load < running and load == len(inst.scheduler.running)
+                for load, inst in zip(loads, self.instances, strict=True)
+            ]
+            if not any(free):
+                return
             if self.gate is not None:
-                hashes = self.index.page_hashes(tokens)
-                if self.gate.hold(spec.rid, hashes):
-                    continue
-            choice = self.router.choose(tokens, loads)
-            inst = self.instances[choice]
-            expected = (
-                self.router.expected_pages[choice] if isinstance(self.router, CacheAware) else None
-            )
-            self.predictions.routed(choice, len(inst.global_rids), tokens, expected)
-            if self.gate is not None:
-                self.gate.routed(choice, len(inst.global_rids), hashes)
-            inst.scheduler.submit(replace(spec, rid=len(inst.global_rids), after=None))
-            inst.global_rids.append(spec.rid)
-            self._outstanding += 1
+                for rid in heapq.nsmallest(LOOKAHEAD, self._ready):
+                    if self.gate.hold(rid, self._hashes_of(rid)):
+                        self._ready.remove(rid)
+                heapq.heapify(self._ready)
+                if not self._ready:
+                    return
+            rid, real = next_late(self._ready, free, loads, self.router, self._hashes_of)
+            self._route(rid, loads if real else masked_loads(loads, free))
+
+    def _hashes_of(self, rid: int) -> list[int]:
+        """The page hashes of request `rid`'s prompt (kept until it is routed)."""
+        if (hashes := self._hashes.get(rid)) is None:
+            hashes = self._hashes[rid] = self.index.page_hashes(self.specs[rid].prompt.token_ids())
+        return hashes
+
+    def _route(self, rid: int, loads: list[int]) -> None:
+        spec = self.specs[rid]
+        tokens = spec.prompt.token_ids()
+        choice = self.router.choose(tokens, loads)
+        inst = self.instances[choice]
+        expected = (
+            self.router.expected_pages[choice] if isinstance(self.router, CacheAware) else None
+        )
+        self.predictions.routed(choice, len(inst.global_rids), tokens, expected)
+        if self.gate is not None:
+            self.gate.routed(choice, len(inst.global_rids), self._hashes_of(rid))
+        self._hashes.pop(rid, None)
+        inst.scheduler.submit(replace(spec, rid=len(inst.global_rids), after=None))
+        inst.global_rids.append(spec.rid)
+        self._outstanding += 1
 
     def run(self) -> dict[str, Any]:
         """Replays every request; returns the summary (`router`, `instances`, `hit_rate`,
@@ -365,29 +384,3 @@ def run_cluster(
     await_turns: bool = False,
 ) -> dict[str, Any]:
     return Cluster(options, num_instances, router, kv_events, dispatch, await_turns).run()
-
-
-def cluster_text(summary: dict[str, Any]) -> str:
-    lines = [
-        f"router {summary['router']}, {len(summary['instances'])} instances, "
-        f"{summary['requests']} requests: hit rate {summary['hit_rate']:.4f}, "
-        f"load imbalance {summary['load_imbalance']:.3f}, events published "
-        f"{summary['events_published']}, dropped {summary['events_dropped']}",
-        "  hit tokens by tier: "
-        + ", ".join(f"{tier} {n}" for tier, n in summary["hit_tokens_by_tier"].items()),
-        f"  hit tokens {summary['hit_tokens']}; from the events: {summary['at_match_hit_tokens']}"
-        f" at admission, {summary['full_only_hit_tokens']} full-only; router expected "
-        f"{summary['predicted_hit_tokens']}",
-    ]
-    if (store := summary["storage"]) is not None:
-        lines.append(
-            f"  L3: {store['pages_written']} pages written, {store['pages_read']} read, "
-            f"off {store['off_s']:.1f} s ({store['breaker_trips']} trips)"
-        )
-    for inst in summary["instances"]:
-        lines.append(
-            f"  {inst['name']}: {inst['requests']} requests, hit rate {inst['hit_rate']:.4f}, "
-            f"{inst['events_published']} events, {inst['invariant_checks']} invariant checks, "
-            f"leaked {sum(inst['leaked'].values())} slots"
-        )
-    return "\n".join(lines)
