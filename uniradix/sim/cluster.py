@@ -378,7 +378,7 @@ class Cluster:
 def run_cluster(
     options: ReplayOptions,
     num_instances: int,
-    router: str,
+    router: str | RouterFactory,
     kv_events: KVEventsConfig | None = None,
     dispatch: str = "early",
     await_turns: bool = False,
