@@ -262,7 +262,7 @@ def main() -> None:
         default=",".join(ROUTING_ROUTERS),
         help="routing: comma-separated routers, `cache-aware:VARIANT` for a router option "
         "of benchmarks.hybrid_routing.VARIANTS or a dispatch of its DISPATCHES (results then "
-        "go under 'variants')",
+        "go under 'variants' or 'dispatch')",
     )
     parser.add_argument("--jobs", type=int, default=1, help="routing: replays run at once")
     parser.add_argument("--tokens", type=int, default=131072, help="prefix length (hashing)")
@@ -301,8 +301,11 @@ def main() -> None:
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"events_{args.part}.json"
     if args.part == "routing" and args.routers != ",".join(ROUTING_ROUTERS):
-        # Router options go under "variants", next to the default routers' run.
-        result = json.loads(path.read_text()) | {"variants": result} if path.exists() else result
+        # Router options go under "variants" (dispatches under "dispatch"), next to the
+        # default routers' run.
+        late = any(r.partition(":")[2] in DISPATCHES for r in routers)
+        key = "dispatch" if late else "variants"
+        result = json.loads(path.read_text()) | {key: result} if path.exists() else result
     path.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {path}")
 
