@@ -30,7 +30,7 @@ import numpy as np
 import zmq
 
 from benchmarks.events_ops import OPS_STREAMS, TRACE, bench_ops, git_show
-from benchmarks.hybrid_routing import VARIANTS
+from benchmarks.hybrid_routing import DISPATCHES, VARIANTS
 from benchmarks.uniradix_side import build_full
 from uniradix import native
 from uniradix.events import (
@@ -180,13 +180,16 @@ ROUTING_ROUTERS = ("round-robin", "least-loaded", "cache-aware")
 
 def _routing_run(task: tuple[ReplayOptions, str]) -> dict[str, Any]:
     """One cluster replay: "one" (one instance, 4x the memory), a router's name, or
-    "cache-aware:VARIANT" (`CacheAware` with `benchmarks.hybrid_routing.VARIANTS[VARIANT]`)."""
+    "cache-aware:VARIANT" (`CacheAware` with `benchmarks.hybrid_routing.VARIANTS[VARIANT]`,
+    or the cluster dispatching as `DISPATCHES[VARIANT]` says)."""
     base, router = task
     if router == "one":
         return run_cluster(base.updated(full_tokens=4 << 20), 1, "round-robin")
     name, _, variant = router.partition(":")
     if not variant:
         return run_cluster(base, 4, name)
+    if variant in DISPATCHES:  # the default router, dispatched late and / or awaiting turns
+        return run_cluster(base, 4, name, None, **DISPATCHES[variant])
     options = VARIANTS[variant]
     return run_cluster(
         base, 4, lambda index, names, recent: make_router(name, index, names, recent, **options)
@@ -258,7 +261,8 @@ def main() -> None:
         "--routers",
         default=",".join(ROUTING_ROUTERS),
         help="routing: comma-separated routers, `cache-aware:VARIANT` for a router option "
-        "of benchmarks.hybrid_routing.VARIANTS (results then go under 'variants')",
+        "of benchmarks.hybrid_routing.VARIANTS or a dispatch of its DISPATCHES (results then "
+        "go under 'variants' or 'dispatch')",
     )
     parser.add_argument("--jobs", type=int, default=1, help="routing: replays run at once")
     parser.add_argument("--tokens", type=int, default=131072, help="prefix length (hashing)")
@@ -282,7 +286,7 @@ def main() -> None:
         routers = args.routers.split(",")
         for router in routers:
             name, _, variant = router.partition(":")
-            if name not in ROUTING_ROUTERS or (variant and variant not in VARIANTS):
+            if name not in ROUTING_ROUTERS or (variant and variant not in VARIANTS | DISPATCHES):
                 parser.error(f"unknown router {router!r}")
         result = bench_routing(args.max_requests, routers, args.jobs)
     revision = subprocess.run(
@@ -297,8 +301,11 @@ def main() -> None:
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"events_{args.part}.json"
     if args.part == "routing" and args.routers != ",".join(ROUTING_ROUTERS):
-        # Router options go under "variants", next to the default routers' run.
-        result = json.loads(path.read_text()) | {"variants": result} if path.exists() else result
+        # Router options go under "variants" (dispatches under "dispatch"), next to the
+        # default routers' run.
+        late = any(r.partition(":")[2] in DISPATCHES for r in routers)
+        key = "dispatch" if late else "variants"
+        result = json.loads(path.read_text()) | {key: result} if path.exists() else result
     path.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {path}")
 

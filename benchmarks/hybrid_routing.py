@@ -104,7 +104,14 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "discount": {"replicated": "discount"},
     "continuation": {"replicated": "discount", "continuation_slack": 40},
 }
-KINDS = ("auto", "full", *VARIANTS, "pinned", "one")
+# Dispatch (`Cluster`'s `dispatch`, `await_turns`) measured next to routing on arrival.
+DISPATCHES: dict[str, dict[str, Any]] = {
+    "late": {"dispatch": "late"},
+    "await": {"await_turns": True},
+    "late-await": {"dispatch": "late", "await_turns": True},
+}
+ONE_AWAIT = "hit_rate_one_instance_awaiting"  # "one-await": next turns after the previous
+KINDS = ("auto", "full", *VARIANTS, *DISPATCHES, "pinned", "one", "one-await")
 PER_INSTANCE = ("name", "requests", "hit_tokens", *PREDICTION_FIELDS)
 
 
@@ -113,20 +120,22 @@ def run(
     instances: int,
     components: str,
     router: str | RouterFactory = "cache-aware",
+    **dispatch: Any,
 ) -> dict[str, Any]:
     events = KVEventsConfig(publisher="null", components=components)
-    return Cluster(options, instances, router, events).run()
+    return Cluster(options, instances, router, events, **dispatch).run()
 
 
-def one_instance(options: ReplayOptions) -> dict[str, Any]:
-    """One instance with every pool and the running limit of all four."""
+def one_instance(options: ReplayOptions, await_turns: bool = False) -> dict[str, Any]:
+    """One instance with every pool and the running limit of all four; `await_turns`: a
+    next turn is handed on once its previous turn is prefilled, as with the `await` kinds."""
     big = options.updated(
         full_tokens=options.pools.full_tokens * INSTANCES,
         swa_tokens=(options.pools.swa_tokens or options.pools.full_tokens) * INSTANCES,
         mamba_slots=(options.pools.mamba_slots or 0) * INSTANCES or None,
         max_running=options.scheduler.max_running * INSTANCES,
     )
-    return run(big, 1, "auto")
+    return run(big, 1, "auto", await_turns=await_turns)
 
 
 def _pinned(conversations: list[int]) -> RouterFactory:
@@ -141,11 +150,13 @@ def _replay(task: tuple[ReplayOptions, str, list[int] | None]) -> dict[str, Any]
     """One replay of the comparison, by kind (a process pool's unit of work)."""
     options, kind, conversations = task
     t0 = time.perf_counter()
-    if kind == "one":
-        summary = one_instance(options)
+    if kind in ("one", "one-await"):
+        summary = one_instance(options, await_turns=kind == "one-await")
     elif kind == "pinned":
         assert conversations is not None
         summary = run(options, INSTANCES, "auto", _pinned(conversations))
+    elif kind in DISPATCHES:
+        summary = run(options, INSTANCES, "auto", **DISPATCHES[kind])
     elif kind in VARIANTS:
         summary = run(options, INSTANCES, "auto", _variant(VARIANTS[kind]))
     else:
@@ -202,42 +213,68 @@ def measure(
     out: dict[str, Any] = {}
     for config in CONFIGS:
         before = (previous or {}).get(config, {})
-        if (config, "one") in done:
-            one = done[(config, "one")]["hit_rate"]
-        elif "hit_rate_one_instance" in before:
-            one = before["hit_rate_one_instance"]
-        else:
-            raise ValueError(f"no one-instance run for {config}: add 'one' to the kinds")
-        runs = before.get("runs", {}) | {k: _ratios(done[(config, k)]) for k in kinds if k != "one"}
+        baselines = {}
+        for kind, key in (("one", "hit_rate_one_instance"), ("one-await", ONE_AWAIT)):
+            if (config, kind) in done:
+                baselines[key] = done[(config, kind)]["hit_rate"]
+            elif key in before:
+                baselines[key] = before[key]
+            elif kind == "one":
+                raise ValueError(f"no one-instance run for {config}: add 'one' to the kinds")
+        one = baselines["hit_rate_one_instance"]
+        fresh = {k: _ratios(done[(config, k)]) for k in kinds if not k.startswith("one")}
+        runs = before.get("runs", {}) | fresh
         out[config] = {
             "requests": next(s["requests"] for (c, _), s in done.items() if c == config),
-            "hit_rate_one_instance": one,
+            **baselines,
             "vs_one_instance": {k: r["hit_rate"] / max(one, 1e-9) for k, r in runs.items()},
             "runs": runs,
         }
+        if ONE_AWAIT in baselines:  # the kinds that hold next turns, against one that does
+            out[config]["vs_one_instance_awaiting"] = {
+                k: runs[k]["hit_rate"] / max(baselines[ONE_AWAIT], 1e-9)
+                for k in runs
+                if DISPATCHES.get(k, {}).get("await_turns")
+            }
     return out
 
 
 def table(results: dict[str, Any]) -> str:
+    """Two tables: the index's figures against the actual hits per config and run kind,
+    then the hit rates against one instance (and against one that awaits turns)."""
     kinds = list(next(iter(results.values()))["runs"])
     lines = [
-        "| config | at admission / actual | full-only / actual | predicted / actual "
-        "(unprefilled + unresumable) | one instance | "
-        + " | ".join(f"{k}: hit rate, vs one" for k in kinds)
-        + " |",
-        "|---|---|---|---|---|" + "---|" * len(kinds),
+        "| config, run | at admission / actual | full-only / actual | predicted / actual "
+        "(unprefilled + unresumable) | per instance |",
+        "|---|---|---|---|---|",
     ]
     for config, r in results.items():
-        auto = r["runs"]["auto"]
-        lines.append(
-            f"| {config} | {auto['at_match_over_actual']:.3f} | "
-            f"{auto['full_only_over_actual']:.3f} | {auto['predicted_over_actual']:.3f} "
-            f"({auto['unprefilled_over_actual']:.3f} + {auto['unresumable_over_actual']:.3f}) | "
-            f"{r['hit_rate_one_instance']:.3f} | "
-            + " | ".join(
-                f"{r['runs'][k]['hit_rate']:.3f}, {r['vs_one_instance'][k]:.2f}" for k in kinds
+        for kind, x in r["runs"].items():
+            per = x["predicted_over_actual_per_instance"]
+            lines.append(
+                f"| {config}, {kind} | {x['at_match_over_actual']:.3f} | "
+                f"{x['full_only_over_actual']:.3f} | {x['predicted_over_actual']:.3f} "
+                f"({x['unprefilled_over_actual']:.3f} + {x['unresumable_over_actual']:.3f}) | "
+                f"{min(per):.2f}-{max(per):.2f} |"
             )
-            + " |"
+    lines += [
+        "",
+        "| config | one instance | one, awaiting turns | "
+        + " | ".join(f"{k}: hit rate, vs one" for k in kinds)
+        + " |",
+        "|---|---|---|" + "---|" * len(kinds),
+    ]
+    for config, r in results.items():
+        awaiting = r.get("vs_one_instance_awaiting", {})
+        cells = [
+            f"{r['runs'][k]['hit_rate']:.3f}, {r['vs_one_instance'][k]:.2f}"
+            + (f" ({awaiting[k]:.2f})" if k in awaiting else "")
+            for k in kinds
+        ]
+        one_await = r.get(ONE_AWAIT)
+        lines.append(
+            f"| {config} | {r['hit_rate_one_instance']:.3f} | "
+            f"{'-' if one_await is None else f'{one_await:.3f}'} | " + " | ".join(cells) + " |"
         )
     return "\n".join(lines)
 

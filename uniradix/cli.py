@@ -173,6 +173,19 @@ def _cluster_arguments(p: argparse._ActionsContainer) -> None:
 
     p.add_argument("--instances", type=int, default=1, help="instances behind a router")
     p.add_argument("--router", choices=ROUTERS, default="round-robin")
+    p.add_argument(
+        "--dispatch",
+        choices=("early", "late"),
+        default="early",
+        help="route each request on arrival (early), or when an instance has a free running "
+        "slot, among those (late binding)",
+    )
+    p.add_argument(
+        "--await-turns",
+        action="store_true",
+        help="hold a prompt holding the whole of one still being prefilled until that prefill "
+        "is published (a Mooncake trace's next turn)",
+    )
     for flag in kv_events_flags():
         p.add_argument(flag.name, help=flag.help or None, **flag.kwargs)
 
@@ -183,14 +196,17 @@ def _cluster(args: argparse.Namespace, options: ReplayOptions) -> int:
     from uniradix.cli_flags import leak_status
     from uniradix.events.endpoints import bind_flag
     from uniradix.events.publisher import KVEventsConfig
-    from uniradix.sim.cluster import cluster_text, run_cluster
+    from uniradix.sim.cluster import run_cluster
+    from uniradix.sim.cluster_text import cluster_text
 
     kv_events = None
     if args.kv_events:
         given = {flag.knob: getattr(args, _flag_dest(flag)) for flag in kv_events_flags()}
         given.update(bind=bind_flag(given["bind"]), model=args.config)
         kv_events = KVEventsConfig(**given)
-    summary = run_cluster(options, args.instances, args.router, kv_events)
+    summary = run_cluster(
+        options, args.instances, args.router, kv_events, args.dispatch, args.await_turns
+    )
     print(json.dumps(summary) if args.json else cluster_text(summary))
     leaked = {i["name"]: sum(i["leaked"].values()) for i in summary["instances"]}
     return leak_status("uniradix replay", "instance", leaked)
@@ -218,7 +234,8 @@ def _replay(args: argparse.Namespace) -> int:
             progress=not args.no_progress,
         )
         options, sizes = budget_options(args, options)
-        if args.instances != 1 or args.router != "round-robin" or args.kv_events:
+        clustered = args.dispatch != "early" or args.await_turns
+        if args.instances != 1 or args.router != "round-robin" or args.kv_events or clustered:
             return _cluster(args, options)
         result = run_replay(options)
         add_pool_bytes(result.summary, sizes)

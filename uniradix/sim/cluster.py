@@ -7,6 +7,11 @@ than `instances * max_running` outstanding (a saturated cluster, as the single r
 saturated server), and a request waiting on an earlier one (a conversation's next turn) is
 routed once that one finished, wherever it ran. Then every instance takes one scheduler step,
 and its events are flushed.
+
+`dispatch="late"` keeps the requests at the router instead, and routes one only when an
+instance can admit it (late binding: `uniradix.sim.late_dispatch`). `await_turns` holds a
+prompt that holds the whole of one still being prefilled until that prefill is published
+(`uniradix.sim.turn_gate`).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from uniradix.events.subscription import SnapshotServer
 from uniradix.key import RadixKey
 from uniradix.sim.batch import RunningRequest, SchedulerView
 from uniradix.sim.host_summary import host_summary
+from uniradix.sim.late_dispatch import LOOKAHEAD, masked_loads, next_late
 from uniradix.sim.metrics import ReplayMetrics
 from uniradix.sim.predictions import FIELDS as PREDICTION_FIELDS
 from uniradix.sim.predictions import HitPredictions
@@ -44,8 +50,11 @@ from uniradix.sim.replay import (
 )
 from uniradix.sim.router import CacheAware, RouterFactory, make_router
 from uniradix.sim.scheduler import Scheduler
+from uniradix.sim.turn_gate import TurnGate
 from uniradix.storage.backend import StorageBackend, open_backend
 from uniradix.types import EvictResult, MatchResult
+
+DISPATCH = ("early", "late")  # `Cluster(dispatch=)`: route on arrival, or when admissible
 
 
 @dataclass
@@ -131,6 +140,8 @@ class _Listener:
     def on_finish(self, request: RunningRequest) -> None:
         inst = self._inst()
         inst.metrics.on_finish(request)
+        if (gate := self.cluster.gate) is not None:
+            self.cluster.release(gate.prefilled(self.i, request.spec.rid))
         self.cluster.finished(inst.global_rids[request.spec.rid])
 
     def on_step(self, scheduler: SchedulerView) -> None:
@@ -139,6 +150,11 @@ class _Listener:
         inst.stream.flush()
         if inst.snapshots is not None:
             inst.snapshots.serve()
+        gate = self.cluster.gate
+        if gate is not None and (pending := gate.pending(self.i)):
+            for request in scheduler.running:  # after the flush: the index has the pages
+                if request.prefilled and request.spec.rid in pending:
+                    self.cluster.release(gate.prefilled(self.i, request.spec.rid))
 
 
 class Cluster:
@@ -148,9 +164,14 @@ class Cluster:
         num_instances: int,
         router: str | RouterFactory,
         kv_events: KVEventsConfig | None = None,
+        dispatch: str = "early",
+        await_turns: bool = False,
     ) -> None:
         """`router`: a name in `ROUTERS`, or a factory (a router with options, a study's
-        oracle) called with the cluster's index, instance names and `recent`."""
+        oracle) called with the cluster's index, instance names and `recent`; `dispatch`:
+        one of `DISPATCH` (the module's docstring)."""
+        if dispatch not in DISPATCH:
+            raise ValueError(f"unknown dispatch {dispatch!r}; choose from {DISPATCH}")
         if num_instances < 1:
             raise ValueError(f"instances must be >= 1, got {num_instances}")
         if options.config not in CONFIG_COMPONENTS:
@@ -227,6 +248,14 @@ class Cluster:
             else:
                 self._blocked.setdefault(spec.after, []).append(spec.rid)
         self._outstanding = 0
+        self.late = dispatch == "late"
+        self.gate = TurnGate(num_instances) if await_turns else None
+        self._hashes: dict[int, list[int]] = {}
+
+    def release(self, rids: list[int]) -> None:
+        """Requests the turn gate held go back to the queue, in arrival order."""
+        for rid in rids:
+            heapq.heappush(self._ready, rid)
 
     def finished(self, rid: int) -> None:
         self._outstanding -= 1
@@ -234,20 +263,52 @@ class Cluster:
             heapq.heappush(self._ready, waiting)
 
     def _dispatch(self) -> None:
-        window = len(self.instances) * self.options.scheduler.max_running
+        running = self.options.scheduler.max_running
+        window = len(self.instances) * running
         while self._ready and self._outstanding < window:
-            spec = self.specs[heapq.heappop(self._ready)]
             loads = [inst.outstanding for inst in self.instances]
-            tokens = spec.prompt.token_ids()
-            choice = self.router.choose(tokens, loads)
-            inst = self.instances[choice]
-            expected = (
-                self.router.expected_pages[choice] if isinstance(self.router, CacheAware) else None
-            )
-            self.predictions.routed(choice, len(inst.global_rids), tokens, expected)
-            inst.scheduler.submit(replace(spec, rid=len(inst.global_rids), after=None))
-            inst.global_rids.append(spec.rid)
-            self._outstanding += 1
+            if not self.late:
+                rid = heapq.heappop(self._ready)
+                if self.gate is None or not self.gate.hold(rid, self._hashes_of(rid)):
+                    self._route(rid, loads)
+                continue
+            free = [  # a free running slot and nothing waiting there: it admits now
+                load < running and load == len(inst.scheduler.running)
+                for load, inst in zip(loads, self.instances, strict=True)
+            ]
+            if not any(free):
+                return
+            if self.gate is not None:
+                for rid in heapq.nsmallest(LOOKAHEAD, self._ready):
+                    if self.gate.hold(rid, self._hashes_of(rid)):
+                        self._ready.remove(rid)
+                heapq.heapify(self._ready)
+                if not self._ready:
+                    return
+            rid, real = next_late(self._ready, free, loads, self.router, self._hashes_of)
+            self._route(rid, loads if real else masked_loads(loads, free))
+
+    def _hashes_of(self, rid: int) -> list[int]:
+        """The page hashes of request `rid`'s prompt (kept until it is routed)."""
+        if (hashes := self._hashes.get(rid)) is None:
+            hashes = self._hashes[rid] = self.index.page_hashes(self.specs[rid].prompt.token_ids())
+        return hashes
+
+    def _route(self, rid: int, loads: list[int]) -> None:
+        spec = self.specs[rid]
+        tokens = spec.prompt.token_ids()
+        choice = self.router.choose(tokens, loads)
+        inst = self.instances[choice]
+        expected = (
+            self.router.expected_pages[choice] if isinstance(self.router, CacheAware) else None
+        )
+        self.predictions.routed(choice, len(inst.global_rids), tokens, expected)
+        if self.gate is not None:
+            self.gate.routed(choice, len(inst.global_rids), self._hashes_of(rid))
+        self._hashes.pop(rid, None)
+        inst.scheduler.submit(replace(spec, rid=len(inst.global_rids), after=None))
+        inst.global_rids.append(spec.rid)
+        self._outstanding += 1
 
     def run(self) -> dict[str, Any]:
         """Replays every request; returns the summary (`router`, `instances`, `hit_rate`,
@@ -273,7 +334,8 @@ class Cluster:
                     inst.snapshots.close()
                 if inst.cache.host_tier.storage is not None:
                     inst.cache.host_tier.storage.close()
-        assert not self._ready and not self._blocked, "requests left unrouted"
+        held = 0 if self.gate is None else self.gate.holding
+        assert not self._ready and not self._blocked and not held, "requests left unrouted"
         summary = self._summary(time.perf_counter() - t0)
         if self.shared_storage is not None:
             self.shared_storage.close()  # after its counters are read
@@ -316,33 +378,9 @@ class Cluster:
 def run_cluster(
     options: ReplayOptions,
     num_instances: int,
-    router: str,
+    router: str | RouterFactory,
     kv_events: KVEventsConfig | None = None,
+    dispatch: str = "early",
+    await_turns: bool = False,
 ) -> dict[str, Any]:
-    return Cluster(options, num_instances, router, kv_events).run()
-
-
-def cluster_text(summary: dict[str, Any]) -> str:
-    lines = [
-        f"router {summary['router']}, {len(summary['instances'])} instances, "
-        f"{summary['requests']} requests: hit rate {summary['hit_rate']:.4f}, "
-        f"load imbalance {summary['load_imbalance']:.3f}, events published "
-        f"{summary['events_published']}, dropped {summary['events_dropped']}",
-        "  hit tokens by tier: "
-        + ", ".join(f"{tier} {n}" for tier, n in summary["hit_tokens_by_tier"].items()),
-        f"  hit tokens {summary['hit_tokens']}; from the events: {summary['at_match_hit_tokens']}"
-        f" at admission, {summary['full_only_hit_tokens']} full-only; router expected "
-        f"{summary['predicted_hit_tokens']}",
-    ]
-    if (store := summary["storage"]) is not None:
-        lines.append(
-            f"  L3: {store['pages_written']} pages written, {store['pages_read']} read, "
-            f"off {store['off_s']:.1f} s ({store['breaker_trips']} trips)"
-        )
-    for inst in summary["instances"]:
-        lines.append(
-            f"  {inst['name']}: {inst['requests']} requests, hit rate {inst['hit_rate']:.4f}, "
-            f"{inst['events_published']} events, {inst['invariant_checks']} invariant checks, "
-            f"leaked {sum(inst['leaked'].values())} slots"
-        )
-    return "\n".join(lines)
+    return Cluster(options, num_instances, router, kv_events, dispatch, await_turns).run()

@@ -43,10 +43,18 @@ class LeastLoaded:
         self._turn = 0
 
     def choose(self, tokens: np.ndarray, loads: Sequence[int]) -> int:
+        self._turn += 1
+        return self._least(loads, self._turn)
+
+    def peek(self, loads: Sequence[int]) -> int:
+        """What the next `choose` would answer, without taking a turn."""
+        return self._least(loads, self._turn + 1)
+
+    @staticmethod
+    def _least(loads: Sequence[int], turn: int) -> int:
         n = len(loads)
         low = min(loads)
-        self._turn += 1
-        return next(i for k in range(n) if loads[i := (self._turn + k) % n] == low)
+        return next(i for k in range(n) if loads[i := (turn + k) % n] == low)
 
 
 class CacheAware:
@@ -117,6 +125,16 @@ class CacheAware:
 
     def choose(self, tokens: np.ndarray, loads: Sequence[int]) -> int:
         hashes = self.index.page_hashes(tokens)
+        choice = self.pick(hashes, loads)
+        if choice < 0:
+            choice = self._fallback.choose(tokens, loads)
+        self._remember(choice, hashes)
+        return choice
+
+    def pick(self, hashes: list[int], loads: Sequence[int]) -> int:
+        """The instance `choose` would answer for a prompt of page `hashes`, remembering
+        nothing (a late-binding dispatcher asks before it routes); -1 when no instance holds
+        any of it (`choose` then takes the least loaded)."""
         prefix = self.index.weighted_prefix(hashes, self.weights)
         held, ends = [], []
         for i, name in enumerate(self.names):
@@ -140,11 +158,8 @@ class CacheAware:
         limits = [min(loads) + s for s in slack]
         best = max((held[i], -loads[i]) for i in range(len(loads)) if loads[i] <= limits[i])
         if best[0] == 0:
-            choice = self._fallback.choose(tokens, loads)
-        else:
-            choice = next(i for i in range(len(loads)) if (held[i], -loads[i]) == best)
-        self._remember(choice, hashes)
-        return choice
+            return -1
+        return next(i for i in range(len(loads)) if (held[i], -loads[i]) == best)
 
     def _expected(self, instance: int, hashes: list[int], indexed: int, in_flight: int) -> int:
         """Pages the instance should resume from: `indexed` (its events) extended to
