@@ -28,7 +28,6 @@ from sglang.srt.environ import envs  # noqa: E402
 from sglang.srt.mem_cache.base_prefix_cache import InsertParams  # noqa: E402
 from sglang.srt.mem_cache.radix_cache import RadixKey  # noqa: E402
 from sglang.srt.runtime_context import get_parallel  # noqa: E402
-from sglang.test.kits.unified_radix_cache.config import CONFIGS  # noqa: E402
 
 from tests.integrations.sglang_hicache import build_hicache_cache, cpu_hicache  # noqa: E402
 from tests.integrations.test_sglang_conformance import build  # noqa: E402
