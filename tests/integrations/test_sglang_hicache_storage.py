@@ -19,20 +19,32 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
+import torch
 
 from tests.integrations.sglang_env import load_sglang
 
 load_sglang(kits=True)
 
 from sglang.srt.environ import envs  # noqa: E402
-from sglang.srt.mem_cache.base_prefix_cache import InsertParams  # noqa: E402
+from sglang.srt.mem_cache.base_prefix_cache import (  # noqa: E402
+    InsertParams,
+    MatchPrefixParams,
+)
 from sglang.srt.mem_cache.radix_cache import RadixKey  # noqa: E402
 from sglang.srt.runtime_context import get_parallel  # noqa: E402
 
-from tests.integrations.sglang_hicache import build_hicache_cache, cpu_hicache  # noqa: E402
+from tests.integrations.sglang_hicache import (  # noqa: E402
+    build_hicache_cache,
+    cpu_hicache,
+    prefetch_from_storage,
+    settle_storage,
+)
 from tests.integrations.test_sglang_conformance import build  # noqa: E402
 from tests.integrations.test_sglang_hicache import (  # noqa: E402
     FULL_CONFIGS,
+    key_buffer,
+    load_back,
+    marker,
     play_hicache,
     tree_state,
 )
@@ -186,3 +198,40 @@ def test_page_hashes_are_the_same_on_both_cores(cfg):
     assert all(row[1] for row in states["start", "python"])
     assert not any(row[1] for row in states["never", "python"])
     assert any(row[3] for row in states["start", "python"]), "no node below a hashed parent"
+
+
+def produce(cfg, core: str, backend: str, directory: Path, tokens: list[int]) -> None:
+    """A request's KV written, inserted, backed up to the host and from there to storage."""
+    with storage_cache(cfg, core, backend, directory, "write_through") as (cache, allocator):
+        keys, value = key_buffer(allocator), allocator.alloc(len(tokens))
+        keys[value] = marker(tokens)[:, None, None].to(keys.dtype)
+        cache.insert(InsertParams(key=RadixKey(array("q", tokens)), value=value))
+        settle_storage(cache)  # the host backup is acked here: its storage write starts
+        settle_storage(cache)
+
+
+def consume(cfg, core: str, backend: str, directory: Path, tokens: list[int]) -> tuple:
+    """A fresh cache serving the same request: prefetched from storage, loaded back."""
+    with storage_cache(cfg, core, backend, directory, "write_through") as (cache, allocator):
+        key = RadixKey(array("q", tokens))
+        first = cache.match_prefix(MatchPrefixParams(key=key))
+        fetched = prefetch_from_storage(cache, "consumer", first, tokens)
+        loaded = load_back(cache, cache.match_prefix(MatchPrefixParams(key=key)).best_match_node)
+        m = cache.match_prefix(MatchPrefixParams(key=key))
+        prefix = cache.path_device_indices(m.last_device_node)[: m.device_prefix_len]
+        kv = key_buffer(allocator)[prefix][:, 0, 0].float()
+        kv_ok = torch.equal(kv, marker(tokens[: len(prefix)]))
+        return first.device_prefix_len, fetched, loaded, m.device_prefix_len, kv_ok
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("producer", ["python", "uniradix"])
+def test_each_core_reads_what_the_other_wrote_to_storage(producer, backend, tmp_path):
+    """The storage keys are SGLang's on both cores: a cache on either core serves, from
+    storage, the KV a cache on the other wrote there (the request's own KV comes back)."""
+    cfg = next(c for c in FULL_CONFIGS if c.label == "FULL_ps4")
+    tokens = list(range(300, 300 + 5 * cfg.page_size))
+    produce(cfg, producer, backend, tmp_path, tokens)
+    for consumer in ("python", "uniradix"):
+        got = consume(cfg, consumer, backend, tmp_path, tokens)
+        assert got == (0, len(tokens), True, len(tokens), True), (consumer, got)
