@@ -11,11 +11,14 @@ ack is ready as soon as the cache polls for it.
 from __future__ import annotations
 
 import contextlib
+import time
+from array import array
 from collections.abc import Iterator
 from typing import Any
 from unittest import mock
 
 from sglang.srt.mem_cache import l2_transfer
+from sglang.srt.mem_cache.base_prefix_cache import CacheRequestHandle
 from sglang.srt.mem_cache.pool_host import common as pool_host_common
 from sglang.srt.mem_cache.unified_cache.tree_core_registry import _TREE_CORE_REGISTRY
 from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
@@ -104,18 +107,58 @@ def cpu_hicache() -> Iterator[None]:
         yield
 
 
-def build_hicache_cache(cfg: Any, core: str, write_policy: str, **kwargs: Any) -> tuple:
+def build_hicache_cache(
+    cfg: Any, core: str, write_policy: str, storage: dict[str, Any] | None = None, **kwargs: Any
+) -> tuple:
     """The kit's cache of `cfg` on `core`, with SGLang's HiCache initialised as its own
-    scheduler does (`init_hicache`); call inside `cpu_hicache()`. Returns the cache, its
-    allocator and its request-to-token pool."""
+    scheduler does (`init_hicache`); call inside `cpu_hicache()`. `storage`: SGLang's
+    `hicache_storage_*` server arguments of an L3 backend. Returns the cache, its allocator
+    and its request-to-token pool."""
     cache, allocator, req_to_token = fixtures.build_fixture(cfg, tree_core_backend=core, **kwargs)
     server_args = ServerArgs(
         model_path="dummy",
         page_size=cfg.page_size,
         hicache_io_backend="kernel",
         hicache_write_policy=write_policy,
+        **(storage or {}),
     )
     set_global_server_args_for_scheduler(server_args)
     cache.init_hicache(server_args, cache.cache_init_params)
     fixtures.drop_hicache_atexit_pin(cache)
     return cache, allocator, req_to_token
+
+
+def settle_storage(cache: Any, timeout: float = 30.0) -> None:
+    """The scheduler's poll, then waits for the L3 writes it started to land and be acked,
+    so both cores meet the next request with the same host locks and the same store."""
+    cache.check_hicache_events()
+    deadline = time.monotonic() + timeout
+    while cache.ongoing_backup:
+        assert time.monotonic() < deadline, "L3 backups did not complete"
+        time.sleep(0.002)
+        cache.drain_storage_control_queues()
+
+
+def prefetch_from_storage(cache: Any, rid: str, match: Any, tokens: list[int]) -> int:
+    """The scheduler's L3 prefetch of what `match` missed, run to completion (the
+    `wait_complete` policy); returns the tokens it brought to the host (-1: not tried, the
+    match ends below a node with no host copy)."""
+    node = match.last_host_node
+    if not (cache.is_backuped(node) or cache.is_root(node)):
+        return -1
+    matched = match.device_prefix_len + match.host_hit_length
+    handle = CacheRequestHandle(rid, 0)
+    cache.prefetch_from_storage(
+        handle,
+        node,
+        array("q", tokens[matched:]),  # SGLang's keys hold token ids as array('q')
+        cache.get_last_hash_value(node),
+        cache.get_prefix_hash_values(node) if cache.hicache_storage_pass_prefix_keys else None,
+        matched_prefix_tokens=array("q", tokens[:matched]),
+    )
+    deadline = time.monotonic() + 30.0
+    while not cache.check_prefetch_progress(handle):
+        assert time.monotonic() < deadline, f"prefetch {rid} did not complete"
+        time.sleep(0.002)
+        cache.check_hicache_events()
+    return int(cache.pop_prefetch_loaded_tokens(handle))

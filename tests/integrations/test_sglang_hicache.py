@@ -26,7 +26,12 @@ from sglang.srt.mem_cache.radix_cache import RadixKey  # noqa: E402
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType  # noqa: E402
 from sglang.test.kits.unified_radix_cache.config import CONFIGS  # noqa: E402
 
-from tests.integrations.sglang_hicache import build_hicache_cache, cpu_hicache  # noqa: E402
+from tests.integrations.sglang_hicache import (  # noqa: E402
+    build_hicache_cache,
+    cpu_hicache,
+    prefetch_from_storage,
+    settle_storage,
+)
 
 FULL = ComponentType.FULL
 FULL_CONFIGS = [c for c in CONFIGS if c.components == (FULL,)]
@@ -69,16 +74,25 @@ def load_back(cache, node) -> bool:
     return True
 
 
-def play_hicache(cache, allocator, page_size: int, n: int, seed: int) -> list[tuple]:
+def play_hicache(
+    cache, allocator, page_size: int, n: int, seed: int, l3: bool = False
+) -> list[tuple]:
     """Match (loading host hits back), lock, allocate (evicting), write the KV, insert,
     unlock; the backups are submitted and acked every other request (as a scheduler step
-    does), so some are still in flight when the next request splits or matches them."""
+    does), so some are still in flight when the next request splits or matches them.
+    `l3`: an L3 storage backend is attached: what the match misses is prefetched from
+    storage first, and every request ends with its backups, to the host and to storage,
+    done (each core then meets the next request with the same store)."""
     host_pool = cache.cache_controller.mem_pool_host
     keys = key_buffer(allocator)
     trace = []
     for i, tokens in enumerate(stream(page_size, n, seed)):
         key = RadixKey(array("q", tokens))
         m = cache.match_prefix(MatchPrefixParams(key=key))
+        fetched = 0
+        if l3:
+            fetched = prefetch_from_storage(cache, f"r{i}", m, tokens)
+            m = cache.match_prefix(MatchPrefixParams(key=key))
         host_hit, loaded = m.host_hit_length, False
         if host_hit:
             loaded = load_back(cache, m.best_match_node)
@@ -101,7 +115,9 @@ def play_hicache(cache, allocator, page_size: int, n: int, seed: int) -> list[tu
         value = torch.cat([prefix, new])
         r = cache.insert(InsertParams(key=key, value=value, prev_prefix_len=m.device_prefix_len))
         cache.dec_lock_ref(m.last_device_node, lock.to_dec_params())
-        if i % 2:  # the scheduler's per-step poll: submit the backups, reap their acks
+        if l3:
+            settle_storage(cache)
+        elif i % 2:  # the scheduler's per-step poll: submit the backups, reap their acks
             cache.check_hicache_events()
         cache.sanity_check()
         trace.append(
@@ -119,6 +135,8 @@ def play_hicache(cache, allocator, page_size: int, n: int, seed: int) -> list[tu
                 cache.evictable_size(),
                 cache.protected_size(),
                 len(cache.ongoing_write_through),
+                fetched,
+                cache.tree_core.get_hash_values(m.last_device_node),
             )
         )
     return trace

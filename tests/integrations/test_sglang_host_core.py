@@ -121,18 +121,6 @@ def test_host_methods_in_lock_step(write_policy):
     assert evicted > 0 and (drops > 0) == (write_policy == "write_back")
 
 
-def test_l3_storage_on_the_host_tier_is_refused_by_name():
-    """SGLang turns `enable_storage` on when an L3 backend is attached; this core keeps no
-    storage page hashes yet, so it refuses there rather than when a hash is first asked."""
-    with cpu_hicache():
-        cache, _, _ = build_hicache_cache(CFG, "uniradix", "write_through")
-        try:
-            with pytest.raises(NotImplementedError, match="enable_storage needs SGLang's L3"):
-                cache.enable_storage = True
-        finally:
-            cache.release_host_resources()
-
-
 def test_hicache_is_refused_for_swa_and_mamba_by_name():
     cfg = next(c for c in CONFIGS if c.label == "FULL_SWA_ps4_sw4")
     with cpu_hicache(), pytest.raises(NotImplementedError, match="set_hicache_enabled covers"):

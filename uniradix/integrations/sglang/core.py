@@ -2,7 +2,8 @@
 
 SGLang's `UnifiedRadixCache` drives a TreeCore through that interface only; this one keeps
 the tree in `uniradix.tree.core.TreeCore` (FULL as component 0, then SWA windows: `swa.py`,
-Mamba states: `mamba.py`; with HiCache on, FULL's host tier: `host.py`, `host_walks.py`).
+Mamba states: `mamba.py`; with HiCache on, FULL's host tier: `host.py`, `host_walks.py`,
+and its L3 storage: `host_storage.py`).
 What it does not cover is refused at build (`check_supported`, `set_hicache_enabled`) or by
 the method, by name (`refused.py`).
 
@@ -36,8 +37,7 @@ from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import (
     InsertStepResult,
 )
 
-from uniradix.integrations.sglang.events import EventNodes
-from uniradix.integrations.sglang.host_walks import HostWalks
+from uniradix.integrations.sglang.host_storage import HostStorage
 from uniradix.integrations.sglang.keys import to_slots, to_tensor, to_uniradix_key
 from uniradix.integrations.sglang.mamba import MambaTree
 from uniradix.integrations.sglang.receipts import check_receipt
@@ -54,7 +54,7 @@ FULL, SWA, MAMBA = ComponentType.FULL, ComponentType.SWA, ComponentType.MAMBA
 _DEFERRABLE = (FreeDeviceKV, FreeDeviceKVFullOnly)
 
 
-class UniradixTreeCore(HostWalks, TreeCoreViews):
+class UniradixTreeCore(HostStorage, TreeCoreViews):
     """SGLang's unified cache (FULL, SWA, Mamba; the host tier for FULL) on uniradix's tree."""
 
     supports_rotation_base = False
@@ -117,9 +117,7 @@ class UniradixTreeCore(HostWalks, TreeCoreViews):
         self._evictable = 0
         self._protected = 0
         root = self.tree.root.id
-        self._events = (
-            EventNodes(self.kv_events, self.page_size, root) if self.kv_events.enabled else None
-        )
+        self._events = self._new_event_nodes()
         self._empty = MatchResult(
             device_prefix_len=0,
             last_device_node=root,

@@ -1,9 +1,11 @@
-"""KV cache events of the uniradix TreeCore, in SGLang's own format.
+"""KV cache events and L3 storage page hashes of the uniradix TreeCore, in SGLang's own format.
 
 SGLang's `KVCacheEventRecorder` builds `BlockStored` / `BlockRemoved` from a node's key, its
 page hashes and its parent's; `EventNodes` keeps, beside each uniradix node, the view the
 recorder reads (an `EventNode`), so the events, hashes and their chaining are SGLang's own,
-identical to its Python core's on the same calls. Kept only when events are enabled.
+identical to its Python core's on the same calls. The same page hashes key SGLang's L3
+storage (one field in SGLang's node too): with `hashing` on, a new node is hashed when it is
+stored, as SGLang's core does with storage on. Kept only when events or storage are enabled.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 
 from sglang.srt.disaggregation.kv_events import StorageMedium
 from sglang.srt.mem_cache.radix_cache import RadixKey
-from sglang.srt.mem_cache.utils import split_node_hash_value
+from sglang.srt.mem_cache.utils import compute_node_hash_values, split_node_hash_value
 
 from uniradix.tree.node import TreeNode
 
@@ -34,19 +36,35 @@ class EventNodes:
     def __init__(self, recorder: Any, page_size: int, root_id: int) -> None:
         self.recorder = recorder
         self.page_size = page_size
+        self.hashing = False  # L3 storage on: hash every new node when it is stored
         self.views: dict[int, EventNode] = {root_id: EventNode(RadixKey(array("q")), None)}
 
     def stored(
-        self, node: TreeNode, sglang_key: Any, start: int, session: Any, medium: Any = None
+        self,
+        node: TreeNode,
+        sglang_key: Any,
+        start: int,
+        session: Any,
+        medium: Any = None,
+        hashes: list[str] | None = None,
     ) -> None:
-        """A new leaf holding tokens `start:` (its own) of `sglang_key`'s whole pages."""
+        """A new leaf holding tokens `start:` (its own) of `sglang_key`'s whole pages;
+        `hashes`: its page hashes as L3 storage gave them (a prefetched host path)."""
         assert node.parent is not None
         tokens = array("q", sglang_key.raw_token_ids()[start : start + node.num_tokens])
         key = RadixKey(tokens, sglang_key.extra_key, cache_salt=sglang_key.cache_salt)
-        parent = node.parent
-        view = EventNode(key, self.views[parent.id])
+        self.adopt(node, key, hashes)
+        self.recorder.record_store(self.views[node.id], medium, session_id=session)
+
+    def adopt(self, node: TreeNode, key: Any, hashes: list[str] | None = None) -> None:
+        """Gives `node` (its parent has a view) a view of SGLang key `key`, unrecorded."""
+        assert node.parent is not None
+        view = EventNode(key, self.views[node.parent.id])
+        if hashes is not None:
+            view.hash_value = hashes
+        elif self.hashing:
+            view.hash_value = compute_node_hash_values(view, self.page_size)
         self.views[node.id] = view
-        self.recorder.record_store(view, medium, session_id=session)
 
     def restored(self, node: TreeNode, medium: Any, session: Any = None) -> None:
         """A node already in the tree gained a copy on `medium` (host tier: a backup, a

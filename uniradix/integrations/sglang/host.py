@@ -9,7 +9,8 @@ from both: a backed-up device leaf is demoted, an unbacked one deleted (write-th
 handed back for a backup (write-back); host leaves are evicted in the cache's policy order;
 a host lock pins a segment of host copies; load-back rebuilds the device values of the
 evicted bottom of a path. The match and insert walks of a HiCache cache are in
-`host_walks.py`. SWA and Mamba host windows and L3 storage hashes are refused by name.
+`host_walks.py`, L3 storage's page hashes in `host_storage.py`. SWA and Mamba host windows
+are refused by name.
 """
 
 from __future__ import annotations
@@ -95,18 +96,6 @@ class HostTier:
             )
         self.enable_hicache = True
         self.tree.host_only_nodes = True
-
-    @property
-    def enable_storage(self) -> bool:
-        return False
-
-    @enable_storage.setter
-    def enable_storage(self, value: bool) -> None:
-        if value:  # SGLang turns it on when an L3 storage backend is attached
-            raise NotImplementedError(
-                "uniradix TreeCore: enable_storage needs SGLang's L3 storage page hashes on "
-                "the tree, which this core does not keep yet"
-            )
 
     def set_host_memory_buffer_only(self) -> None:
         raise NotImplementedError(

@@ -7,8 +7,8 @@ from the request's slots (no duplicate to free there) and, under write-through, 
 controller to back up each node whose hit count reaches the threshold. SGLang's controller
 runs such a backup at once, before the walk goes on (it may evict host copies the walk would
 reach), so the insert is a generator paused at each backup, as SGLang's walk is at its
-barriers. `insert_host` hangs a prefetched host path under a node. Semantics are those of
-SGLang's Python core.
+barriers. Semantics are those of SGLang's Python core (`insert_host`, the walk that hangs a
+path prefetched from storage, is in `host_storage.py`).
 """
 
 from __future__ import annotations
@@ -177,69 +177,3 @@ class HostWalks(HostTransfers):
         self._track_duplicate(node)
         if self._events is not None:
             self._events.restored(node, GPU, session)
-
-    # ------------------------------------------------------------------ host insert
-    def insert_host(self, node_id: int, key: Any, host_value: Any, hash_value: Any) -> Any:
-        """Hangs `key`'s host copy (`host_value`, prefetched from storage) below `node_id`:
-        nodes it reaches with no host copy get theirs (write-through), the rest a new
-        host-only leaf. `hash_value` is L3 storage's, which this core does not keep."""
-        tree, ps = self.tree, self.page_size
-        node = self._node(node_id)
-        node.last_access_time = tree.tick()
-        tree.leaves.refresh(node)
-        ukey, total = to_uniradix_key(key, ps)
-        if total == 0:
-            return InsertResult(prefix_len=0, mamba_exist=True)
-        units, ns = ukey.units, ukey.extra_key
-        end, page_bytes = total * UNIT_BYTES, ps * UNIT_BYTES
-        off, host_prefix, refilled = 0, 0, None
-        actions: list[Any] = []
-        while off < total:
-            at = off * UNIT_BYTES
-            page = units[at : at + page_bytes]
-            child = node.children.get(page if ns is None else (ns, page))
-            if child is None:
-                break
-            child.last_access_time = tree.tick()
-            edge = child.key
-            p = common_prefix_len(edge, units[at : min(at + len(edge), end)])
-            p -= p % ps
-            if p < child.num_tokens:
-                child = tree.split(child, p)
-                actions.extend(self._take_split_actions())
-            tree.leaves.refresh(child)
-            if not self.is_write_back:
-                data = child.data[0]
-                if data.host_value is None:
-                    data.host_value = to_slots(host_value, off, off + p)
-                    if self._events is not None:
-                        self._events.restored(child, CPU)
-                    self._track_duplicate(child)
-                    refilled = child
-                elif refilled is None:
-                    host_prefix += p
-                else:
-                    raise ValueError(
-                        f"insert_host: node {child.id} is backed up below node {refilled.id}, "
-                        "which was not: the write-through host prefix is broken"
-                    )
-            node, off = child, off + p
-        result = InsertResult(
-            prefix_len=off if self.is_write_back else host_prefix,
-            total_len=len(key),
-            cache_actions=actions,
-        )
-        is_root = node is tree.root
-        if off == total:
-            if not is_root and (refilled is not None or node.data[0].host_value is not None):
-                result.inserted_host_node = node.id
-            return result
-        if not is_root and node.data[0].host_value is None and not self.is_write_back:
-            result.host_insert_dropped = True  # a host path must hang below a backed-up node
-            return result
-        leaf = self._new_leaf(node, units[off * UNIT_BYTES : end], ns, node.priority)
-        leaf.data[0].host_value = to_slots(host_value, off, total)
-        result.inserted_host_node = leaf.id
-        if self._events is not None:
-            self._events.stored(leaf, key, off, None, CPU)
-        return result

@@ -2,10 +2,11 @@
 
 `check_supported` runs when SGLang builds the cache, so an unsupported configuration fails
 at start-up with the reason instead of misbehaving while serving. `RefusedTreeCoreMethods`
-gives the rest of SGLang's `UnifiedTreeCoreInterface` (L3 storage hashes and transfers, SWA
-and Mamba host windows, buffer mode, external linker, scheduling walks) bodies that raise
+gives the rest of SGLang's `UnifiedTreeCoreInterface` (SWA and Mamba host windows and their
+storage transfers, buffer mode, external linker, scheduling walks) bodies that raise
 `NotImplementedError` naming the method and what it needs; SGLang's controller calls none of
-them on a device-tier cache, nor on a FULL HiCache cache without an L3 storage backend.
+them on a device-tier cache, nor on a FULL HiCache cache, with or without an L3 storage
+backend (its page hashes and storage calls: `host_storage.py`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import (
 
 _FULL, _SWA, _MAMBA = ComponentType.FULL, ComponentType.SWA, ComponentType.MAMBA
 SUPPORTED_COMPONENTS = ((_FULL,), (_FULL, _SWA), (_FULL, _MAMBA), (_FULL, _SWA, _MAMBA))
-_HOST = "SGLang's L3 storage (HiCache storage backend)"
+_BUFFER = "SGLang's buffer-mode host tier (hicache_host_memory_mode=buffer_only)"
 _AUX = "SGLang's host tier (the write-back backups of SWA, Mamba and custom sizes)"
 _WALK = "tree walks for scheduling and the KV canary"
 _LINKER = "SGLang's external cache linker"
@@ -61,12 +62,8 @@ class RefusedTreeCoreMethods(UnifiedTreeCoreInterface):  # type: ignore[misc]
     """The interface methods outside the FULL device tier, each refused by name."""
 
     node_by_id = _refused("node_by_id", "SGLang's Python tree nodes")
-    get_last_hash_value = _refused("get_last_hash_value", _HOST)
-    get_prefix_hash_values = _refused("get_prefix_hash_values", _HOST)
-    get_hash_values = _refused("get_hash_values", _HOST)
-    snapshot_buffer_backup = _refused("snapshot_buffer_backup", _HOST)
-    validate_buffer_backup = _refused("validate_buffer_backup", _HOST)
-    backfill_missing_hash_values = _refused("backfill_missing_hash_values", _HOST)
+    snapshot_buffer_backup = _refused("snapshot_buffer_backup", _BUFFER)
+    validate_buffer_backup = _refused("validate_buffer_backup", _BUFFER)
     dfs_weight_order = _refused("dfs_weight_order", _WALK)
     collect_path_info = _refused("collect_path_info", _WALK)
     walk_for_kv_canary = _refused("walk_for_kv_canary", _WALK)
@@ -76,10 +73,7 @@ class RefusedTreeCoreMethods(UnifiedTreeCoreInterface):  # type: ignore[misc]
     swa_tombstone_ranges = _refused("swa_tombstone_ranges", _AUX)
     attach_swa_window = _refused("attach_swa_window", _AUX)
     adjust_component_size = _refused("adjust_component_size", _AUX)
-    build_storage_backup_spec = _refused("build_storage_backup_spec", _HOST)
-    build_hicache_transfers = _refused("build_hicache_transfers", _HOST)
-    prefetch_anchor_info = _refused("prefetch_anchor_info", _HOST)
-    commit_hicache_transfers = _refused("commit_hicache_transfers", _HOST)
+    build_hicache_transfers = _refused("build_hicache_transfers", _AUX)
     build_external_linker_offload_transfers = _refused(
         "build_external_linker_offload_transfers", _LINKER
     )

@@ -1,0 +1,226 @@
+"""SGLang's L3 storage (HiCache storage backend) on the uniradix TreeCore, for FULL attention.
+
+L3 storage keys a page by a hash chained from its parent page's (SGLang's
+`compute_node_hash_values`), kept per node. They live on the views `events.py` keeps beside
+each uniradix node for SGLang's KV events: one field in SGLang's node serves both, so the
+events and the storage keys stay the same values, as in SGLang's Python core. With storage
+on (`enable_storage`), a node is hashed when it is stored; a prefetched host path
+(`insert_host`) takes the hashes storage gave; a split divides them; a backend attached
+while the tree holds nodes hashes those first (`backfill_missing_hash_values`). A backup to
+storage reads a node's host copy, tokens and hashes (`build_storage_backup_spec`). SWA and
+Mamba transfers (`build_hicache_transfers`, non-empty `commit_hicache_transfers`) and
+buffer mode stay refused by name. Semantics are those of SGLang's Python core.
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import Any
+
+import torch
+from sglang.srt.disaggregation.kv_events import StorageMedium
+from sglang.srt.mem_cache.base_prefix_cache import InsertResult
+from sglang.srt.mem_cache.radix_cache import RadixKey as SGLangKey
+from sglang.srt.mem_cache.unified_cache.unified_tree_core import StorageBackupSpec
+from sglang.srt.mem_cache.utils import compute_node_hash_values
+
+from uniradix.integrations.sglang.events import EventNode, EventNodes
+from uniradix.integrations.sglang.host_walks import HostWalks
+from uniradix.integrations.sglang.keys import to_slots, to_uniradix_key
+from uniradix.key import UNIT_BYTES, common_prefix_len
+
+CPU = StorageMedium.CPU
+_SALT = "\x00salt:"  # how `keys.namespace` joins SGLang's extra key and cache salt
+
+
+def sglang_namespace(namespace: str | None) -> tuple[str | None, str | None]:
+    """SGLang's (extra_key, cache_salt) of a uniradix namespace made by `keys.namespace`."""
+    if namespace is None or _SALT not in namespace:
+        return namespace, None
+    extra, salt = namespace.split(_SALT, 1)
+    return extra or None, salt
+
+
+class HostStorage(HostWalks):
+    """Page hashes on the tree and the TreeCore methods of SGLang's L3 storage path."""
+
+    _storage: bool = False
+    kv_events: Any  # SGLang's KVCacheEventRecorder (core.py)
+
+    # ------------------------------------------------------------------ switch
+    @property
+    def enable_storage(self) -> bool:
+        return self._storage
+
+    @enable_storage.setter
+    def enable_storage(self, value: bool) -> None:
+        # SGLang's cache sets it when a storage backend attaches (and at build, off).
+        if value and not self._storage:
+            self._hash_views().hashing = True
+        elif not value and self._storage and self._events is not None:
+            self._events.hashing = False
+        self._storage = bool(value)
+
+    def _new_event_nodes(self) -> EventNodes | None:
+        """The views of a fresh tree: kept when KV events or storage hashes need them."""
+        if not (self.kv_events.enabled or self._storage):
+            return None
+        views = EventNodes(self.kv_events, self.page_size, self.tree.root.id)
+        views.hashing = self._storage
+        return views
+
+    def _hash_views(self) -> EventNodes:
+        """The views, built for every node of the tree (unhashed) where none were kept."""
+        if self._events is not None:
+            return self._events
+        views = EventNodes(self.kv_events, self.page_size, self.tree.root.id)
+        stack = list(self.tree.root.children.values())
+        while stack:  # parents before children: a view links to its parent's
+            node = stack.pop()
+            tokens = array("q")
+            tokens.frombytes(node.key)
+            extra, salt = sglang_namespace(node.extra_key)
+            views.adopt(node, SGLangKey(tokens, extra, cache_salt=salt))
+            stack.extend(node.children.values())
+        self._events = views
+        return views
+
+    def _view(self, node_id: int) -> EventNode | None:
+        node = self._node(node_id)
+        return None if self._events is None else self._events.views.get(node.id)
+
+    # ------------------------------------------------------------------ hashes
+    def get_hash_values(self, node_id: int) -> list[str]:
+        view = self._view(node_id)
+        return (view.hash_value if view is not None else None) or []
+
+    def get_last_hash_value(self, node_id: int) -> str | None:
+        hashes = self.get_hash_values(node_id)
+        return hashes[-1] if hashes else None
+
+    def get_prefix_hash_values(self, node_id: int) -> list[str]:
+        """The hashes of the node's ancestors, root side first, up to the first unhashed."""
+        view = self._view(node_id)
+        chunks = []
+        cur = None if view is None else view.parent
+        while cur is not None and cur.hash_value is not None:
+            chunks.append(cur.hash_value)
+            cur = cur.parent
+        return [h for chunk in reversed(chunks) for h in chunk]
+
+    def backfill_missing_hash_values(self) -> int:
+        """Hashes every node built with hashing off, parents first (a node hashed against
+        an unhashed parent would restart the chain mid-sequence); returns how many."""
+        views = self._hash_views()
+        filled, stack = 0, list(self.tree.root.children.values())
+        while stack:
+            node = stack.pop()
+            view = views.views[node.id]
+            if view.hash_value is None:
+                view.hash_value = compute_node_hash_values(view, self.page_size)
+                filled += 1
+            stack.extend(node.children.values())
+        return filled
+
+    # ------------------------------------------------------------------ host insert
+    def insert_host(self, node_id: int, key: Any, host_value: Any, hash_value: list[str]) -> Any:
+        """Hangs `key`'s host copy (`host_value`, prefetched from storage, its page hashes
+        `hash_value`) below `node_id`: nodes it reaches with no host copy get theirs
+        (write-through), the rest a new host-only leaf."""
+        tree, ps = self.tree, self.page_size
+        views = self._hash_views()
+        node = self._node(node_id)
+        node.last_access_time = tree.tick()
+        tree.leaves.refresh(node)
+        ukey, total = to_uniradix_key(key, ps)
+        if total == 0:
+            return InsertResult(prefix_len=0, mamba_exist=True)
+        units, ns = ukey.units, ukey.extra_key
+        end, page_bytes = total * UNIT_BYTES, ps * UNIT_BYTES
+        off, host_prefix, refilled = 0, 0, None
+        actions: list[Any] = []
+        while off < total:
+            at = off * UNIT_BYTES
+            page = units[at : at + page_bytes]
+            child = node.children.get(page if ns is None else (ns, page))
+            if child is None:
+                break
+            child.last_access_time = tree.tick()
+            edge = child.key
+            p = common_prefix_len(edge, units[at : min(at + len(edge), end)])
+            p -= p % ps
+            if p < child.num_tokens:
+                child = tree.split(child, p)
+                actions.extend(self._take_split_actions())
+            tree.leaves.refresh(child)
+            if not self.is_write_back:
+                data = child.data[0]
+                if data.host_value is None:
+                    data.host_value = to_slots(host_value, off, off + p)
+                    view = views.views[child.id]
+                    if view.hash_value is None:
+                        view.hash_value = list(hash_value[off // ps : (off + p) // ps])
+                    views.restored(child, CPU)
+                    self._track_duplicate(child)
+                    refilled = child
+                elif refilled is None:
+                    host_prefix += p
+                else:
+                    raise ValueError(
+                        f"insert_host: node {child.id} is backed up below node {refilled.id}, "
+                        "which was not: the write-through host prefix is broken"
+                    )
+            node, off = child, off + p
+        result = InsertResult(
+            prefix_len=off if self.is_write_back else host_prefix,
+            total_len=len(key),
+            cache_actions=actions,
+        )
+        is_root = node is tree.root
+        if off == total:
+            if not is_root and (refilled is not None or node.data[0].host_value is not None):
+                result.inserted_host_node = node.id
+            return result
+        if not is_root and node.data[0].host_value is None and not self.is_write_back:
+            result.host_insert_dropped = True  # a host path must hang below a backed-up node
+            return result
+        leaf = self._new_leaf(node, units[off * UNIT_BYTES : end], ns, node.priority)
+        leaf.data[0].host_value = to_slots(host_value, off, total)
+        result.inserted_host_node = leaf.id
+        views.stored(leaf, key, off, None, CPU, hashes=list(hash_value[off // ps :]))
+        return result
+
+    # ------------------------------------------------------------------ storage transfers
+    def build_storage_backup_spec(self, node_id: int, pass_prefix_keys: bool) -> Any:
+        """What a backup to storage writes: the node's host copy, tokens and page hashes
+        (None: no host copy to write from)."""
+        node = self._node(node_id)
+        host = node.data[0].host_value
+        if host is None:
+            return None
+        view = self._hash_views().views[node.id]
+        return StorageBackupSpec(
+            host_value=torch.from_numpy(host),
+            token_ids=view.key.token_ids,
+            hash_value=view.hash_value,
+            prefix_keys=self.get_prefix_hash_values(node_id) if pass_prefix_keys else None,
+            comp_xfers={},
+        )
+
+    def prefetch_anchor_info(self, node_id: int) -> tuple[str | None, str | None]:
+        node = self._node(node_id)
+        if node.parent is None:
+            return None, None
+        return sglang_namespace(node.extra_key)
+
+    def commit_hicache_transfers(
+        self, node_id: int, phase: Any, comp_xfers: Any, **kwargs: Any
+    ) -> None:
+        """A FULL cache's prefetch has no component transfers to commit."""
+        self._node(node_id)
+        if comp_xfers:
+            raise NotImplementedError(
+                f"uniradix TreeCore: commit_hicache_transfers got component transfers "
+                f"{sorted(str(c) for c in comp_xfers)}, which need SWA and Mamba host "
+                "windows, not supported yet"
+            )
