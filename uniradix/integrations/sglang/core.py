@@ -32,8 +32,6 @@ from sglang.srt.mem_cache.unified_cache.cache_action import FreeDeviceKV, FreeDe
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import (
     DecSwaLockOnlyResult,
-    EvictDeviceLeafResult,
-    EvictDeviceNextNodeResult,
     InsertStepResult,
 )
 
@@ -42,7 +40,7 @@ from uniradix.integrations.sglang.keys import to_slots, to_tensor, to_uniradix_k
 from uniradix.integrations.sglang.mamba import MambaTree
 from uniradix.integrations.sglang.receipts import check_receipt
 from uniradix.integrations.sglang.refused import check_supported
-from uniradix.integrations.sglang.results import match_result
+from uniradix.integrations.sglang.results import leaf_result, match_result, next_node_result
 from uniradix.integrations.sglang.swa import SWA_INDEX, SwaTree
 from uniradix.integrations.sglang.views import TreeCoreViews
 from uniradix.tree.core import TreeCore
@@ -196,9 +194,9 @@ class UniradixTreeCore(HostStorage, TreeCoreViews):
             value = params.value
             if value.shape[0] > num_units:  # a slice costs more than the check
                 value = value[:num_units]
-        result = InsertResult(
-            prefix_len=0, adopted_ranges={} if params.track_adopted_ranges else None
-        )
+        result = InsertResult(0)  # positional: SGLang's keyword defaults cost twice as much
+        if params.track_adopted_ranges:
+            result.adopted_ranges = {}
         actions: list[Any] = []
         swa, floor = self.swa, params.prev_prefix_len
         on_overlap = _no_hook if swa is None else swa.overlap_hook(value, params, result, actions)
@@ -332,7 +330,7 @@ class UniradixTreeCore(HostStorage, TreeCoreViews):
             self.mamba.evict_start(request_cnt)
 
     def evict_device_next_node(self, component_type: Any, tracker: dict[Any, int]) -> Any:
-        result = EvictDeviceNextNodeResult()
+        result = next_node_result()
         if component_type == FULL and tracker.get(FULL, 0) < self._walk_quota:
             leaf = self.tree.leaves.pop()
             if leaf is not None:
@@ -356,14 +354,16 @@ class UniradixTreeCore(HostStorage, TreeCoreViews):
             return self._evict_device_leaf_host(node, is_write_back)
         value = node.data[0].value
         assert value is not None
-        result = EvictDeviceLeafResult()
+        result = leaf_result()
         if self._events is not None:
             self._events.removed(node)
-        result.device_frees[FULL].append(to_tensor(value, self.device))
+        full = to_tensor(value, self.device)
+        result.device_frees[FULL].append(full)
         result.tracker[FULL] = len(value)
         self._evictable -= node.num_tokens
         if self.swa is not None and node.data[SWA_INDEX].value is not None:
-            result.tracker[SWA] = self.swa.drop(node, result.device_frees)
+            # The full slots name the SWA peers to free (`SwaTree.drop`), as a tensor once.
+            result.tracker[SWA] = self.swa.release(node, full, SWA, result.device_frees)
         if self.mamba is not None and node.data[self.mamba.index].value is not None:
             result.tracker[MAMBA] = self.mamba.drop(node, result.device_frees)
         node.data[0].value = None
