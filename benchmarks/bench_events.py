@@ -305,6 +305,8 @@ def main() -> None:
         # default routers' run.
         late = any(r.partition(":")[2] in DISPATCHES for r in routers)
         key = "dispatch" if late else "variants"
+        if args.max_requests:  # a shorter run beside the whole trace's
+            key += f"_{args.max_requests}_requests"
         result = json.loads(path.read_text()) | {key: result} if path.exists() else result
     path.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {path}")

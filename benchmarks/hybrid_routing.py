@@ -8,9 +8,10 @@ full+SWA+Mamba):
   at routing, with its excess split into unprefilled and unresumable tokens
   (`uniradix.sim.predictions`), in all and per instance;
 - the cluster's hit rate per run kind: `auto` (the default router on group events), `full`
-  (on full-only events), the router options in `VARIANTS`, `pinned` (each conversation on
-  one instance: a study, synthetic trace only), against `one` instance holding all four
-  instances' memory.
+  (on full-only events), the router options in `VARIANTS`, the cluster dispatches in
+  `DISPATCHES` (late binding, awaited turns), `pinned` (each conversation on one instance:
+  a study, synthetic trace only), against `one` instance holding all four instances'
+  memory (and `one-await`, the same awaiting turns, for the kinds that await them).
 
     .venv/bin/python -m benchmarks.hybrid_routing --requests 300     # a synthetic trace
     .venv/bin/python -m benchmarks.hybrid_routing --requests 1000 --kinds auto,one --jobs 3
