@@ -53,7 +53,8 @@ BACKENDS = ("file", "uniradix")
 
 
 def storage_args(backend: str, directory: Path, page_size: int) -> dict[str, object]:
-    """SGLang's server arguments attaching `backend` (prefetch from one page on)."""
+    """SGLang's server arguments attaching `backend` on `directory` (prefetch from one page
+    on)."""
     extra: dict[str, object] = {"prefetch_threshold": page_size}
     name = backend
     if backend == "uniradix":  # `--hicache-storage-backend dynamic`, as a user configures it
