@@ -118,8 +118,8 @@ def test_unsupported_configurations_are_refused_with_the_reason():
     # As SGLang's cores do, a Mamba cache keys EAGLE requests by tokens: accepted.
     check_supported(SimpleNamespace(tree_components=(CT.FULL, CT.MAMBA), is_eagle=True))
     cache = build("uniradix", 1)
-    with pytest.raises(NotImplementedError, match="get_hash_values needs SGLang's L3 storage"):
-        cache.tree_core.get_hash_values(cache.root_node_handle())
+    with pytest.raises(NotImplementedError, match="snapshot_buffer_backup needs SGLang's buffer"):
+        cache.tree_core.snapshot_buffer_backup(cache.root_node_handle(), False)
 
 
 def test_sglang_plugin_entry_point_registers_the_backend():

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import shutil
 from array import array
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +23,7 @@ from unittest import mock
 import pytest
 import torch
 
+from benchmarks.redis_servers import RedisProcess
 from tests.integrations.sglang_env import load_sglang
 
 load_sglang(kits=True)
@@ -30,6 +33,7 @@ from sglang.srt.mem_cache.base_prefix_cache import (  # noqa: E402
     InsertParams,
     MatchPrefixParams,
 )
+from sglang.srt.mem_cache.cpp_utils.native_hash import get_native_hash  # noqa: E402
 from sglang.srt.mem_cache.radix_cache import RadixKey  # noqa: E402
 from sglang.srt.runtime_context import get_parallel  # noqa: E402
 
@@ -53,16 +57,18 @@ BACKENDS = ("file", "uniradix")
 
 
 def storage_args(backend: str, directory: Path, page_size: int) -> dict[str, object]:
-    """SGLang's server arguments attaching `backend` (prefetch from one page on)."""
+    """SGLang's server arguments attaching `backend` on `directory` (prefetch from one page
+    on); `uniradix-redis`: `UniradixHiCacheStorage` on the Redis of `UNIRADIX_TEST_REDIS`."""
     extra: dict[str, object] = {"prefetch_threshold": page_size}
     name = backend
-    if backend == "uniradix":  # `--hicache-storage-backend dynamic`, as a user configures it
+    if backend.startswith("uniradix"):  # `--hicache-storage-backend dynamic`, as a user would
         name = "dynamic"
+        redis = backend == "uniradix-redis"
         extra.update(
             backend_name="uniradix",
             module_path="uniradix.integrations.sglang.storage",
             class_name="UniradixHiCacheStorage",
-            url=f"file://{directory}",
+            url=os.environ["UNIRADIX_TEST_REDIS"] if redis else f"file://{directory}",
             model_fingerprint="kit-model",  # the kit's server arguments name no model
         )
     return {
@@ -77,6 +83,9 @@ def storage_args(backend: str, directory: Path, page_size: int) -> dict[str, obj
 def storage_cache(cfg, core: str, backend: str, directory: Path, policy: str) -> Iterator[tuple]:
     """The kit's cache of `cfg` on `core`, HiCache on, `backend` attached on `directory`."""
     args = storage_args(backend, directory, cfg.page_size)
+    # SGLang builds its native page hash (a C++ extension) on first use, which can take
+    # minutes: here, not inside a prefetch thread the test waits for with a deadline.
+    get_native_hash(array("q", [1]), None, 1)
     with (
         cpu_hicache(),
         get_parallel().override(tp_rank=0, tp_size=1, pp_rank=0, pp_size=1),
@@ -153,6 +162,26 @@ def test_l3_storage_plays_the_same_on_both_cores(cfg, backend, tmp_path):
     assert runs["uniradix"][1] == tree
     assert runs["uniradix"][2] == hashes
     assert runs["uniradix"][3] == written
+
+
+def test_l3_storage_on_redis_plays_the_same_on_both_cores(tmp_path):
+    """The same stream with `UniradixHiCacheStorage` on a real Redis (emptied before each
+    core), on the kit's FULL page-4 config."""
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server missing: scripts/setup.sh installs it")
+    cfg = next(c for c in FULL_CONFIGS if c.label == "FULL_ps4")
+    server = RedisProcess(tmp_path / "redis").start()
+    runs = {}
+    try:
+        url = f"redis://127.0.0.1:{server.port}/0"
+        with mock.patch.dict(os.environ, {"UNIRADIX_TEST_REDIS": url}):
+            for core in ("python", "uniradix"):
+                server.client().flushall()
+                runs[core] = run(cfg, core, "uniradix-redis", tmp_path / core, 80)
+    finally:
+        server.stop()
+    assert any(s[13] > 0 for s in runs["python"][0] if s[0] != "skip"), "no prefetch"
+    assert runs["uniradix"] == runs["python"]
 
 
 def seqs(page_size: int) -> tuple[list[int], list[int], list[int]]:
