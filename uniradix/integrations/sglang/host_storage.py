@@ -27,7 +27,7 @@ from sglang.srt.mem_cache.utils import compute_node_hash_values
 from uniradix.integrations.sglang.events import EventNode, EventNodes
 from uniradix.integrations.sglang.host_walks import HostWalks
 from uniradix.integrations.sglang.keys import to_slots, to_uniradix_key
-from uniradix.key import UNIT_BYTES, common_prefix_len
+from uniradix.key import UNIT_BYTES
 
 CPU = StorageMedium.CPU
 _SALT = "\x00salt:"  # how `keys.namespace` joins SGLang's extra key and cache salt
@@ -135,23 +135,14 @@ class HostStorage(HostWalks):
         ukey, total = to_uniradix_key(key, ps)
         if total == 0:
             return InsertResult(prefix_len=0, mamba_exist=True)
-        units, ns = ukey.units, ukey.extra_key
-        end, page_bytes = total * UNIT_BYTES, ps * UNIT_BYTES
+        units, ns, end = ukey.units, ukey.extra_key, total * UNIT_BYTES
         off, host_prefix, refilled = 0, 0, None
         actions: list[Any] = []
         while off < total:
-            at = off * UNIT_BYTES
-            page = units[at : at + page_bytes]
-            child = node.children.get(page if ns is None else (ns, page))
-            if child is None:
+            step = self._step_down(node, ukey, off, end, actions)
+            if step is None:
                 break
-            child.last_access_time = tree.tick()
-            edge = child.key
-            p = common_prefix_len(edge, units[at : min(at + len(edge), end)])
-            p -= p % ps
-            if p < child.num_tokens:
-                child = tree.split(child, p)
-                actions.extend(self._take_split_actions())
+            child, p = step
             tree.leaves.refresh(child)
             if not self.is_write_back:
                 data = child.data[0]

@@ -98,9 +98,8 @@ class HostWalks(HostTransfers):
     def _insert_walk(
         self, params: Any, key: RadixKey, num_units: int, value: torch.Tensor
     ) -> Iterator[Any]:
-        tree, ps = self.tree, self.page_size
-        units, ns = key.units, key.extra_key
-        end, page_bytes = num_units * UNIT_BYTES, ps * UNIT_BYTES
+        tree, units, ns = self.tree, key.units, key.extra_key
+        end = num_units * UNIT_BYTES
         floor, seen, priority = params.prev_prefix_len, params.inserted_len, params.priority or 0
         result = InsertResult(
             prefix_len=0, adopted_ranges={} if params.track_adopted_ranges else None
@@ -108,20 +107,10 @@ class HostWalks(HostTransfers):
         actions: list[Any] = []
         node, off = tree.root, 0
         while off < num_units:
-            at = off * UNIT_BYTES
-            page = units[at : at + page_bytes]
-            child = node.children.get(page if ns is None else (ns, page))
-            if child is None:
+            step = self._step_down(node, key, off, end, actions)
+            if step is None:
                 break
-            child.last_access_time = tree.tick()
-            edge = child.key
-            if units.startswith(edge, at, end):
-                p = child.num_tokens
-            else:
-                p = common_prefix_len(edge, units[at : min(at + len(edge), end)])
-                p -= p % ps
-                child = tree.split(child, p)
-                actions.extend(self._take_split_actions())
+            child, p = step
             child.priority = max(child.priority, priority)
             if child.data[0].value is None:  # host-only: the request's slots become its KV
                 self._unevict(child, value, off, p, params.session_id)
@@ -148,6 +137,28 @@ class HostWalks(HostTransfers):
             tree.update_leaf(target)
         result.prefix_len, result.last_device_node = off, target.id
         yield InsertStepResult(actions=actions, result=result)
+
+    def _step_down(
+        self, node: TreeNode, key: RadixKey, off: int, end: int, actions: list[Any]
+    ) -> tuple[TreeNode, int] | None:
+        """One step of a host-tier walk (insert, `insert_host`): `node`'s child continuing
+        `key` at unit `off` (None: none), touched and, where the key leaves it or ends inside
+        it, split (the split's actions go to `actions`); and the units it covers."""
+        ps, units, ns = self.page_size, key.units, key.extra_key
+        at = off * UNIT_BYTES
+        page = units[at : at + ps * UNIT_BYTES]
+        child = node.children.get(page if ns is None else (ns, page))
+        if child is None:
+            return None
+        child.last_access_time = self.tree.tick()
+        edge = child.key
+        if units.startswith(edge, at, end):
+            return child, child.num_tokens
+        p = common_prefix_len(edge, units[at : min(at + len(edge), end)])
+        p -= p % ps
+        child = self.tree.split(child, p)
+        actions.extend(self._take_split_actions())
+        return child, p
 
     def _new_leaf(self, parent: TreeNode, edge: bytes, ns: str | None, priority: int) -> TreeNode:
         leaf = self.tree.add_leaf(parent, edge, ns)
