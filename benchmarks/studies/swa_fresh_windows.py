@@ -1,5 +1,5 @@
-"""Why the former SWA default (`output_windows`, the default without its past windows'
-measured worth, `uniradix.eviction.swa_past`) lost `bursts/s1` ample to the retired
+"""Why the former SWA default (`output_windows`, the default without its past windows,
+`uniradix.eviction.swa_past`) lost `bursts/s1` ample to the retired
 `greedy_dual`: rules for fresh (never-served) windows, side by side with the default on the
 `bursts` traces and the Mooncake trace.
 
