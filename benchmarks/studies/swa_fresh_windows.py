@@ -1,5 +1,5 @@
-"""Why the former SWA default (`output_windows`, the default without its past windows'
-measured worth, `uniradix.eviction.swa_past`) lost `bursts/s1` ample to the retired
+"""Why the former SWA default (`output_windows`, the default without its past windows,
+`uniradix.eviction.swa_past`) lost `bursts/s1` ample to the retired
 `greedy_dual`: rules for fresh (never-served) windows, side by side with the default on the
 `bursts` traces and the Mooncake trace.
 
@@ -16,8 +16,8 @@ measured worth, `uniradix.eviction.swa_past`) lost `bursts/s1` ample to the reti
   (served, or evicted unserved);
 - `output_factor_1`: the former default with its output windows always at the full worth.
 
-The last three are variants of the former default; `reuse_credit` is the default now: the
-past windows of `past_censored`, worth nothing before any window has served a match.
+These are variants of the former default; `reuse_credit` is the default now: the windows
+of `past_measured` worth nothing until a prompt window has served a match, then their depth.
 
 Each runs full+SWA at the hit table's ample budget (W = 1024) on `bursts/s0` and `bursts/s1`,
 and on the Mooncake trace's first requests at issue 14's sizes, W = 1024 and 4096
@@ -25,8 +25,8 @@ and on the Mooncake trace's first requests at issue 14's sizes, W = 1024 and 409
 lose W = 4096 on Mooncake; the third keeps Mooncake and loses the `bursts` gain. On `bursts`
 the deciding evictions come in the first burst, before any window's reuse is known, so only
 a prior decides them: the default's (no window served yet, so a request is presumed to be
-continued from its end) wins `bursts` and, as serves come within a few requests on Mooncake,
-keeps W = 4096 there.
+continued from its end) wins `bursts` and, as the first serve comes early on Mooncake, keeps
+W = 4096 there.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`benchmarks.studies.swa_fresh_windows`: its rules run clean; on `bursts/s1` the two that
 decide by a prior beat the former default while the one that waits for outcomes does not, and
-the default (outcomes counted, no worth before any serve) beats them all."""
+the default (past windows worth nothing before any serve) beats them all."""
 
 from pathlib import Path
 

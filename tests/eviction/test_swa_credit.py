@@ -318,7 +318,7 @@ def test_output_windows_are_marked_only_past_the_last_checkpoint() -> None:
     ("policy", "credit", "order"),
     [
         (GREEDY_DUAL_WINDOW, 10**1.5, [305, 300, 106, 100, 206, 200]),
-        ("reuse_credit", 8 + 10**1.5, [305, 300, 100, 106, 206, 200]),
+        (OUTPUT_WINDOWS, 8 + 10**1.5, [305, 300, 100, 106, 206, 200]),
     ],
 )
 def test_an_insert_refreshes_its_checkpoints_windows_beyond_its_last_window(
