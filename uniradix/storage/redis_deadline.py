@@ -34,8 +34,8 @@ from redis.utils import SENTINEL
 
 BYTES_PER_S = 20e6
 """The slowest transfer a call is allowed (its deadline grows by 1 s per 20 MB it moves): a
-third of what one loopback Redis served 2 MiB pages at on 2 cores at load 15 (64 pages read
-in up to 2.0 s, `benchmarks/results/storage.md`), so only a stalled server meets it."""
+sixth or less of what one loopback Redis served 2 MiB pages at on 2 busy cores (0.12-0.23
+GB/s read, `benchmarks/results/storage.md`), so only a stalled server meets it."""
 _SEND_GROUP = 1 << 20  # bytes sent per socket wait (the wait is re-armed with the time left)
 
 _local = threading.local()
