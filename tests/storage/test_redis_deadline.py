@@ -15,9 +15,11 @@ from uniradix.key import RadixKey
 from uniradix.storage import KeySpace, MissReason, PageKey, open_backend
 from uniradix.storage.redis_backend import RedisBackend, _client_kwargs
 from uniradix.storage.redis_deadline import (
+    BYTES_PER_S,
     BoundedConnection,
     DeadlinePassed,
     call_deadline,
+    outside_deadline,
     wait_s,
 )
 
@@ -111,3 +113,12 @@ def test_past_the_deadline_no_wait_begins() -> None:
         with pytest.raises(DeadlinePassed):
             wait_s(0.5)
     assert wait_s(0.5) is None
+
+
+def test_bytes_to_move_extend_the_deadline_and_set_up_runs_outside_it() -> None:
+    with call_deadline(0.1, num_bytes=int(2 * BYTES_PER_S)):  # 2 s of transfer
+        wait = wait_s(None)
+        assert wait is not None and 2.0 < wait <= 2.1
+        with outside_deadline():
+            assert wait_s(None) is None  # a one-time set-up: its socket timeouts only
+        assert wait_s(None) is not None

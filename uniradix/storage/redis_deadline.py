@@ -5,10 +5,13 @@ A socket timeout alone bounds each wait, not the call: a batch whose replies tri
 cluster redirection and refreshes the slot map, waits many times, each within the timeout.
 Here `call_deadline(timeout_s)` starts a call's clock in the calling thread, and every socket
 wait on a connection of `BoundedConnection` (connect, handshake, send, read: the backend's
-own pipelines and redis-py's commands alike) waits at most the time left (a connect also
-at most the connect timeout). Past the deadline the next wait raises `DeadlinePassed` (a redis-py
-`TimeoutError`: the backend counts a store failure and tells its breaker); a wait cut short
-by the deadline raises redis-py's own `TimeoutError`, and the connection is dropped.
+own pipelines and redis-py's commands alike) waits at most the time left. A connection the
+call opens (a first use, a reconnect) gets a budget of its own, the connect timeout, for its
+connect and handshake, and the call's clock stops meanwhile: a call lasts at most its
+timeout plus one connect timeout per connection it opens. Past the deadline the next wait
+raises `DeadlinePassed` (a redis-py `TimeoutError`: the backend counts a store failure and
+tells its breaker); a wait cut short by the deadline raises redis-py's own `TimeoutError`,
+and the connection is dropped.
 
 Large pages take time to move even on a healthy server (Redis copies a batch's values into
 its output buffers before the first byte goes out), so a call's time grows with the bytes it
@@ -31,8 +34,8 @@ from redis.utils import SENTINEL
 
 BYTES_PER_S = 20e6
 """The slowest transfer a call is allowed (its deadline grows by 1 s per 20 MB it moves): a
-third of what one loopback Redis served 2 MiB pages at on 2 cores at load 15 (64 pages read
-in up to 2.0 s, `benchmarks/results/storage.md`), so only a stalled server meets it."""
+sixth or less of what one loopback Redis served 2 MiB pages at on 2 busy cores (0.12-0.23
+GB/s read, `benchmarks/results/storage.md`), so only a stalled server meets it."""
 _SEND_GROUP = 1 << 20  # bytes sent per socket wait (the wait is re-armed with the time left)
 
 _local = threading.local()
@@ -96,6 +99,21 @@ class _Bounded:
             kwargs["parser_class"] = _BoundedHiredisParser
         super().__init__(*args, **kwargs)
 
+    def connect(self) -> None:
+        # A connection opened inside a call (a first use, a reconnect) has a budget of its own,
+        # the connect timeout, for its connect and handshake; the call's clock stops meanwhile.
+        at = getattr(_local, "at", None)
+        budget = self.socket_connect_timeout or self.socket_timeout
+        if at is None or self._sock is not None or not budget:
+            super().connect()  # type: ignore[misc]
+            return
+        start = time.monotonic()
+        _local.at = start + budget
+        try:
+            super().connect()  # type: ignore[misc]
+        finally:
+            _local.at = at + (time.monotonic() - start)
+
     def _connect(self) -> Any:
         wait = wait_s(self.socket_connect_timeout)
         if wait is None:
@@ -112,7 +130,7 @@ class _Bounded:
             super().send_packed_command(command, check_health)  # type: ignore[misc]
             return
         if self._sock is None:
-            self.connect()  # type: ignore[attr-defined]  # bounded: `_connect`, then waits
+            self.connect()  # its own budget (`connect`)
         chunks: Sequence[Any] = [command] if isinstance(command, (bytes, str)) else command
         # Sent in groups of about `_SEND_GROUP` bytes, each with the time then left: one
         # timeout for the whole of a large batch would let it run past the deadline.
