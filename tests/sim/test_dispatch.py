@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.sim.test_cluster import OPTIONS as CLUSTER_OPTIONS
 from uniradix.cli import main
 from uniradix.sim.cluster import Cluster
 from uniradix.sim.replay import ReplayOptions
@@ -16,15 +17,7 @@ from uniradix.sim.request_spec import RequestSpec
 from uniradix.sim.scheduler import Scheduler
 from uniradix.sim.turn_gate import TurnGate
 
-OPTIONS = ReplayOptions.of(
-    workload="multi_turn",
-    config="hybrid",
-    page_size=4,
-    full_tokens=16384,
-    max_requests=60,
-    max_running=4,
-    check_invariants=True,
-)
+OPTIONS = CLUSTER_OPTIONS.updated(max_running=4)
 _SUBMIT = Scheduler.submit
 
 
