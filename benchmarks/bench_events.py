@@ -44,7 +44,7 @@ from uniradix.hashing.node_digests import NodeDigests
 from uniradix.hashing.page import chain_digests, page_digests
 from uniradix.hashing.storage_keys import KeySpace
 from uniradix.key import RadixKey
-from uniradix.sim.cluster import run_cluster
+from uniradix.sim.cluster import Cluster
 from uniradix.sim.replay import ReplayOptions
 from uniradix.sim.router import make_router
 from uniradix.types import InsertParams
@@ -184,16 +184,16 @@ def _routing_run(task: tuple[ReplayOptions, str]) -> dict[str, Any]:
     or the cluster dispatching as `DISPATCHES[VARIANT]` says)."""
     base, router = task
     if router == "one":
-        return run_cluster(base.updated(full_tokens=4 << 20), 1, "round-robin")
+        return Cluster(base.updated(full_tokens=4 << 20), 1, "round-robin").run()
     name, _, variant = router.partition(":")
     if not variant:
-        return run_cluster(base, 4, name)
+        return Cluster(base, 4, name).run()
     if variant in DISPATCHES:  # the default router, dispatched late and / or awaiting turns
-        return run_cluster(base, 4, name, None, **DISPATCHES[variant])
+        return Cluster(base, 4, name, None, **DISPATCHES[variant]).run()
     options = VARIANTS[variant]
-    return run_cluster(
+    return Cluster(
         base, 4, lambda index, names, recent: make_router(name, index, names, recent, **options)
-    )
+    ).run()
 
 
 def bench_routing(

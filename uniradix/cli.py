@@ -196,7 +196,7 @@ def _cluster(args: argparse.Namespace, options: ReplayOptions) -> int:
     from uniradix.cli_flags import leak_status
     from uniradix.events.endpoints import bind_flag
     from uniradix.events.publisher import KVEventsConfig
-    from uniradix.sim.cluster import run_cluster
+    from uniradix.sim.cluster import Cluster
     from uniradix.sim.cluster_text import cluster_text
 
     kv_events = None
@@ -204,9 +204,10 @@ def _cluster(args: argparse.Namespace, options: ReplayOptions) -> int:
         given = {flag.knob: getattr(args, _flag_dest(flag)) for flag in kv_events_flags()}
         given.update(bind=bind_flag(given["bind"]), model=args.config)
         kv_events = KVEventsConfig(**given)
-    summary = run_cluster(
+    cluster = Cluster(
         options, args.instances, args.router, kv_events, args.dispatch, args.await_turns
     )
+    summary = cluster.run()
     print(json.dumps(summary) if args.json else cluster_text(summary))
     leaked = {i["name"]: sum(i["leaked"].values()) for i in summary["instances"]}
     return leak_status("uniradix replay", "instance", leaked)

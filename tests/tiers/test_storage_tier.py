@@ -203,27 +203,27 @@ def test_injected_store_failures_leak_nothing(
 
 
 def test_instances_share_one_store(tmp_path: Path) -> None:
-    from uniradix.sim.cluster import run_cluster
+    from uniradix.sim.cluster import Cluster
 
     options = _options(workload="agentic", max_requests=40)
-    alone = run_cluster(options, 2, "round-robin")
-    shared = run_cluster(options.updated(storage_url=f"file://{tmp_path}"), 2, "round-robin")
+    alone = Cluster(options, 2, "round-robin").run()
+    shared = Cluster(options.updated(storage_url=f"file://{tmp_path}"), 2, "round-robin").run()
     assert alone["storage"] is None and "storage" not in alone["hit_tokens_by_tier"]
     assert shared["storage"]["pages_written"] > 0 and shared["storage"]["pages_read"] > 0
     assert sum(shared["hit_tokens_by_tier"].values()) == shared["hit_tokens"]
     assert shared["hit_rate"] > alone["hit_rate"]  # one instance reads what the other wrote
     with pytest.raises(ValueError, match="sessions"):
-        run_cluster(options.updated(sessions=True), 2, "round-robin")
+        Cluster(options.updated(sessions=True), 2, "round-robin").run()
 
 
 def test_instances_read_each_other_with_a_host_no_bigger_than_the_device(tmp_path: Path) -> None:
     """Under write-through a host pool the size of the device fills with copies of device
     nodes: a prefetch drops some of those to make room instead of failing to reserve."""
-    from uniradix.sim.cluster import run_cluster
+    from uniradix.sim.cluster import Cluster
 
     options = _options(workload="agentic", max_requests=80, full_tokens=6000, host_tokens=6000)
-    alone = run_cluster(options, 2, "round-robin")
-    shared = run_cluster(options.updated(storage_url=f"file://{tmp_path}"), 2, "round-robin")
+    alone = Cluster(options, 2, "round-robin").run()
+    shared = Cluster(options.updated(storage_url=f"file://{tmp_path}"), 2, "round-robin").run()
     tiers = [inst["storage_tier"] for inst in shared["instances"]]
     assert sum(t["probed_pages"] for t in tiers) > 0
     assert all(t["reserve_failed"] == 0 for t in tiers)

@@ -373,14 +373,3 @@ class Cluster:
             "index": vars(self.index.stats),
             "wall_s": wall_s,
         }
-
-
-def run_cluster(
-    options: ReplayOptions,
-    num_instances: int,
-    router: str | RouterFactory,
-    kv_events: KVEventsConfig | None = None,
-    dispatch: str = "early",
-    await_turns: bool = False,
-) -> dict[str, Any]:
-    return Cluster(options, num_instances, router, kv_events, dispatch, await_turns).run()
