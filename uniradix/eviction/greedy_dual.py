@@ -59,6 +59,25 @@ class GreedyDualCredits:
                 return entry
         return None
 
+    def _check_tables(
+        self,
+        errors: list[str],
+        index: int,
+        holders: set[TreeNode],
+        tables: Iterable[tuple[str, Iterable[TreeNode]]],
+        order: str,
+        held: str,
+    ) -> None:
+        """Each per-node table (`tables`, the credits among them) keeps entries for `holders`
+        with a live value only, and every holder has a credit."""
+        for name, table in tables:
+            stale = [n.id for n in table if n not in holders or n.data[index].value is None]
+            if stale:
+                errors.append(f"{order}: {name} kept for nodes {stale} holding no {held}")
+        missing = [n.id for n in holders if n not in self._credit]
+        if missing:
+            errors.append(f"{order}: {held}s on nodes {missing} have no credit")
+
     def _push_back(self, entries: Iterable[CreditEntry]) -> None:
         for entry in entries:
             heapq.heappush(self._heap, entry)

@@ -122,15 +122,9 @@ class MambaCreditOrder(GreedyDualCredits):
     def check_invariants(self, errors: list[str]) -> None:
         """Credits and use counts are kept for live states only (dropped at eviction), and
         every live state has a credit."""
-        i = self.index
-        holders = {n for n in self.component.lru}
-        for name, table in (("credit", self._credit), ("resume count", self._resumes)):
-            stale = [n.id for n in table if n not in holders or n.data[i].value is None]
-            if stale:
-                errors.append(f"mamba order: {name} kept for nodes {stale} holding no state")
-        missing = [n.id for n in holders if n not in self._credit]
-        if missing:
-            errors.append(f"mamba order: states on nodes {missing} have no credit")
+        tables = (("credit", self._credit), ("resume count", self._resumes))
+        holders = set(self.component.lru)
+        self._check_tables(errors, self.index, holders, tables, "mamba order", "state")
 
     def credit(self, node: TreeNode) -> float:
         credit = self._credit.get(node)

@@ -195,12 +195,6 @@ class SWACreditEviction(GreedyDualCredits, SWAOrder):
         """Credits and serve counts are kept for live windows only, and every live window
         has a credit."""
         super().check_invariants(errors)
-        i, listed = self.component.index, set(self.component.lru)
         tables = (("credit", self._credit), ("serve count", self._serves), ("pass", self._passed))
-        for name, table in tables:
-            stale = [n.id for n in table if n not in listed or n.data[i].value is None]
-            if stale:
-                errors.append(f"swa order: {name} kept for nodes {stale} holding no window")
-        missing = [n.id for n in listed if n not in self._credit]
-        if missing:
-            errors.append(f"swa order: windows on nodes {missing} have no credit")
+        listed = set(self.component.lru)
+        self._check_tables(errors, self.component.index, listed, tables, "swa order", "window")
