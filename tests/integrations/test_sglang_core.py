@@ -52,6 +52,16 @@ def stream(page_size: int, n: int, seed: int):
         yield rng.choice(prefixes) + tail
 
 
+def make_room(cache, allocator, need: int) -> tuple:
+    """Evicts what `need` slots lack, as SGLang's scheduler does, then allocates them:
+    (the slots, or None where the rest is locked, and the tokens evicted)."""
+    evicted = 0
+    if allocator.available_size() < need:
+        evicted = cache.evict(EvictParams(num_tokens=need - allocator.available_size()))
+        evicted = evicted.num_tokens_evicted
+    return allocator.alloc(need), evicted
+
+
 def play(cache, page_size: int, n: int = 120, seed: int = 0) -> list[tuple]:
     allocator = cache.token_to_kv_pool_allocator
     trace = []
@@ -61,11 +71,7 @@ def play(cache, page_size: int, n: int = 120, seed: int = 0) -> list[tuple]:
         prefix = cache.path_device_indices(m.last_device_node)[: m.device_prefix_len]
         lock = cache.inc_lock_ref(m.last_device_node)
         need = len(tokens) - m.device_prefix_len
-        evicted = 0
-        if allocator.available_size() < need:
-            evicted = cache.evict(EvictParams(num_tokens=need - allocator.available_size()))
-            evicted = evicted.num_tokens_evicted
-        new = allocator.alloc(need)
+        new, evicted = make_room(cache, allocator, need)
         if new is None:  # everything else is locked or the pool is too small: skip
             cache.dec_lock_ref(m.last_device_node, lock.to_dec_params())
             trace.append(("skip", m.device_prefix_len))

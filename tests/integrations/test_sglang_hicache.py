@@ -18,7 +18,6 @@ load_sglang(kits=True)
 
 import torch  # noqa: E402
 from sglang.srt.mem_cache.base_prefix_cache import (  # noqa: E402
-    EvictParams,
     InsertParams,
     MatchPrefixParams,
 )
@@ -32,6 +31,7 @@ from tests.integrations.sglang_hicache import (  # noqa: E402
     prefetch_from_storage,
     settle_storage,
 )
+from tests.integrations.test_sglang_core import make_room  # noqa: E402
 
 FULL = ComponentType.FULL
 FULL_CONFIGS = [c for c in CONFIGS if c.components == (FULL,)]
@@ -102,11 +102,7 @@ def play_hicache(
         kv_ok = torch.equal(keys[prefix][:, 0, 0].float(), marker(tokens[: len(prefix)]))
         lock = cache.inc_lock_ref(m.last_device_node)
         need = len(tokens) - m.device_prefix_len
-        evicted = 0
-        if allocator.available_size() < need:
-            evicted = cache.evict(EvictParams(num_tokens=need - allocator.available_size()))
-            evicted = evicted.num_tokens_evicted
-        new = allocator.alloc(need)
+        new, evicted = make_room(cache, allocator, need)
         if new is None:
             cache.dec_lock_ref(m.last_device_node, lock.to_dec_params())
             trace.append(("skip", m.device_prefix_len, host_hit))
