@@ -106,10 +106,16 @@ class _StubFinder(importlib.abc.MetaPathFinder):
         return importlib.machinery.ModuleSpec(fullname, _StubLoader(), is_package=True)
 
 
+def _installed(name: str) -> bool:
+    """Whether `name` is a real package: one a stub finder of an earlier call serves is not."""
+    spec = importlib.util.find_spec(name)
+    return spec is not None and not isinstance(spec.loader, _StubLoader)
+
+
 def install_stubs(extra: tuple[str, ...] = ()) -> list[str]:
     """Stubs every package of `STUBBED` and `extra` that is not installed; returns their
-    names. (`extra`: what SGLang's test kits import besides, e.g. `datasets`.)"""
-    names = (*STUBBED, *extra)
-    missing = {name for name in names if importlib.util.find_spec(name) is None}
+    names, those an earlier call stubbed included, so that calls in any order agree on
+    what is real. (`extra`: what SGLang's test kits import besides, e.g. `datasets`.)"""
+    missing = {name for name in (*STUBBED, *extra) if not _installed(name)}
     sys.meta_path.insert(0, _StubFinder(missing))
     return sorted(missing)

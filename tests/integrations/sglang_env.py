@@ -7,7 +7,6 @@ library a user imports."""
 from __future__ import annotations
 
 import importlib.metadata
-import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -34,10 +33,11 @@ def load_sglang(kits: bool = False) -> None:
     sys.path.insert(0, str(REPO / "benchmarks" / "peer"))
     from stubs import install_stubs
 
-    triton_installed = importlib.util.find_spec("triton") is not None
-    install_stubs(("datasets",) if kits else ())
-    if kits and not triton_installed:
-        # The stub's runtime gets no driver, so SGLang's FLA utils fall back to the CPU.
+    # Both modes set the same stubs up, whichever module loads first: each call counts a
+    # package an earlier call stubbed as missing (not as installed), so the triton stub's
+    # runtime always gets no driver and SGLang's FLA utils fall back to the CPU when the
+    # kits import them, even after a module without kits has loaded SGLang.
+    if "triton" in install_stubs(("datasets",) if kits else ()):
         import triton.runtime
 
         triton.runtime.driver = None
