@@ -190,11 +190,8 @@ class MambaComponent(TreeComponent):
         return 0
 
     def eviction_candidates(self) -> Iterator[TreeNode]:
-        if self._credits is not None:
-            yield from self._credits.candidates()
-            return
-        while (node := self.lru.least_recent_unlocked()) is not None:
-            yield node
+        order = self._credits
+        return self.lru.evict_oldest_unlocked() if order is None else order.candidates()
 
     def evict_node(self, node: TreeNode, actions: list[FreeSlots]) -> int:
         d = node.data[self.index]

@@ -241,11 +241,8 @@ class SWAComponent(TreeComponent):
         return 0 if is_leaf else 1
 
     def eviction_candidates(self) -> Iterator[TreeNode]:
-        if self._reuse is not None:
-            yield from self._reuse.candidates()
-            return
-        while (node := self.lru.least_recent_unlocked()) is not None:
-            yield node
+        order = self._reuse
+        return self.lru.evict_oldest_unlocked() if order is None else order.candidates()
 
     def evict_node(self, node: TreeNode, actions: list[FreeSlots]) -> int:
         d, full = node.data[self.index], node.data[0].value

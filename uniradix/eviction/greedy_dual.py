@@ -35,6 +35,15 @@ class GreedyDualCredits:
         self._heap: list[CreditEntry] = []
         self._pushes = itertools.count()
         self._slack = slack
+        self._marks: dict[str, set[TreeNode]] = {}
+
+    def _mark_set(self, name: str) -> set[TreeNode]:
+        """A new set of marked nodes, kept like the credits: a node leaves it with its credit
+        (`_drop_credit`), `_clear_credits` empties it, `_check_tables` checks it (`name`
+        says what the marks are in its errors)."""
+        marks: set[TreeNode] = set()
+        self._marks[name] = marks
+        return marks
 
     def _set_credit(self, node: TreeNode, credit: float) -> None:
         self._credit[node] = credit
@@ -43,10 +52,18 @@ class GreedyDualCredits:
             self._heap = [(c, next(self._pushes), n) for n, c in self._credit.items()]
             heapq.heapify(self._heap)
 
+    def _drop_credit(self, node: TreeNode) -> None:
+        """`node`'s value is gone: its credit and marks go too (its heap entries go stale)."""
+        self._credit.pop(node, None)
+        for marks in self._marks.values():
+            marks.discard(node)
+
     def _clear_credits(self) -> None:
         self.inflation = 0.0
         self._credit.clear()
         self._heap.clear()
+        for marks in self._marks.values():
+            marks.clear()
 
     def _pop_live(self, index: int) -> CreditEntry | None:
         """Takes the live entry of least credit off the heap (None when none is left),
@@ -68,9 +85,9 @@ class GreedyDualCredits:
         order: str,
         held: str,
     ) -> None:
-        """Each per-node table (`tables`, the credits among them) keeps entries for `holders`
-        with a live value only, and every holder has a credit."""
-        for name, table in tables:
+        """Each per-node table (`tables`, the credits among them, and the mark sets) keeps
+        entries for `holders` with a live value only, and every holder has a credit."""
+        for name, table in (*tables, *self._marks.items()):
             stale = [n.id for n in table if n not in holders or n.data[index].value is None]
             if stale:
                 errors.append(f"{order}: {name} kept for nodes {stale} holding no {held}")

@@ -112,7 +112,7 @@ class MambaCreditOrder(GreedyDualCredits):
         self._set_credit(node, self.inflation + self.value(node))
 
     def forget(self, node: TreeNode) -> None:
-        self._credit.pop(node, None)
+        self._drop_credit(node)
         self._resumes.pop(node, None)
 
     def reset(self) -> None:

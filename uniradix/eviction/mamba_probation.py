@@ -52,7 +52,7 @@ class ProbationEviction(MambaCreditOrder):
 
     def __init__(self, component: EvictingComponent) -> None:
         super().__init__(component)
-        self._probation: set[TreeNode] = set()
+        self._probation = self._mark_set("probation marks")
 
     def on_probation(self, node: TreeNode) -> bool:
         return node in self._probation
@@ -90,20 +90,6 @@ class ProbationEviction(MambaCreditOrder):
                 return n
             n = n.parent
         return None
-
-    def forget(self, node: TreeNode) -> None:
-        super().forget(node)
-        self._probation.discard(node)
-
-    def reset(self) -> None:
-        super().reset()
-        self._probation.clear()
-
-    def check_invariants(self, errors: list[str]) -> None:
-        super().check_invariants(errors)
-        stale = [n.id for n in self._probation if n not in self._credit]
-        if stale:
-            errors.append(f"mamba order: states on nodes {stale} on probation without a credit")
 
     def candidates(self) -> Iterator[TreeNode]:
         while True:

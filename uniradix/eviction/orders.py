@@ -17,14 +17,13 @@ retired ones, `benchmarks/studies/retired_orders.py`) are added with `register_s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from typing import Protocol
+from collections.abc import Callable, Mapping
 
 from uniradix.eviction.aux_eviction import EvictingComponent
+from uniradix.eviction.mamba_credit import MambaCreditOrder
 from uniradix.eviction.mamba_probation import ProbationEviction
 from uniradix.eviction.swa_order import SWAOrder
 from uniradix.eviction.swa_past import SWAPastCreditEviction
-from uniradix.tree.node import TreeNode
 
 LRU = "lru"
 DEFAULT_ORDER = "reuse_credit"
@@ -40,20 +39,8 @@ RETIRED = {
 }
 
 
-class MambaOrder(Protocol):
-    """What a Mamba component asks of its order (`uniradix.eviction.mamba_credit`)."""
-
-    swa: tuple[int, int] | None
-
-    def touch(self, node: TreeNode, resumed: bool = False) -> None: ...
-    def forget(self, node: TreeNode) -> None: ...
-    def reset(self) -> None: ...
-    def candidates(self) -> Iterator[TreeNode]: ...
-    def check_invariants(self, errors: list[str]) -> None: ...
-
-
 SWAOrderFactory = Callable[[EvictingComponent, int], SWAOrder]  # (component, window_tail)
-MambaOrderFactory = Callable[[EvictingComponent], MambaOrder]
+MambaOrderFactory = Callable[[EvictingComponent], MambaCreditOrder]
 
 _SWA_ORDERS: dict[str, SWAOrderFactory] = {DEFAULT_ORDER: SWAPastCreditEviction}
 _MAMBA_ORDERS: dict[str, MambaOrderFactory] = {DEFAULT_ORDER: ProbationEviction}
@@ -107,7 +94,7 @@ def swa_order(component: EvictingComponent, name: object, window_tail: int) -> S
     return None if name == LRU else _SWA_ORDERS[name](component, window_tail)
 
 
-def mamba_order(component: EvictingComponent, name: object) -> MambaOrder | None:
+def mamba_order(component: EvictingComponent, name: object) -> MambaCreditOrder | None:
     """The order object of a Mamba component (None: plain LRU)."""
     name = check_aux_eviction_policy(name)
     return None if name == LRU else _MAMBA_ORDERS[name](component)

@@ -149,7 +149,7 @@ class SWACreditEviction(GreedyDualCredits, SWAOrder):
 
     def forget(self, node: TreeNode) -> None:
         super().forget(node)
-        self._credit.pop(node, None)
+        self._drop_credit(node)
         self._serves.pop(node, None)
         self._passed.discard(node)
 

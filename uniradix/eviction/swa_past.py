@@ -35,7 +35,7 @@ class SWAPastCreditEviction(SWAOutputCreditEviction):
     def __init__(self, component: EvictingComponent, window_tail: int, **weights: float) -> None:
         """`weights`: `reuse_weight` / `cost_exponent`, as `SWACreditEviction`'s."""
         super().__init__(component, window_tail, **weights)
-        self._past: set[TreeNode] = set()  # live past windows' nodes marked before any serve
+        self._past = self._mark_set("past marks")  # live past windows marked before any serve
 
     def cold(self) -> bool:
         """Whether no prompt window has served a match yet."""
@@ -73,19 +73,3 @@ class SWAPastCreditEviction(SWAOutputCreditEviction):
         if child in self._past:
             self._past.add(parent)
         super().split(parent, child)
-
-    def forget(self, node: TreeNode) -> None:
-        super().forget(node)
-        self._past.discard(node)
-
-    def reset(self) -> None:
-        super().reset()
-        self._past.clear()
-
-    def check_invariants(self, errors: list[str]) -> None:
-        """Past marks are kept for live windows only."""
-        super().check_invariants(errors)
-        i = self.component.index
-        stale = [n.id for n in self._past if n.data[i].value is None]
-        if stale:
-            errors.append(f"swa order: past marks kept for nodes {stale} holding no window")

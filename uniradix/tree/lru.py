@@ -107,6 +107,12 @@ class LRUList:
             node = node.data[i].lru_prev
         return None
 
+    def evict_oldest_unlocked(self) -> Iterator[TreeNode]:
+        """Plain LRU eviction: the least recent unlocked node, looked up again each time the
+        caller asks (it evicts each one, which unlists it, before asking for the next)."""
+        while (node := self.least_recent_unlocked()) is not None:
+            yield node
+
     def __iter__(self) -> Iterator[TreeNode]:
         """All nodes, most recent first."""
         i = self.index

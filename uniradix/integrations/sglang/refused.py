@@ -11,6 +11,7 @@ backend (its page hashes and storage calls: `host_storage.py`).
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Callable
 from typing import Any, NoReturn
 
@@ -58,25 +59,43 @@ def _refused(method: str, needs: str) -> Callable[..., NoReturn]:
     return refuse
 
 
-class RefusedTreeCoreMethods(UnifiedTreeCoreInterface):  # type: ignore[misc]
-    """The interface methods outside the FULL device tier, each refused by name."""
+# What each refused method needs, by the methods that need it.
+_REFUSED = {
+    "SGLang's Python tree nodes": ("node_by_id",),
+    _BUFFER: ("snapshot_buffer_backup", "validate_buffer_backup"),
+    _WALK: (
+        "dfs_weight_order",
+        "collect_path_info",
+        "walk_for_kv_canary",
+        "match_full_device_prefix",
+    ),
+    _AUX: (
+        "finish_mamba_state_eviction",
+        "finish_swa_state_eviction",
+        "swa_tombstone_ranges",
+        "attach_swa_window",
+        "adjust_component_size",
+        "build_hicache_transfers",
+    ),
+    _LINKER: (
+        "build_external_linker_offload_transfers",
+        "mark_external_cache_stored_path",
+        "mark_external_linker_offload_pending",
+        "finish_external_linker_offload",
+    ),
+}
 
-    node_by_id = _refused("node_by_id", "SGLang's Python tree nodes")
-    snapshot_buffer_backup = _refused("snapshot_buffer_backup", _BUFFER)
-    validate_buffer_backup = _refused("validate_buffer_backup", _BUFFER)
-    dfs_weight_order = _refused("dfs_weight_order", _WALK)
-    collect_path_info = _refused("collect_path_info", _WALK)
-    walk_for_kv_canary = _refused("walk_for_kv_canary", _WALK)
-    match_full_device_prefix = _refused("match_full_device_prefix", _WALK)
-    finish_mamba_state_eviction = _refused("finish_mamba_state_eviction", _AUX)
-    finish_swa_state_eviction = _refused("finish_swa_state_eviction", _AUX)
-    swa_tombstone_ranges = _refused("swa_tombstone_ranges", _AUX)
-    attach_swa_window = _refused("attach_swa_window", _AUX)
-    adjust_component_size = _refused("adjust_component_size", _AUX)
-    build_hicache_transfers = _refused("build_hicache_transfers", _AUX)
-    build_external_linker_offload_transfers = _refused(
-        "build_external_linker_offload_transfers", _LINKER
-    )
-    mark_external_cache_stored_path = _refused("mark_external_cache_stored_path", _LINKER)
-    mark_external_linker_offload_pending = _refused("mark_external_linker_offload_pending", _LINKER)
-    finish_external_linker_offload = _refused("finish_external_linker_offload", _LINKER)
+
+def _refuse_listed(cls: type) -> type:
+    """Gives `cls` a refusing body for every method of `_REFUSED`; the interface declares
+    them abstract, so its abstract set is recomputed once they are defined."""
+    for needs, methods in _REFUSED.items():
+        for method in methods:
+            setattr(cls, method, _refused(method, needs))
+    abc.update_abstractmethods(cls)
+    return cls
+
+
+@_refuse_listed
+class RefusedTreeCoreMethods(UnifiedTreeCoreInterface):  # type: ignore[misc]
+    """The interface methods outside the FULL device tier, each refused by name (`_REFUSED`)."""
