@@ -26,16 +26,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from uniradix.memory.allocator import to_numpy
-from uniradix.tiers.transfer import CopyOp, Direction
+from uniradix.tiers.transfer import AuxCopy, CopyOp, Direction
 from uniradix.tree.node import TreeNode
 from uniradix.types import FreeSlots, Slots
 
 if TYPE_CHECKING:
     from uniradix.tiers.views import HostTierView
-
-
-AuxCopy = tuple[TreeNode, Any, Slots]
-"""An auxiliary host copy a batch is filling: the node, its component, the host slots."""
 
 
 def aux_name(component: Any) -> str:

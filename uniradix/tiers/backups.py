@@ -17,26 +17,13 @@ The controller (`uniradix.tiers.controller`) calls these and drains the acks.
 
 from __future__ import annotations
 
-from typing import Protocol
-
 import numpy as np
 
 from uniradix.tiers import aux_tier
-from uniradix.tiers.transfer import CopyOp, Direction
+from uniradix.tiers.transfer import AuxCopy, CopyOp, Direction
 from uniradix.tiers.views import HostTierView
 from uniradix.tree.node import TreeNode
 from uniradix.types import Slots
-
-
-class BackupTier(HostTierView, Protocol):
-    """The host tier as its backups use it."""
-
-    @property
-    def threshold(self) -> int | None: ...
-    @property
-    def revived_copies(self) -> dict[int, list[aux_tier.AuxCopy]]: ...
-    @property
-    def aux_indices(self) -> tuple[int, ...]: ...
 
 
 def hot_anchor(node: TreeNode, threshold: int) -> TreeNode | None:
@@ -49,7 +36,7 @@ def hot_anchor(node: TreeNode, threshold: int) -> TreeNode | None:
     return None
 
 
-def backup_plan(tier: BackupTier, node: TreeNode) -> tuple[list[TreeNode], list[TreeNode]]:
+def backup_plan(tier: HostTierView, node: TreeNode) -> tuple[list[TreeNode], list[TreeNode]]:
     """`node` and its ancestors without a host copy, root-first; and, root-first, the
     backed-up ones above them whose device window or state has no host copy."""
     chain, revived, aux = [], [], tier.aux_indices
@@ -64,7 +51,7 @@ def backup_plan(tier: BackupTier, node: TreeNode) -> tuple[list[TreeNode], list[
 
 
 def submit_backup(
-    tier: BackupTier,
+    tier: HostTierView,
     chain: list[TreeNode],
     anchor: TreeNode,
     lock: bool,
@@ -83,7 +70,7 @@ def submit_backup(
             chain = []
         else:
             ops.append(_full_backup(tier, chain, host))
-    copies: list[aux_tier.AuxCopy] = []
+    copies: list[AuxCopy] = []
     ops += aux_tier.backup_ops(tier, [*(revived or ()), *chain], copies)
     if not ops:
         return None
@@ -106,7 +93,7 @@ def submit_backup(
     return ticket
 
 
-def _full_backup(tier: BackupTier, chain: list[TreeNode], host: Slots) -> CopyOp:
+def _full_backup(tier: HostTierView, chain: list[TreeNode], host: Slots) -> CopyOp:
     values = [n.data[0].value for n in chain]
     src = np.concatenate(values) if len(values) > 1 else values[0]  # type: ignore[arg-type]
     assert src is not None
@@ -117,7 +104,7 @@ def _full_backup(tier: BackupTier, chain: list[TreeNode], host: Slots) -> CopyOp
     return CopyOp("full", Direction.D2H, src, host)
 
 
-def drop_failed_backup(tier: BackupTier, chain: list[TreeNode]) -> None:
+def drop_failed_backup(tier: HostTierView, chain: list[TreeNode]) -> None:
     """A backup whose copy raised: its host copies hold garbage, so they go (the nodes stay
     on the device, unbacked). Host data below the chain, written after it under
     write-through, would lose its host parent: that case is refused loudly."""

@@ -39,7 +39,7 @@ from uniradix.tiers.host_insert import insert_host
 from uniradix.tiers.null import NoHostTier
 from uniradix.tiers.stats import HostTierStats
 from uniradix.tiers.tickets import Tickets
-from uniradix.tiers.transfer import TransferEngine
+from uniradix.tiers.transfer import AuxCopy, TransferEngine
 from uniradix.tiers.views import CacheView
 from uniradix.tiers.write_policy import WritePolicy
 from uniradix.tree.node import TreeNode
@@ -102,7 +102,7 @@ class HostTier(NoHostTier):
         self.writes: dict[int, tuple[TreeNode, IncLockRefResult]] = {}
         self.loads: dict[int, tuple[TreeNode, IncLockRefResult]] = {}
         # write tickets -> the revived windows and states they back up (`backup_plan`)
-        self.revived_copies: dict[int, list[aux_tier.AuxCopy]] = {}
+        self.revived_copies: dict[int, list[AuxCopy]] = {}
         self.aux_locks: dict[int, list[tuple[TreeNode, IncLockRefResult]]] = {}  # by write
         self.tickets = Tickets()
         self.host_kv: HostKVPool | None = None  # the host KV bytes, when the model has layers

@@ -21,8 +21,9 @@ import itertools
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
+from uniradix.tree.node import TreeNode
 from uniradix.types import Slots
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,10 @@ class CopyOp:
                 f"CopyOp({self.pool}): src has {self.src.shape[0]} entries, "
                 f"dst has {self.dst.shape[0]}"
             )
+
+
+AuxCopy = tuple[TreeNode, Any, Slots]
+"""An auxiliary host copy a batch is filling: the node, its component, the host slots."""
 
 
 class Copier(Protocol):

@@ -4,7 +4,7 @@ the classes that import them (docs/design.md, "Layers": no circle of imports).
 
 `CacheView` is the controller (`UnifiedRadixCache`) as the host tier, the L3 wiring and the
 Mamba request steps use it; `HostTierView` is the host tier (`HostTier`) as its load-back,
-its checks and the L3 wiring use it. Both are read-only views: nothing here is assigned
+its backups, its checks and the L3 wiring use it. Both are read-only views: nothing here is assigned
 through them (the counters they return are the tier's own, updated in place).
 """
 
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from uniradix.tiers.host_aux import HostAux
     from uniradix.tiers.stats import HostTierStats
     from uniradix.tiers.tickets import Tickets
-    from uniradix.tiers.transfer import TransferEngine
+    from uniradix.tiers.transfer import AuxCopy, TransferEngine
     from uniradix.tiers.write_policy import WritePolicy
     from uniradix.tree.core import TreeCore
     from uniradix.tree.node import TreeNode
@@ -104,6 +104,12 @@ class HostTierView(Protocol):
     def tickets(self) -> Tickets: ...
     @property
     def aux_by_name(self) -> dict[str, AuxHostComponent]: ...
+    @property
+    def aux_indices(self) -> tuple[int, ...]: ...  # the host halves' component indices
+    @property
+    def threshold(self) -> int | None: ...  # hits that trigger a backup (None: none do)
+    @property
+    def revived_copies(self) -> dict[int, list[AuxCopy]]: ...  # by ticket, until it lands
     def write_now(self, node: TreeNode) -> None: ...
     @property
     def storage(self) -> StorageReservations | None: ...

@@ -1,7 +1,8 @@
 """The bookkeeping SGLang's SWA and Mamba components share on uniradix's tree: a value per
 node at the component's index, the LRU list of the nodes holding one, and the evictable and
 protected sizes SGLang's controller reads (a value counts as protected while a lock holds
-it). `swa.py` and `mamba.py` decide when values come and go; this keeps the three in step.
+it). `swa.py` and `mamba.py` decide when values come and go; this keeps the three in step
+and checks them.
 """
 
 from __future__ import annotations
@@ -67,3 +68,20 @@ class ComponentLedger:
         data.lock_ref -= 1
         if data.lock_ref == 0:
             self.tree.update_leaf(node)
+
+    def check_ledger(self, nodes: list[TreeNode], what: str) -> None:
+        """The LRU list holds exactly the `nodes` with a value, and the two sizes are their
+        values' sizes, split by lock (`what` names the component in the failure)."""
+        evictable = protected = 0
+        for node in nodes:
+            data = node.data[self.index]
+            assert (data.value is not None) == (node in self.lru), node
+            if data.value is None:
+                continue
+            if data.lock_ref:
+                protected += len(data.value)
+            else:
+                evictable += len(data.value)
+        assert (evictable, protected) == (self.evictable, self.protected), (
+            f"{what} sizes {(self.evictable, self.protected)} != tree {(evictable, protected)}"
+        )

@@ -133,15 +133,4 @@ class MambaTree(ComponentLedger, LruEvictionWalk):
 
     def check(self, nodes: list[TreeNode]) -> None:
         """SGLang's sanity check, Mamba part: ledgers and LRU membership match the nodes."""
-        evictable = protected = 0
-        for node in nodes:
-            data = node.data[self.index]
-            assert (data.value is not None) == (node in self.lru), node
-            if data.value is not None:
-                if data.lock_ref:
-                    protected += len(data.value)
-                else:
-                    evictable += len(data.value)
-        assert (evictable, protected) == (self.evictable, self.protected), (
-            f"Mamba sizes {(self.evictable, self.protected)} != tree {(evictable, protected)}"
-        )
+        self.check_ledger(nodes, "Mamba")

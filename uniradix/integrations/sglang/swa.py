@@ -261,18 +261,9 @@ class SwaTree(ComponentLedger, LruEvictionWalk):
             tracker[MAMBA] += mamba.drop(node, device_frees)
 
     def check(self, nodes: list[TreeNode]) -> None:
-        """SGLang's sanity check, SWA part: ledgers and LRU membership match the nodes."""
-        evictable = protected = 0
+        """SGLang's sanity check, SWA part: ledgers and LRU membership match the nodes, and
+        a window covers its whole node."""
         for node in nodes:
-            data = node.data[SWA_INDEX]
-            assert (data.value is not None) == (node in self.lru), node
-            if data.value is None:
-                continue
-            assert len(data.value) == node.num_tokens, node
-            if data.lock_ref:
-                protected += len(data.value)
-            else:
-                evictable += len(data.value)
-        assert (evictable, protected) == (self.evictable, self.protected), (
-            f"SWA sizes {(self.evictable, self.protected)} != tree {(evictable, protected)}"
-        )
+            value = node.data[SWA_INDEX].value
+            assert value is None or len(value) == node.num_tokens, node
+        self.check_ledger(nodes, "SWA")
