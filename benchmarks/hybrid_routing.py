@@ -105,10 +105,12 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "discount": {"replicated": "discount"},
     "continuation": {"replicated": "discount", "continuation_slack": 40},
 }
-# Dispatch (`Cluster`'s `dispatch`, `await_turns`) measured next to routing on arrival.
+# Dispatch (`Cluster`'s `dispatch`, `await_turns`) measured next to the default (`auto`:
+# late binding with awaited turns for the cache-aware router); `early` was the default.
 DISPATCHES: dict[str, dict[str, Any]] = {
-    "late": {"dispatch": "late"},
-    "await": {"await_turns": True},
+    "early": {"dispatch": "early", "await_turns": False},
+    "late": {"dispatch": "late", "await_turns": False},
+    "await": {"dispatch": "early", "await_turns": True},
     "late-await": {"dispatch": "late", "await_turns": True},
 }
 ONE_AWAIT = "hit_rate_one_instance_awaiting"  # "one-await": next turns after the previous
