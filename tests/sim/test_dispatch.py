@@ -5,6 +5,7 @@ turn's prefill and then finds all of it cached; the CLI takes both options."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -150,3 +151,14 @@ def test_late_binding_and_awaited_turns_are_the_default_for_cache_aware_only() -
     }
     late_alone = Cluster(OPTIONS, 2, "cache-aware", dispatch="late", await_turns=False)
     assert (late_alone.dispatch, late_alone.gate) == ("late", None)
+
+
+@pytest.mark.parametrize("config", ["swa", "mamba", "hybrid"])
+def test_by_default_the_router_predicts_what_the_instance_matches(config: str) -> None:
+    """Routed only where the dry admission check passes, a request is matched at the next
+    step, before that instance's own allocations evict anything; and a prompt in flight is
+    counted only until its first token. So the prediction is the index's, and the hits."""
+    summary = Cluster(replace(OPTIONS, config=config), 3, "cache-aware").run()
+    assert summary["hit_tokens"] > 0
+    assert summary["predicted_hit_tokens"] == summary["at_match_hit_tokens"]
+    assert summary["at_match_hit_tokens"] == summary["hit_tokens"]
