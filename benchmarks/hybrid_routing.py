@@ -7,10 +7,11 @@ full+SWA+Mamba):
   promised at the same moment (its over-prediction), and what the router itself predicted
   at routing, with its excess split into unprefilled and unresumable tokens
   (`uniradix.sim.predictions`), in all and per instance;
-- the cluster's hit rate per run kind: `auto` (the default router on group events), `full`
-  (on full-only events), the router options in `VARIANTS`, the cluster dispatches in
-  `DISPATCHES` (late binding, awaited turns), `pinned` (each conversation on one instance:
-  a study, synthetic trace only), against `one` instance holding all four instances'
+- the cluster's hit rate per run kind: `auto` (the default: the cache-aware router on group
+  events, dispatching late and awaiting turns), `full` (on full-only events), the router
+  options in `VARIANTS`, the cluster dispatches in `DISPATCHES` (`early`: session 15's
+  default, routing on arrival; late binding or awaited turns alone), `pinned` (each
+  conversation on one instance: a study, synthetic trace only), against `one` instance holding all four instances'
   memory (and `one-await`, the same awaiting turns, for the kinds that await them).
 
     .venv/bin/python -m benchmarks.hybrid_routing --requests 300     # a synthetic trace

@@ -177,8 +177,8 @@ def _cluster_arguments(p: argparse._ActionsContainer) -> None:
         "--dispatch",
         choices=("auto", "early", "late"),
         default="auto",
-        help="route each request on arrival (early), or when an instance has a free running "
-        "slot, among those (late binding); auto: late for cache-aware over 2+ instances",
+        help="route each request on arrival (early), or when an instance would admit it now "
+        "(late binding); auto (default): late for cache-aware over 2+ instances, else early",
     )
     p.add_argument(
         "--await-turns",
