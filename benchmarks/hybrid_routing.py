@@ -7,10 +7,11 @@ full+SWA+Mamba):
   promised at the same moment (its over-prediction), and what the router itself predicted
   at routing, with its excess split into unprefilled and unresumable tokens
   (`uniradix.sim.predictions`), in all and per instance;
-- the cluster's hit rate per run kind: `auto` (the default router on group events), `full`
-  (on full-only events), the router options in `VARIANTS`, the cluster dispatches in
-  `DISPATCHES` (late binding, awaited turns), `pinned` (each conversation on one instance:
-  a study, synthetic trace only), against `one` instance holding all four instances'
+- the cluster's hit rate per run kind: `auto` (the default: the cache-aware router on group
+  events, dispatching late and awaiting turns), `full` (on full-only events), the router
+  options in `VARIANTS`, the cluster dispatches in `DISPATCHES` (`early`: session 15's
+  default, routing on arrival; late binding or awaited turns alone), `pinned` (each
+  conversation on one instance: a study, synthetic trace only), against `one` instance holding all four instances'
   memory (and `one-await`, the same awaiting turns, for the kinds that await them).
 
     .venv/bin/python -m benchmarks.hybrid_routing --requests 300     # a synthetic trace
@@ -105,10 +106,12 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "discount": {"replicated": "discount"},
     "continuation": {"replicated": "discount", "continuation_slack": 40},
 }
-# Dispatch (`Cluster`'s `dispatch`, `await_turns`) measured next to routing on arrival.
+# Dispatch (`Cluster`'s `dispatch`, `await_turns`) measured next to the default (`auto`:
+# late binding with awaited turns for the cache-aware router); `early` was the default.
 DISPATCHES: dict[str, dict[str, Any]] = {
-    "late": {"dispatch": "late"},
-    "await": {"await_turns": True},
+    "early": {"dispatch": "early", "await_turns": False},
+    "late": {"dispatch": "late", "await_turns": False},
+    "await": {"dispatch": "early", "await_turns": True},
     "late-await": {"dispatch": "late", "await_turns": True},
 }
 ONE_AWAIT = "hit_rate_one_instance_awaiting"  # "one-await": next turns after the previous

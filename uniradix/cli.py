@@ -175,16 +175,17 @@ def _cluster_arguments(p: argparse._ActionsContainer) -> None:
     p.add_argument("--router", choices=ROUTERS, default="round-robin")
     p.add_argument(
         "--dispatch",
-        choices=("early", "late"),
-        default="early",
-        help="route each request on arrival (early), or when an instance has a free running "
-        "slot, among those (late binding)",
+        choices=("auto", "early", "late"),
+        default="auto",
+        help="route each request on arrival (early), or when an instance would admit it now "
+        "(late binding); auto (default): late for cache-aware over 2+ instances, else early",
     )
     p.add_argument(
         "--await-turns",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="hold a prompt holding the whole of one still being prefilled until that prefill "
-        "is published (a Mooncake trace's next turn)",
+        "is published (a Mooncake trace's next turn); default: with late binding",
     )
     for flag in kv_events_flags():
         p.add_argument(flag.name, help=flag.help or None, **flag.kwargs)
@@ -235,7 +236,7 @@ def _replay(args: argparse.Namespace) -> int:
             progress=not args.no_progress,
         )
         options, sizes = budget_options(args, options)
-        clustered = args.dispatch != "early" or args.await_turns
+        clustered = args.dispatch == "late" or args.await_turns
         if args.instances != 1 or args.router != "round-robin" or args.kv_events or clustered:
             return _cluster(args, options)
         result = run_replay(options)

@@ -5,6 +5,7 @@ turn's prefill and then finds all of it cached; the CLI takes both options."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -40,7 +41,7 @@ def test_late_binding_routes_only_to_an_instance_that_admits_now(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     late = _at_submit(monkeypatch, Cluster(OPTIONS, 3, "cache-aware", dispatch="late"))
-    early = _at_submit(monkeypatch, Cluster(OPTIONS, 3, "cache-aware"))
+    early = _at_submit(monkeypatch, Cluster(OPTIONS, 3, "cache-aware", dispatch="early"))
     assert len(late) == len(early) == 60
     # Late: a free running slot and nothing waiting there; early: requests queue.
     assert all(o == r < OPTIONS.scheduler.max_running for o, r in late)
@@ -108,8 +109,8 @@ def test_a_next_turn_waits_for_its_previous_prefill(tmp_path: Path, config: str)
         sliding_window=1024,
         check_invariants=True,
     )
-    early = Cluster(options, 2, "cache-aware").run()
-    held = Cluster(options, 2, "cache-aware", await_turns=True).run()
+    early = Cluster(options, 2, "cache-aware", dispatch="early").run()
+    held = Cluster(options, 2, "cache-aware", dispatch="early", await_turns=True).run()
     # Held, the next turn finds the whole first prompt, as the router predicted.
     assert held["hit_tokens"] == 12 * 512
     assert held["predicted_hit_tokens"] == held["at_match_hit_tokens"] == held["hit_tokens"]
@@ -126,6 +127,38 @@ def test_cli_options_and_bad_dispatch(capsys: pytest.CaptureFixture[str]) -> Non
     argv += ["--instances", "2", "--router", "cache-aware", "--json", "--no-progress"]
     assert main([*argv, "--dispatch", "late", "--await-turns"]) == 0
     assert json.loads(capsys.readouterr().out)["requests"] == 20
+    assert main([*argv, "--dispatch", "early", "--no-await-turns"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert (summary["dispatch"], summary["await_turns"]) == ("early", False)
+    assert main(argv) == 0  # the default for cache-aware over two instances
+    summary = json.loads(capsys.readouterr().out)
+    assert (summary["dispatch"], summary["await_turns"]) == ("late", True)
     with pytest.raises(SystemExit) as exc:
         main([*argv, "--dispatch", "soon"])
     assert exc.value.code == 2
+
+
+def test_late_binding_and_awaited_turns_are_the_default_for_cache_aware_only() -> None:
+    chosen = {
+        (n, router): (c.dispatch, c.gate is not None)
+        for n, router in ((2, "cache-aware"), (1, "cache-aware"), (2, "round-robin"))
+        for c in [Cluster(OPTIONS, n, router)]
+    }
+    assert chosen == {
+        (2, "cache-aware"): ("late", True),
+        (1, "cache-aware"): ("early", False),  # one instance stays the single replay
+        (2, "round-robin"): ("early", False),  # it never reads the index late binding waits on
+    }
+    late_alone = Cluster(OPTIONS, 2, "cache-aware", dispatch="late", await_turns=False)
+    assert (late_alone.dispatch, late_alone.gate) == ("late", None)
+
+
+@pytest.mark.parametrize("config", ["swa", "mamba", "hybrid"])
+def test_by_default_the_router_predicts_what_the_instance_matches(config: str) -> None:
+    """Routed only where the dry admission check passes, a request is matched at the next
+    step, before that instance's own allocations evict anything; and a prompt in flight is
+    counted only until its first token. So the prediction is the index's, and the hits."""
+    summary = Cluster(replace(OPTIONS, config=config), 3, "cache-aware").run()
+    assert summary["hit_tokens"] > 0
+    assert summary["predicted_hit_tokens"] == summary["at_match_hit_tokens"]
+    assert summary["at_match_hit_tokens"] == summary["hit_tokens"]

@@ -11,7 +11,10 @@ and its events are flushed.
 `dispatch="late"` keeps the requests at the router instead, and routes one only when an
 instance can admit it (late binding: `uniradix.sim.late_dispatch`). `await_turns` holds a
 prompt that holds the whole of one still being prefilled until that prefill is published
-(`uniradix.sim.turn_gate`).
+(`uniradix.sim.turn_gate`). The default (`dispatch="auto"`, `await_turns=None`) is both for
+a cache-aware router over more than one instance: they raised its hit rate on every hybrid
+config and on full attention (docs/events.md). Other routers ignore the index late binding
+waits on, and one instance stays the single replay, so those dispatch early.
 """
 
 from __future__ import annotations
@@ -34,9 +37,10 @@ from uniradix.events.publisher import (
 from uniradix.events.stream import KVEventStream
 from uniradix.events.subscription import SnapshotServer
 from uniradix.key import RadixKey
+from uniradix.sim.admission_check import admits_now
 from uniradix.sim.batch import RunningRequest, SchedulerView
 from uniradix.sim.host_summary import host_summary
-from uniradix.sim.late_dispatch import LOOKAHEAD, masked_loads, next_late
+from uniradix.sim.late_dispatch import LOOKAHEAD, next_late
 from uniradix.sim.metrics import ReplayMetrics
 from uniradix.sim.predictions import FIELDS as PREDICTION_FIELDS
 from uniradix.sim.predictions import HitPredictions
@@ -54,7 +58,8 @@ from uniradix.sim.turn_gate import TurnGate
 from uniradix.storage.backend import StorageBackend, open_backend
 from uniradix.types import EvictResult, MatchResult
 
-DISPATCH = ("early", "late")  # `Cluster(dispatch=)`: route on arrival, or when admissible
+# `Cluster(dispatch=)`: route on arrival, when admissible, or `auto` (the module's docstring)
+DISPATCH = ("auto", "early", "late")
 
 
 @dataclass
@@ -140,8 +145,7 @@ class _Listener:
     def on_finish(self, request: RunningRequest) -> None:
         inst = self._inst()
         inst.metrics.on_finish(request)
-        if (gate := self.cluster.gate) is not None:
-            self.cluster.release(gate.prefilled(self.i, request.spec.rid))
+        self.cluster.prefilled(self.i, request.spec.rid)
         self.cluster.finished(inst.global_rids[request.spec.rid])
 
     def on_step(self, scheduler: SchedulerView) -> None:
@@ -154,7 +158,7 @@ class _Listener:
         if gate is not None and (pending := gate.pending(self.i)):
             for request in scheduler.running:  # after the flush: the index has the pages
                 if request.prefilled and request.spec.rid in pending:
-                    self.cluster.release(gate.prefilled(self.i, request.spec.rid))
+                    self.cluster.prefilled(self.i, request.spec.rid)
 
 
 class Cluster:
@@ -164,12 +168,12 @@ class Cluster:
         num_instances: int,
         router: str | RouterFactory,
         kv_events: KVEventsConfig | None = None,
-        dispatch: str = "early",
-        await_turns: bool = False,
+        dispatch: str = "auto",
+        await_turns: bool | None = None,
     ) -> None:
         """`router`: a name in `ROUTERS`, or a factory (a router with options, a study's
         oracle) called with the cluster's index, instance names and `recent`; `dispatch`:
-        one of `DISPATCH` (the module's docstring)."""
+        one of `DISPATCH`; `await_turns` None: as late binding is (the module's docstring)."""
         if dispatch not in DISPATCH:
             raise ValueError(f"unknown dispatch {dispatch!r}; choose from {DISPATCH}")
         if num_instances < 1:
@@ -248,14 +252,27 @@ class Cluster:
             else:
                 self._blocked.setdefault(spec.after, []).append(spec.rid)
         self._outstanding = 0
+        if dispatch == "auto":  # late binding asks the router to pick (`CacheAware.pick`)
+            dispatch = (
+                "late" if num_instances > 1 and isinstance(self.router, CacheAware) else "early"
+            )
         self.late = dispatch == "late"
-        self.gate = TurnGate(num_instances) if await_turns else None
+        self.dispatch = dispatch
+        self.gate = (
+            TurnGate(num_instances) if await_turns or (await_turns is None and self.late) else None
+        )
         self._hashes: dict[int, list[int]] = {}
 
-    def release(self, rids: list[int]) -> None:
-        """Requests the turn gate held go back to the queue, in arrival order."""
-        for rid in rids:
-            heapq.heappush(self._ready, rid)
+    def prefilled(self, instance: int, rid: int) -> None:
+        """Request `rid` (`instance`'s numbering) has its first token: the requests the turn
+        gate held for it go back to the queue, in arrival order, and a cache-aware router
+        stops counting it in flight."""
+        if self.gate is None or (end := self.gate.pending(instance).get(rid)) is None:
+            return
+        if isinstance(self.router, CacheAware):
+            self.router.prefilled(instance, end)
+        for held in self.gate.prefilled(instance, rid):
+            heapq.heappush(self._ready, held)
 
     def finished(self, rid: int) -> None:
         self._outstanding -= 1
@@ -272,7 +289,7 @@ class Cluster:
                 if self.gate is None or not self.gate.hold(rid, self._hashes_of(rid)):
                     self._route(rid, loads)
                 continue
-            free = [  # a free running slot and nothing waiting there: it admits now
+            free = [  # a free running slot and nothing waiting there
                 load < running and load == len(inst.scheduler.running)
                 for load, inst in zip(loads, self.instances, strict=True)
             ]
@@ -285,8 +302,25 @@ class Cluster:
                 heapq.heapify(self._ready)
                 if not self._ready:
                     return
-            rid, real = next_late(self._ready, free, loads, self.router, self._hashes_of)
-            self._route(rid, loads if real else masked_loads(loads, free))
+            picked = next_late(
+                self._ready,
+                free,
+                loads,
+                self.router,
+                self._hashes_of,
+                self._admits,
+                [not inst.scheduler.running for inst in self.instances],  # idle
+            )
+            if picked is None:  # no free instance has the memory: a step frees some
+                return
+            self._route(*picked)
+
+    def _admits(self, instance: int, rid: int, hit: int) -> bool:
+        """Whether `instance` would admit request `rid` at its next step, given the `hit`
+        the router predicts there (`admission_check.admits_now`)."""
+        spec = self.specs[rid]
+        scheduler = self.instances[instance].scheduler
+        return admits_now(scheduler, len(spec.prompt), hit, spec.output_len)
 
     def _hashes_of(self, rid: int) -> list[int]:
         """The page hashes of request `rid`'s prompt (kept until it is routed)."""
@@ -355,6 +389,8 @@ class Cluster:
             "page_size": self.options.pools.page_size,
             "full_tokens_per_instance": self.options.pools.full_tokens,
             "router": self.router_name,
+            "dispatch": self.dispatch,
+            "await_turns": self.gate is not None,
             "instances": per,
             "requests": sum(counts),
             "rejected": self.num_loaded - len(self.specs),

@@ -70,7 +70,9 @@ class CacheAware:
     Its prediction (`expected_pages`) is stricter on an instance publishing SWA / Mamba
     groups: a prompt in flight leaves a window and a state at its own end only (the
     placement rule), so it adds the pages up to that end when the new prompt holds them all,
-    and nothing at the boundaries it merely passes.
+    and nothing at the boundaries it merely passes; and only until that prompt's first
+    token is back (`prefilled`, told by a dispatcher that sees responses): from then on the
+    events say whether its window and state still live.
     `names` are the index's instance names, in the cluster's order. A page held only on an
     instance's host tier (`CPU_PINNED`) counts `host_weight` of a device page: it is a hit
     after a load-back (0.8 is llm-d's default `cpu` tier weight); one the pages in L3
@@ -120,6 +122,8 @@ class CacheAware:
         self._routed: deque[tuple[int, list[int]]] = deque()
         self._in_flight: list[Counter[int]] = [Counter() for _ in self.names]
         self._ends: list[Counter[int]] = [Counter() for _ in self.names]  # last page hashes
+        # Of those, the prompts whose first token is not back yet (`prefilled`)
+        self._unpublished: list[set[int]] = [set() for _ in self.names]
         self._fallback = LeastLoaded()
         self.expected_pages = [0] * len(self.names)  # per instance, at the last `choose`
 
@@ -166,10 +170,19 @@ class CacheAware:
         `in_flight` (pages of prompts in flight there) on a full-attention instance; on a
         hybrid one only to the deepest end of a prompt in flight that `hashes` holds whole
         (the chained hash of its last page is equal)."""
-        if not self.index.has_groups(self.names[instance]):
+        name = self.names[instance]
+        if not self.index.has_groups(name):
             return in_flight
-        ends = self._ends[instance]
-        return next((k for k in range(in_flight, indexed, -1) if hashes[k - 1] in ends), indexed)
+        unpublished = self._unpublished[instance]
+        return next(
+            (k for k in range(in_flight, indexed, -1) if hashes[k - 1] in unpublished), indexed
+        )
+
+    def prefilled(self, instance: int, end: int) -> None:
+        """The prompt routed to `instance` whose last page hash is `end` has its first token
+        back (its prefill is done and published): from now on the events say whether a
+        window and a state live at its end, so the prediction stops counting it in flight."""
+        self._unpublished[instance].discard(end)
 
     def _continues(self, instance: int, hashes: list[int], held: int) -> bool:
         """Whether one of the first `held` pages of `hashes` is the last page of a prompt
@@ -184,10 +197,13 @@ class CacheAware:
         self._routed.append((instance, hashes))
         self._in_flight[instance].update(hashes)
         self._ends[instance].update(hashes[-1:])
+        self._unpublished[instance].update(hashes[-1:])
         if len(self._routed) > self.recent:
             old, old_hashes = self._routed.popleft()
             _forget(self._in_flight[old], old_hashes)
             _forget(self._ends[old], old_hashes[-1:])
+            if old_hashes and old_hashes[-1] not in self._ends[old]:
+                self._unpublished[old].discard(old_hashes[-1])
 
 
 def _forget(counts: Counter[int], hashes: list[int]) -> None:

@@ -88,6 +88,11 @@ class Scheduler:
                 self._blocked.setdefault(spec.after, []).append(i)
 
     @property
+    def queued(self) -> int:
+        """Requests given to it and not admitted yet (waiting for memory or an earlier one)."""
+        return len(self._ready) + sum(map(len, self._blocked.values()))
+
+    @property
     def done(self) -> bool:
         return not self.running and not self._ready and not self._blocked
 
