@@ -16,8 +16,9 @@ cluster puts a key in the slot of its tag, so a batch of a chain's pages lands i
 slots and each slot answers one multi-key command (`MGET`, `EXISTS`), while different
 chains, and a chain's later groups, still spread over the shards. The tag is a function of
 the chain alone (its digests from the root), so every reader finds what any writer wrote.
-Stores that do not shard name a page without its tag (`PageKey.stem`). Version 1 (`ur1.`,
-no tag) pages are not read.
+Stores that do not shard name a page without its tag (`PageKey.stem`: a file store keeps
+reading the pages it held before the tag). Redis pages of version 1 (`ur1.`, no tag) are
+not read: misses, written again.
 """
 
 from __future__ import annotations

@@ -23,7 +23,9 @@ hangs: a master that stops answering costs at most the call's timeout (not retri
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Sequence
+from itertools import chain
 
 import numpy as np
 import redis
@@ -88,12 +90,15 @@ class ClusterBatches:
                         raise outcome
                     retry.extend(indices)
                     continue
-                if not has_error and len(indices) == len(names):  # the batch on one master
-                    replies = outcome
+                if not has_error:  # the usual case: every reply kept, no Python per page
+                    if len(indices) == len(names):  # the batch on one master
+                        replies = outcome
+                    else:
+                        deque(map(replies.__setitem__, indices, outcome), maxlen=0)
                     continue
-                errors = errors or has_error
+                errors = True
                 for i, reply in zip(indices, outcome, strict=True):
-                    if has_error and attempt == 0 and isinstance(reply, _STALE_MAP):
+                    if attempt == 0 and isinstance(reply, _STALE_MAP):
                         retry.append(i)
                     else:
                         replies[i] = reply
@@ -131,7 +136,7 @@ class ClusterBatches:
                 sent.append(exc)
         out: list[tuple[list[int], list[Reply] | BaseException, bool]] = []
         for (_, slots), pending in zip(groups, sent, strict=True):
-            indices = slots[0] if len(slots) == 1 else [i for idx in slots for i in idx]
+            indices = slots[0] if len(slots) == 1 else list(chain.from_iterable(slots))
             if isinstance(pending, BaseException):
                 out.append((indices, pending, True))
                 continue
