@@ -34,11 +34,10 @@ from redis.exceptions import (
     AskError,
     ClusterDownError,
     RedisError,
-    SlotNotCoveredError,
     TryAgainError,
 )
 
-from uniradix.storage.redis_slots import SLOTS, key_slot, key_slots, split_by_slot
+from uniradix.storage.redis_slots import SLOTS, group_by_master, key_slot
 from uniradix.storage.redis_wire import Reply, Sent, receive, send
 
 __all__ = ["REDIRECTED", "ClusterBatches", "Packer", "Spread", "key_slot"]
@@ -64,9 +63,15 @@ class ClusterBatches:
     def __init__(self, client: RedisCluster) -> None:
         self.client = client
         self.refreshes = 0  # slot map refreshes after a redirection or a lost master
-        # The slot map's dict, and built from it: slot -> index of its master (-1: none),
-        # and the masters. One tuple, replaced whole: threads read it without a lock.
-        self._table: tuple[object, np.ndarray, list[ClusterNode]] = (None, np.empty(0), [])
+        # The slot map's dict, and built from it: slot -> index of its master (-1: none) as
+        # an array, the masters, and the same table as a list (`group_by_master` reads both).
+        # One tuple, replaced whole: threads read it without a lock.
+        self._table: tuple[object, np.ndarray, list[ClusterNode], list[int]] = (
+            None,
+            np.empty(0),
+            [],
+            [],
+        )
 
     def run(
         self, names: Sequence[bytes], pack: Packer, spread: Spread | None = None
@@ -164,25 +169,17 @@ class ClusterBatches:
         """Each master with its pages (indices into `names`, in batch order): one list, or
         with `by_slot` one list per slot."""
         slots = self.client.nodes_manager.slots_cache
-        built, owner, masters = self._table
+        built, owner, masters, owner_list = self._table
         if slots is not built:  # a new map (a refresh): a new table
             by_name = {nodes[0].name: nodes[0] for nodes in slots.values() if nodes}
             masters = list(by_name.values())
             position = {name: i for i, name in enumerate(by_name)}
-            owner = np.array(
-                [position[slots[s][0].name] if slots.get(s) else -1 for s in range(SLOTS)],
-                dtype=np.int64,
-            )
-            self._table = (slots, owner, masters)
+            owner_list = [position[slots[s][0].name] if slots.get(s) else -1 for s in range(SLOTS)]
+            owner = np.array(owner_list, dtype=np.int64)
+            self._table = (slots, owner, masters, owner_list)
         whole = len(todo) == len(names)
         picked = names if whole else [names[i] for i in todo]
-        slot_of = key_slots(picked)
-        lost = np.flatnonzero(owner[slot_of] < 0)
-        if lost.size:
-            name = picked[int(lost[0])]
-            raise SlotNotCoveredError(f"slot {key_slot(name)} of {name!r} has no master")
-        where = None if whole else np.asarray(todo)  # a position in `picked` -> in `names`
-        return [
-            (masters[m], [(g if where is None else where[g]).tolist() for g in groups])
-            for m, groups in split_by_slot(owner, slot_of, by_slot)
-        ]
+        groups = group_by_master(owner, owner_list, picked, by_slot)
+        if whole:
+            return [(masters[m], lists) for m, lists in groups]
+        return [(masters[m], [[todo[i] for i in g] for g in lists]) for m, lists in groups]

@@ -1,10 +1,11 @@
-"""Which Redis Cluster slot each key of a batch lies in, and a batch split by master and slot.
+"""Which Redis Cluster slot each key of a batch lies in, and a batch grouped by master and slot.
 
 A cluster hashes a key's first non-empty `{hash tag}`, or the whole key without one (CRC16
 mod 16,384). A batch of a chain's pages (`uniradix.hashing.storage_keys`: names of one
 length, the tag at their end) is read as one byte array: one CRC per run of a tag and no
 Python work per page, which on a 1,024-page lookup was a good part of the client's time.
-Other names take the per-key rule.
+Other names take the per-key rule, and so do batches under 256 names (a loop costs less
+than numpy's calls there).
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ from binascii import crc_hqx
 from collections.abc import Sequence
 
 import numpy as np
+from redis.exceptions import SlotNotCoveredError
 
 SLOTS = 16384
+VECTOR_FROM = 256
 _OPEN, _CLOSE = ord("{"), ord("}")
 
 
@@ -71,22 +74,40 @@ def _tail_tags(names: Sequence[bytes], joined: bytes) -> np.ndarray | None:
     return padded.view(np.uint64)
 
 
-def split_by_slot(
-    owner: np.ndarray, slots: np.ndarray, by_slot: bool
-) -> list[tuple[int, list[np.ndarray]]]:
-    """The batch's positions grouped by master (`owner[slot]`, the master's index; the
-    caller checks that none is -1), each master's in one group or, with `by_slot`, one per
-    slot; every group in batch order."""
+def group_by_master(
+    owner: np.ndarray, owner_list: list[int], names: Sequence[bytes], by_slot: bool
+) -> list[tuple[int, list[list[int]]]]:
+    """The batch's positions grouped by master (`owner[slot]`: the master's index, -1 for
+    none, as an array and as a list), each master's in one group or, with `by_slot`, one
+    per slot, every group in batch order. Raises `SlotNotCoveredError` for a name whose
+    slot has no master."""
+    if len(names) < VECTOR_FROM:  # numpy's cost per call is more than a short loop's
+        groups: dict[int, dict[int, list[int]]] = {}
+        known: dict[bytes, int] = {}
+        for pos, name in enumerate(names):
+            part = _hashed_part(name)
+            slot = known.get(part)
+            if slot is None:
+                slot = known[part] = crc_hqx(part, 0) % SLOTS
+            master = owner_list[slot]
+            if master < 0:
+                raise SlotNotCoveredError(f"slot {slot} of {name!r} has no master")
+            groups.setdefault(master, {}).setdefault(slot if by_slot else 0, []).append(pos)
+        return [(master, list(by.values())) for master, by in groups.items()]
+    slots = key_slots(names)
     owners = owner[slots]
+    lost = np.flatnonzero(owners < 0)
+    if lost.size:
+        name = names[int(lost[0])]
+        raise SlotNotCoveredError(f"slot {key_slot(name)} of {name!r} has no master")
     rank = owners * SLOTS + slots if by_slot else owners
     order = np.argsort(rank, kind="stable")
     ranked = rank[order]
-    groups = np.split(order, np.flatnonzero(ranked[1:] != ranked[:-1]) + 1)
-    out: list[tuple[int, list[np.ndarray]]] = []
-    for group in groups:
+    out: list[tuple[int, list[list[int]]]] = []
+    for group in np.split(order, np.flatnonzero(ranked[1:] != ranked[:-1]) + 1):
         master = int(owners[group[0]])
         if out and out[-1][0] == master:
-            out[-1][1].append(group)
+            out[-1][1].append(group.tolist())
         else:
-            out.append((master, [group]))
+            out.append((master, [group.tolist()]))
     return out
