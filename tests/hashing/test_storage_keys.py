@@ -22,9 +22,28 @@ def test_key_binds_the_page_digest_to_the_key_space() -> None:
     digests = page_digests(RadixKey(list(range(12))).units, 4)
     keys = ks.keys_for(RadixKey(list(range(13))))  # trailing partial page has no key
     assert [k.digest for k in keys] == digests
-    assert keys[0].name == f"ur1.{ks.fingerprint.hex()}.{digests[0].hex()}"
+    tag = f".{{{digests[0][:4].hex()}}}"  # the first page of its group: its own digest
+    assert keys[0].name == f"ur2.{ks.fingerprint.hex()}.{digests[0].hex()}{tag}"
+    assert keys[0].stem == f"ur2.{ks.fingerprint.hex()}.{digests[0].hex()}"
     assert all(k.fingerprint == ks.fingerprint for k in keys)
-    assert ks.key(digests[1]) == keys[1]
+    assert ks.key(digests[1], digests[0]) == keys[1]
+
+
+def test_a_chains_pages_share_a_tag_per_group() -> None:
+    ks = space(group_pages=3)
+    tokens = list(range(4 * 8))
+    keys = ks.keys_for(RadixKey(tokens))
+    assert [k.tag for k in keys[:3]] == [f".{{{keys[0].digest[:4].hex()}}}"] * 3
+    assert [k.tag for k in keys[3:6]] == [f".{{{keys[3].digest[:4].hex()}}}"] * 3
+    assert keys[6].tag == f".{{{keys[6].digest[:4].hex()}}}" and keys[6].tag != keys[3].tag
+    # A pure function of the prefix: a shorter prompt's keys are the longer one's first.
+    for n in range(1, 8):
+        assert ks.keys_for(RadixKey(tokens[: 4 * n])) == keys[:n]
+    # Another pool's keys for the same pages keep the tags (same slots), not the names.
+    swa = space(group_pages=3, pool="swa").same_pages(keys[4:7])
+    assert [k.tag for k in swa] == [k.tag for k in keys[4:7]]
+    assert [k.digest for k in swa] == [k.digest for k in keys[4:7]]
+    assert swa == space(group_pages=3, pool="swa").keys_for(RadixKey(tokens))[4:7]
 
 
 @pytest.mark.parametrize(
@@ -68,7 +87,7 @@ def test_keys_are_stable_across_processes() -> None:
         ks.fingerprint.hex()
         == KeySpace("org/model@rev1", "bfloat16", "layer_first", 4, "full").fingerprint.hex()
     )
-    assert len(ks.keys_for(RadixKey([1, 2, 3, 4]))[0].name) == 3 + 1 + 32 + 1 + 64
+    assert len(ks.keys_for(RadixKey([1, 2, 3, 4]))[0].name) == 3 + 1 + 32 + 1 + 64 + 11
 
 
 @pytest.mark.parametrize(
@@ -79,6 +98,7 @@ def test_keys_are_stable_across_processes() -> None:
         {"pool": ""},
         {"kv_dtype": ""},
         {"page_size": 2.0},
+        {"group_pages": 0},
     ],
 )
 def test_bad_fields_raise(bad: dict[str, object]) -> None:
@@ -88,7 +108,7 @@ def test_bad_fields_raise(bad: dict[str, object]) -> None:
 
 def test_bad_digest_length_raises() -> None:
     with pytest.raises(ValueError, match="32 bytes"):
-        space().key(b"x" * 31)
+        space().key(b"x" * 31, b"x" * 32)
 
 
 def test_mixed_narrow_and_wide_pages_hash_page_by_page() -> None:

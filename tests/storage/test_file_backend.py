@@ -40,7 +40,7 @@ def data(i: int, size: int = PAGE) -> bytes:
 
 
 def segment_of(store: FileBackend, key: Any) -> Path | None:
-    where = store.locate(key.name)
+    where = store.locate(key)
     return None if where is None else where[0]
 
 
@@ -165,7 +165,7 @@ def test_deletions_and_repairs_last_across_restarts(tmp_path: Path) -> None:
     ks = keys(20)
     store.batch_set(ks, [data(i, 50) for i in range(20)])
     assert store.delete(ks[3:5]) == 2
-    where = store.locate(ks[7].name)
+    where = store.locate(ks[7])
     assert where is not None
     path, offset, length = where
     raw = bytearray(path.read_bytes())

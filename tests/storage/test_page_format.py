@@ -40,7 +40,7 @@ def test_each_bad_field_names_its_reason() -> None:
     assert reason(decode(KEY, stale)) is MissReason.BAD_VERSION
     assert reason(decode(KEY, blob[:6] + b"\x01\x00" + blob[8:])) is MissReason.BAD_FLAGS
     assert reason(decode(OTHER, blob)) is MissReason.BAD_DIGEST
-    other_model = KeySpace("m@2", "bfloat16", "layer_first", 4, "full").key(KEY.digest)
+    other_model = KeySpace("m@2", "bfloat16", "layer_first", 4, "full").same_pages([KEY])[0]
     assert reason(decode(other_model, blob)) is MissReason.BAD_FINGERPRINT
     assert reason(decode(KEY, blob[:-1])) is MissReason.BAD_LENGTH  # truncated
     assert reason(decode(KEY, blob + b"\x00")) is MissReason.BAD_LENGTH  # too long

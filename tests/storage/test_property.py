@@ -109,7 +109,7 @@ def test_random_ops_with_faults_match_the_model(ops: list[tuple], cap_pages: int
                 store.close()
                 store = FaultyStore(directory, clock, max_bytes=cap)
                 assert store.used_bytes == du(directory) <= cap
-                on_disk = {i for i in range(N) if store.locate(KEYS[i].name) is not None}
+                on_disk = {i for i in range(N) if store.locate(KEYS[i]) is not None}
                 stored &= on_disk
                 corrupt &= on_disk
                 # It reads what the model says: no deleted page back, no wrong page.
@@ -128,7 +128,7 @@ def test_random_ops_with_faults_match_the_model(ops: list[tuple], cap_pages: int
                 kept_at_most = 0
                 continue
             if name == "corrupt":
-                where = store.locate(KEYS[arg].name)
+                where = store.locate(KEYS[arg])
                 if arg in stored and where is not None:
                     path, offset, length = where
                     raw = bytearray(path.read_bytes())
@@ -201,6 +201,6 @@ def test_random_ops_with_faults_match_the_model(ops: list[tuple], cap_pages: int
             assert s.breaker_trips <= s.failed_ops
             # The byte accounting is the disk's, and the cap holds; eviction may drop pages.
             assert store.used_bytes == du(directory) <= cap
-            on_disk = {i for i in range(N) if store.locate(KEYS[i].name) is not None}
+            on_disk = {i for i in range(N) if store.locate(KEYS[i]) is not None}
             stored &= on_disk
             corrupt &= on_disk

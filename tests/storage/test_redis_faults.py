@@ -14,6 +14,7 @@ from uniradix.storage.redis_backend import RedisBackend
 from .conftest import RedisServer
 
 KS = KeySpace("org/m@rev1", "bfloat16", "layer_first", 1, "full")
+ONE_PER_SLOT = KeySpace("org/m@rev1", "bfloat16", "layer_first", 1, "full", group_pages=1)
 HANG_S = 5.0  # far above the 0.2 s socket timeout: only a hang takes this long
 
 
@@ -176,7 +177,8 @@ def test_cluster_node_killed_then_restarted(own_cluster: list[RedisServer]) -> N
         "?timeout_s=0.2&breaker_failures=2&breaker_cooldown_s=0.3"
     )
     store = open_backend(url)
-    keys, data = pages(32)  # spread over the three nodes' slots
+    keys = ONE_PER_SLOT.keys_for(RadixKey(list(range(32))))  # over the three nodes' slots
+    data = pages(32)[1]
     assert store.batch_set(keys, data) == 32
     own_cluster[1].stop()
     # A third of the slots are gone: the batch fails within the timeouts, L3 turns off.

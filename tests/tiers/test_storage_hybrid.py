@@ -85,7 +85,7 @@ def _stored(storage: StorageTier, pool: str, num_pages: int) -> list[int]:
         "swa": storage.aux.swa_keyspace,
         "mamba": storage.aux.mamba_keyspace,
     }[pool]
-    return [i for i, k in enumerate(keys) if storage.backend.batch_exists([space.key(k.digest)])]
+    return [i for i, k in enumerate(keys) if storage.backend.batch_exists(space.same_pages([k]))]
 
 
 def test_backup_stores_each_nodes_trailing_window_pages_and_its_end_state(tmp_path: Path) -> None:
@@ -135,8 +135,8 @@ def test_a_boundary_without_its_state_is_not_fetched_and_counted(tmp_path: Path)
     _write_chain(tmp_path)
     tier, storage = _cache(tmp_path)
     assert storage.aux is not None
-    digest = storage.keyspace.keys_for(RadixKey(list(range(1, 25))))[5].digest
-    assert storage.backend.delete([storage.aux.mamba_keyspace.key(digest)]) == 1
+    key = storage.keyspace.keys_for(RadixKey(list(range(1, 25))))[5]
+    assert storage.backend.delete(storage.aux.mamba_keyspace.same_pages([key])) == 1
     assert storage.prefetch(RadixKey(list(range(1, 25)))) == 16  # resumes at 16 only
     assert storage.stats.unresumable_pages == 2
     assert _host_nodes(tier) == [(12, False, False), (4, True, True)]
@@ -152,7 +152,7 @@ def test_a_window_page_missing_below_every_state_leaves_nothing_resumable(
     assert storage.aux is not None
     keys = storage.keyspace.keys_for(RadixKey(list(range(1, 25))))
     # Page 5 is the window of the state at 24, page 3 that of the state at 16.
-    gone = [storage.aux.swa_keyspace.key(keys[i].digest) for i in (3, 5)]
+    gone = storage.aux.swa_keyspace.same_pages([keys[3], keys[5]])
     assert storage.backend.delete(gone) == 2
     before = tier.host_pools.available()
     assert storage.prefetch(RadixKey(list(range(1, 25)))) == 0

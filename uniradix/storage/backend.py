@@ -118,6 +118,11 @@ class StorageBackend(ABC):
 
     # -- the store operations a backend implements -------------------------------------
 
+    def _names(self, keys: Sequence[PageKey]) -> list[str]:
+        """What the store names the pages by: their full names (hash tag included: a Redis
+        Cluster places a page by it); a store that does not shard drops the tag."""
+        return [k.name for k in keys]
+
     @abstractmethod
     def _store_exists_prefix(self, names: list[str]) -> int:
         """How many of `names`, from the first, are stored (stop at the first absent)."""
@@ -180,7 +185,7 @@ class StorageBackend(ABC):
         page found here may still be rejected by `batch_get` (corrupt, evicted meanwhile)."""
         if not keys:
             return 0
-        result = self._guarded(lambda: self._store_exists_prefix([k.name for k in keys]), len(keys))
+        result = self._guarded(lambda: self._store_exists_prefix(self._names(keys)), len(keys))
         return 0 if isinstance(result, MissReason) else result
 
     def batch_get(
@@ -192,7 +197,8 @@ class StorageBackend(ABC):
             return []
         # The bytes this call asks for, for stores whose calls have deadlines (Redis).
         self._call.get_bytes = (expected_bytes or 0) * len(keys)
-        blobs = self._guarded(lambda: self._store_get([k.name for k in keys]), len(keys))
+        names = self._names(keys)
+        blobs = self._guarded(lambda: self._store_get(names), len(keys))
         if isinstance(blobs, MissReason):
             self._count_misses({blobs: len(keys)})
             return [Miss(blobs)] * len(keys)
@@ -200,7 +206,7 @@ class StorageBackend(ABC):
         misses: dict[MissReason, int] = {}
         rejected: list[str] = []
         num_bytes = 0
-        for key, blob in zip(keys, blobs, strict=True):
+        for key, name, blob in zip(keys, names, blobs, strict=True):
             if blob is None:
                 page: memoryview | Miss = Miss(MissReason.ABSENT)
             elif isinstance(blob, tuple):
@@ -210,7 +216,7 @@ class StorageBackend(ABC):
             if isinstance(page, Miss):
                 misses[page.reason] = misses.get(page.reason, 0) + 1
                 if page.reason in _REJECTED:
-                    rejected.append(key.name)
+                    rejected.append(name)
             else:
                 num_bytes += page.nbytes
             out.append(page)
@@ -244,7 +250,7 @@ class StorageBackend(ABC):
         headers = [encode_header(k, p) for k, p in zip(keys, payloads, strict=True)]
         self._call.kept = 0
         num_stored = self._guarded(
-            lambda: self._store_set([k.name for k in keys], headers, list(payloads)), len(keys)
+            lambda: self._store_set(self._names(keys), headers, list(payloads)), len(keys)
         )
         if isinstance(num_stored, MissReason):
             return 0, num_stored
@@ -261,7 +267,7 @@ class StorageBackend(ABC):
 
     def delete(self, keys: Sequence[PageKey]) -> int:
         """Removes pages; returns how many were stored (0 when the store fails)."""
-        result = self._guarded(lambda: self._store_delete([k.name for k in keys]))
+        result = self._guarded(lambda: self._store_delete(self._names(keys)))
         return 0 if isinstance(result, MissReason) else result
 
     def clear(self) -> bool:

@@ -47,9 +47,11 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from uniradix.hashing.storage_keys import PageKey
 from uniradix.storage import file_disk as disk
 from uniradix.storage import file_segments as segs
 from uniradix.storage.backend import (
@@ -175,6 +177,11 @@ class FileBackend(StorageBackend):
                 cat.forget(cat.open)
 
     # -- store operations --------------------------------------------------------------------
+
+    def _names(self, keys: Sequence[PageKey]) -> list[str]:
+        # Without the hash tag: one directory has no slots, and a frame's name is then read
+        # back from its page header (`file_segments`), so a small page stays small.
+        return [k.stem for k in keys]
 
     def _store_exists_prefix(self, names: list[str]) -> int:
         found = self._indexed_prefix(names, 0)
@@ -354,9 +361,10 @@ class FileBackend(StorageBackend):
         with self._index_lock:
             return self._cat.used()
 
-    def locate(self, name: str) -> tuple[Path, int, int] | None:
-        """Where page `name`'s bytes (its header, then its payload) lie: (segment file,
+    def locate(self, key: PageKey) -> tuple[Path, int, int] | None:
+        """Where the page's bytes (its header, then its payload) lie: (segment file,
         offset, length); None if it is not stored. For tools and fault-injection tests."""
+        name = key.stem
         if self._indexed_prefix([name], 0) == 0:
             self._cat.refresh(time.monotonic() + self.timeout_s)
         with self._index_lock:

@@ -10,9 +10,9 @@ blob    := one page as `page_format` writes it: its header, then its payload
 - `state` is LIVE for a stored page and DEAD once the page is deleted or failed its
   verification: the byte is overwritten in place, so such a page never comes back when a
   process restarts and reads the segment again.
-- `name` is empty for a page stored under its own key (the key's name, `ur1.<fingerprint
-  hex>.<digest hex>`, is read back from the page header's two digests): a 72-byte page costs
-  80 bytes. Any other name is kept in the frame.
+- `name` is empty for a page stored under its own key (the key's name without its hash
+  tag, `ur2.<fingerprint hex>.<digest hex>`, is read back from the page header's two
+  digests): a 72-byte page costs 80 bytes. Any other name is kept in the frame.
 - Writers only append, each to segments of its own, and a frame is indexed only once its
   last byte is in the file: a frame cut short by a killed writer, or still being written, is
   never read. A scan stops at the first frame that does not fit or has no valid state.

@@ -20,10 +20,12 @@ Options:
 
 A server with `maxmemory` and an `allkeys-*` / `volatile-*` policy may drop any page: that
 page is then a plain miss. Under `noeviction` a full server refuses writes: the batch's
-stored prefix ends there, and backups pause for a while (`StorageBackend.writable`). Keys
-are spread over Redis Cluster slots by their full name, so a cluster balances pages across
-shards; a cluster batch is split by master and sent to every master at once
-(`redis_cluster`). `clear()` removes only `ur1.*` keys.
+stored prefix ends there, and backups pause for a while (`StorageBackend.writable`). On
+a Redis Cluster a page's slot is its name's hash tag: the pages of a chain share one per
+group of 64 (`uniradix.hashing.storage_keys`), so a lookup is one `MGET` / `EXISTS` per
+slot, while chains and groups spread over the shards; a cluster batch is split by master
+and sent to every master at once (`redis_cluster`). `clear()` removes only `ur<digit>.*`
+keys (pages of this key format and of earlier ones).
 """
 
 from __future__ import annotations
@@ -62,12 +64,14 @@ from uniradix.storage.redis_wire import (
     Reply,
     encode_names,
     key_commands,
+    multi_key_command,
     pipelined,
     script_command,
     set_commands,
 )
 
 _CLEAR_CHUNK = 1000
+_CLEAR_MATCH = KEY_PREFIX.rstrip("0123456789") + "[0-9].*"  # this key format's and earlier
 _FOREIGN = b""  # a key that is not a page: rejected as SHORT by the page format
 
 Client = redis.Redis | RedisCluster
@@ -111,7 +115,7 @@ class RedisBackend(StorageBackend):
             raise ValueError(f"timeout_s must be > 0 or None, got {self.timeout_s}")
         self._connect_lock = threading.Lock()
         self._batches: ClusterBatches | None = None
-        self._exists_script: bool | None = None  # does the cluster run `_EXISTS_PREFIX`?
+        self._exists_script: bool | None = None  # does the server run `_EXISTS_PREFIX`?
 
     @property
     def client(self) -> Client:
@@ -178,32 +182,36 @@ class RedisBackend(StorageBackend):
         return lo
 
     def _cluster_exists_prefix(self, cluster: ClusterBatches, text_names: list[str]) -> int:
-        # The keys of a batch lie in many slots, and a multi-key EXISTS must stay in one. A
-        # script per master (Redis >= 7: `allow-cross-slot-keys`) answers for all its keys in
-        # one reply; one EXISTS per key costs a reply each, read in Python (4x the wall of
-        # one Redis on 2,048 pages). A server that rejects the script, or a script that
-        # failed (a key no longer on its master), gets the EXISTS per key.
+        # A multi-key EXISTS must stay in one slot: one per slot, all sent at once (a
+        # chain's pages share a tag per group, so a few slots), answers "is the whole run
+        # stored?" (the usual case). Where a slot's pages are only partly stored, the pages
+        # of such slots before the first surely absent one are asked one by one: two round
+        # trips in all, as on one server.
         names = encode_names(text_names)
-        if self._exists_script is not False:
-            replies = cluster.run(
-                names,
-                lambda idx: script_command(_EXISTS_PREFIX, _pick(names, idx)),
-                _prefix_replies,
-            )
-            # The first page not stored, or not answered (its master refused the script).
-            first = next((i for i, n in enumerate(replies) if n != 1), len(names))
-            reply = replies[first] if first < len(names) else None
-            if not isinstance(reply, Exception) or isinstance(reply, REDIRECTED):
-                self._exists_script = True
-                return first
-            self._exists_script = self._exists_script or False  # never worked: not again
-        replies = cluster.run(names, lambda idx: key_commands(b"EXISTS", _pick(names, idx)))
-        return next((i for i, n in enumerate(replies) if n != 1), len(names))
+        whole = cluster.run(
+            names, lambda idx: multi_key_command(b"EXISTS", _pick(names, idx)), _all_or_none
+        )
+        if whole.count(1) == len(names):
+            return len(names)
+        first = next(i for i, n in enumerate(whole) if n != 1)
+        if whole[first] != _SOME:
+            return first  # absent, or an error reply (still redirected): a miss from here
+        stop = next((i for i in range(first, len(names)) if whole[i] not in (1, _SOME)), len(names))
+        asked = [i for i in range(first, stop) if whole[i] == _SOME]
+        sub = [names[i] for i in asked]
+        replies = cluster.run(sub, lambda idx: key_commands(b"EXISTS", _pick(sub, idx)))
+        return next((i for i, n in zip(asked, replies, strict=True) if n != 1), stop)
 
     def _store_get(self, text_names: list[str]) -> list[StoredPage | None]:
         names = encode_names(text_names)
         with self._deadline(getattr(self._call, "get_bytes", 0)):
-            replies = self._run(names, lambda idx: key_commands(b"GET", _pick(names, idx)))
+            cluster = self._cluster
+            if cluster is None:
+                replies = self._run(names, lambda idx: key_commands(b"GET", _pick(names, idx)))
+            else:  # one MGET per slot
+                replies = cluster.run(
+                    names, lambda idx: multi_key_command(b"MGET", _pick(names, idx)), _each_value
+                )
         return [_stored(reply) for reply in replies]
 
     def _store_set(
@@ -249,7 +257,7 @@ class RedisBackend(StorageBackend):
     def _store_clear(self) -> None:
         client = self.client
         batch: list[str] = []
-        for name in client.scan_iter(match=f"{KEY_PREFIX}.*", count=_CLEAR_CHUNK):
+        for name in client.scan_iter(match=_CLEAR_MATCH, count=_CLEAR_CHUNK):
             batch.append(name.decode())  # page names are ASCII
             if len(batch) == _CLEAR_CHUNK:
                 self._store_delete(batch)
@@ -276,15 +284,22 @@ for i, name in ipairs(ARGV) do
   if redis.call('EXISTS', name) == 0 then return i - 1 end
 end
 return #ARGV"""
-"""How many of the names given, from the first, are stored: keys of any slots a master holds
-(one `EXISTS` per key: even in a script, one command's keys must share a slot)."""
+"""How many of the names given, from the first, are stored (one server: one round trip)."""
+
+_SOME = -1
+"""A page's `EXISTS` reply when its slot's pages are only partly stored: not known yet."""
 
 
-def _prefix_replies(reply: Reply, num_pages: int) -> list[Reply]:
-    """One `EXISTS` reply per page from `_EXISTS_PREFIX`'s stored prefix length."""
+def _all_or_none(reply: Reply, num_pages: int) -> list[Reply]:
+    """Each page's `EXISTS` reply from its slot's multi-key `EXISTS` (the count stored)."""
     assert isinstance(reply, int)
-    replies: list[Reply] = [1] * reply
-    return replies + [0] * (num_pages - reply)
+    return [1 if reply == num_pages else 0 if reply == 0 else _SOME] * num_pages
+
+
+def _each_value(reply: Reply, num_pages: int) -> list[Reply]:
+    """Each page's value from its slot's `MGET` (a key of another type reads as absent)."""
+    assert isinstance(reply, list) and len(reply) == num_pages
+    return reply
 
 
 def _stored(reply: Reply) -> StoredPage | None:

@@ -7,7 +7,9 @@ the slots (a table of redis-py's slot map), each master gets one hand-packed pip
 (`redis_wire`) on its own connection, and every master's commands are sent before any
 reply is read, so the masters work at the same time while one thread sends and reads the
 same bytes as it would with one Redis (no thread hand-offs: they cost more than they saved
-on small batches).
+on small batches). A lookup (`MGET`, `EXISTS`) sends one multi-key command per slot: the
+pages of a chain share a hash tag per group of pages (`uniradix.hashing.storage_keys`), so
+a batch of them is a few commands, as on one Redis, not one per page.
 
 The slot map can be stale: a slot moved (`MOVED` / `ASK`), a replica took over from a
 master that died (its connection fails, or it answers `CLUSTERDOWN` / `TRYAGAIN` during the
@@ -21,25 +23,29 @@ hangs: a master that stops answering costs at most the call's timeout (not retri
 
 from __future__ import annotations
 
-from binascii import crc_hqx
+from collections import deque
 from collections.abc import Callable, Sequence
+from itertools import chain
 
+import numpy as np
 import redis
 from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import (
     AskError,
     ClusterDownError,
     RedisError,
-    SlotNotCoveredError,
     TryAgainError,
 )
 
+from uniradix.storage.redis_slots import SLOTS, group_by_master, key_slot
 from uniradix.storage.redis_wire import Reply, Sent, receive, send
+
+__all__ = ["REDIRECTED", "ClusterBatches", "Packer", "Spread", "key_slot"]
 
 Packer = Callable[[list[int]], Sequence[bytes | memoryview]]
 """Packs the commands for the pages at these indices of the batch, in that order."""
 Spread = Callable[[Reply, int], list[Reply]]
-"""The replies of a master's `num_pages` pages, from its one reply (`ClusterBatches.run`)."""
+"""The replies of a slot's `num_pages` pages, from its one reply (`ClusterBatches.run`)."""
 
 REDIRECTED = (AskError, TryAgainError)  # `MovedError` is an `AskError`
 """Replies meaning "not on this master now": a miss once the retry is spent."""
@@ -48,17 +54,6 @@ _STALE_MAP = (*REDIRECTED, ClusterDownError)
 # be stale, worth one refresh. A timeout is not retried: a master that stopped answering
 # would cost its timeout again.
 _NODE_LOST = (redis.exceptions.ConnectionError, OSError)
-_SLOTS = 16384
-
-
-def key_slot(name: bytes) -> int:
-    """A key's cluster slot: CRC16 of the key, or of its {hash tag} when it has one."""
-    start = name.find(b"{")
-    if start >= 0:
-        end = name.find(b"}", start + 1)
-        if end > start + 1:
-            name = name[start + 1 : end]
-    return crc_hqx(name, 0) % _SLOTS
 
 
 class ClusterBatches:
@@ -68,9 +63,15 @@ class ClusterBatches:
     def __init__(self, client: RedisCluster) -> None:
         self.client = client
         self.refreshes = 0  # slot map refreshes after a redirection or a lost master
-        # The slot map's dict, and built from it: slot -> index of its master (-1: none),
-        # and the masters. One tuple, replaced whole: threads read it without a lock.
-        self._table: tuple[object, list[int], list[ClusterNode]] = (None, [], [])
+        # The slot map's dict, and built from it: slot -> index of its master (-1: none) as
+        # an array, the masters, and the same table as a list (`group_by_master` reads both).
+        # One tuple, replaced whole: threads read it without a lock.
+        self._table: tuple[object, np.ndarray, list[ClusterNode], list[int]] = (
+            None,
+            np.empty(0),
+            [],
+            [],
+        )
 
     def run(
         self, names: Sequence[bytes], pack: Packer, spread: Spread | None = None
@@ -78,20 +79,29 @@ class ClusterBatches:
         """One reply per name, in order (see `redis_wire.Reply`); a reply that is still a
         redirection after the one retry is left as it is (`REDIRECTED`): the caller's miss.
         Raises the store failure when a master stays unreachable or the cluster stays down.
-        With `spread`, `pack` makes one command per master (a script over its pages), whose
-        one reply `spread` turns into the pages' replies (an error reply: each page's)."""
+        With `spread`, `pack` makes one command for the pages of one slot (a multi-key
+        command), whose one reply `spread` turns into the pages' replies (an error reply:
+        each page's)."""
         replies: list[Reply] = [None] * len(names)
         if not names:
             return replies
         todo = list(range(len(names)))
+        errors = False  # any error reply kept
         for attempt in range(2):
             retry: list[int] = []
-            for indices, outcome in self._send(names, todo, pack, spread):
+            for indices, outcome, has_error in self._send(names, todo, pack, spread):
                 if isinstance(outcome, BaseException):
                     if attempt or not isinstance(outcome, _NODE_LOST):
                         raise outcome
                     retry.extend(indices)
                     continue
+                if not has_error:  # the usual case: every reply kept, no Python per page
+                    if len(indices) == len(names):  # the batch on one master
+                        replies = outcome
+                    else:
+                        deque(map(replies.__setitem__, indices, outcome), maxlen=0)
+                    continue
+                errors = True
                 for i, reply in zip(indices, outcome, strict=True):
                     if attempt == 0 and isinstance(reply, _STALE_MAP):
                         retry.append(i)
@@ -101,7 +111,7 @@ class ClusterBatches:
                 break
             self.refresh()
             todo = sorted(retry)
-        for reply in replies:
+        for reply in replies if errors else ():
             if isinstance(reply, ClusterDownError):
                 raise reply
         return replies
@@ -113,60 +123,63 @@ class ClusterBatches:
 
     def _send(
         self, names: Sequence[bytes], todo: list[int], pack: Packer, spread: Spread | None
-    ) -> list[tuple[list[int], list[Reply] | BaseException]]:
-        """Each master's pages (indices into `names`) and their replies, or the failure of
-        that master's pipeline: every master's commands go out, then the replies are read."""
-        groups = self._by_master(names, todo)
+    ) -> list[tuple[list[int], list[Reply] | BaseException, bool]]:
+        """Each master's pages (indices into `names`), their replies and whether one is an
+        error reply, or the failure of that master's pipeline: every master's commands go
+        out, then the replies are read. With `spread`, a master's pages come slot by slot,
+        one command per slot (a master's commands sent as one buffer: they are small)."""
+        groups = self._by_master(names, todo, by_slot=spread is not None)
         sent: list[Sent | BaseException] = []
-        for node, indices in groups:
+        for node, slots in groups:
             try:
-                sent.append(send(self.client.get_redis_connection(node), pack(indices)))
+                if spread is None:
+                    chunks = pack(slots[0])
+                else:
+                    chunks = [b"".join([c for idx in slots for c in pack(idx)])]
+                sent.append(send(self.client.get_redis_connection(node), chunks))
             except (RedisError, OSError) as exc:  # the caller decides: retry, or fail
                 sent.append(exc)
-        out: list[tuple[list[int], list[Reply] | BaseException]] = []
-        for (_, indices), pending in zip(groups, sent, strict=True):
+        out: list[tuple[list[int], list[Reply] | BaseException, bool]] = []
+        for (_, slots), pending in zip(groups, sent, strict=True):
+            indices = slots[0] if len(slots) == 1 else list(chain.from_iterable(slots))
             if isinstance(pending, BaseException):
-                out.append((indices, pending))
+                out.append((indices, pending, True))
                 continue
             try:
-                got = receive(pending, 1 if spread else len(indices))
+                got = receive(pending, len(slots) if spread else len(indices))
             except (RedisError, OSError) as exc:
-                out.append((indices, exc))
+                out.append((indices, exc, True))
                 continue
+            has_error = any(isinstance(reply, Exception) for reply in got)
             if spread is None:
-                out.append((indices, got))
-            elif isinstance(got[0], Exception):
-                out.append((indices, [got[0]] * len(indices)))
-            else:
-                out.append((indices, spread(got[0], len(indices))))
+                out.append((indices, got, has_error))
+                continue
+            replies: list[Reply] = []
+            for idx, reply in zip(slots, got, strict=True):
+                if isinstance(reply, Exception):
+                    replies += [reply] * len(idx)
+                else:
+                    replies += spread(reply, len(idx))
+            out.append((indices, replies, has_error))
         return out
 
     def _by_master(
-        self, names: Sequence[bytes], todo: list[int]
-    ) -> list[tuple[ClusterNode, list[int]]]:
+        self, names: Sequence[bytes], todo: list[int], by_slot: bool
+    ) -> list[tuple[ClusterNode, list[list[int]]]]:
+        """Each master with its pages (indices into `names`, in batch order): one list, or
+        with `by_slot` one list per slot."""
         slots = self.client.nodes_manager.slots_cache
-        built, owner, masters = self._table
+        built, owner, masters, owner_list = self._table
         if slots is not built:  # a new map (a refresh): a new table
             by_name = {nodes[0].name: nodes[0] for nodes in slots.values() if nodes}
             masters = list(by_name.values())
             position = {name: i for i, name in enumerate(by_name)}
-            owner = [position[slots[s][0].name] if slots.get(s) else -1 for s in range(_SLOTS)]
-            self._table = (slots, owner, masters)
-        picked = names if len(todo) == len(names) else [names[i] for i in todo]
-        # Comprehensions, not a loop: this runs for every page of every batch.
-        if b"{" in b"".join(picked):
-            owners = [owner[key_slot(name)] for name in picked]
-        else:
-            owners = [owner[crc_hqx(name, 0) % _SLOTS] for name in picked]
-        if -1 in owners:
-            name = picked[owners.index(-1)]
-            raise SlotNotCoveredError(f"slot {key_slot(name)} of {name!r} has no master")
-        # Grouped by a stable sort (C code; each master's pages stay in batch order), split
-        # at each master's count.
-        order = sorted(range(len(todo)), key=owners.__getitem__)
-        groups, start = [], 0
-        for m in range(len(masters)):
-            end = start + owners.count(m)
-            groups.append([todo[i] for i in order[start:end]] if end > start else [])
-            start = end
-        return [(masters[m], idx) for m, idx in enumerate(groups) if idx]
+            owner_list = [position[slots[s][0].name] if slots.get(s) else -1 for s in range(SLOTS)]
+            owner = np.array(owner_list, dtype=np.int64)
+            self._table = (slots, owner, masters, owner_list)
+        whole = len(todo) == len(names)
+        picked = names if whole else [names[i] for i in todo]
+        groups = group_by_master(owner, owner_list, picked, by_slot)
+        if whole:
+            return [(masters[m], lists) for m, lists in groups]
+        return [(masters[m], [[todo[i] for i in g] for g in lists]) for m, lists in groups]

@@ -72,6 +72,11 @@ def key_commands(command: bytes, names: Sequence[bytes]) -> list[bytes | memoryv
     return [_each(b"*2\r\n" + _bulk(command), names)]
 
 
+def multi_key_command(command: bytes, names: Sequence[bytes]) -> list[bytes | memoryview]:
+    """`COMMAND name...` as one command (`MGET`, `EXISTS`; on a cluster, of one slot)."""
+    return [b"*%d\r\n" % (1 + len(names)) + _bulk(command) + _each(b"", names)]
+
+
 def script_command(script: bytes, args: Sequence[bytes]) -> list[bytes | memoryview]:
     """`EVAL script 0 arg...`: a script given no keys, only arguments."""
     head = b"*%d\r\n" % (3 + len(args)) + _bulk(b"EVAL") + _bulk(script) + _bulk(b"0")

@@ -108,9 +108,9 @@ class AuxStorage:
         return self.swa is not None or self.mamba is not None
 
     # ------------------------------------------------------------------ backup
-    def backup_jobs(self, chain: list[TreeNode], digests: list[bytes]) -> list[AuxJob]:
-        """The pages to write for `chain` (root-first; `digests` are its path's page
-        digests from the root): per pool, its keys, payloads and owners."""
+    def backup_jobs(self, chain: list[TreeNode], keys: list[PageKey]) -> list[AuxJob]:
+        """The pages to write for `chain` (root-first; `keys` are its path's full-pool page
+        keys from the root): per pool, its keys, payloads and owners."""
         ps, tree = self.page_size, self.tier.cache.tree
         swa_keys: list[PageKey] = []
         swa_pages: list[int] = []  # host SWA pages, for the payloads
@@ -127,14 +127,14 @@ class AuxStorage:
             if self.mamba is not None:
                 state = node.data[self.mamba.index].host_value
                 if state is not None:
-                    mamba_keys.append(self.mamba_keyspace.key(digests[last - 1]))
+                    mamba_keys += self.mamba_keyspace.same_pages(keys[last - 1 : last])
                     mamba_slots.append(int(state[0]))
                     mamba_owners.append((node, 1))
             if self.swa is not None:
                 window = node.data[self.swa.index].host_value
                 if window is not None:
                     lo = max(first, last - self.window_pages)
-                    swa_keys.extend(self.swa_keyspace.keys(digests[lo:last]))
+                    swa_keys += self.swa_keyspace.same_pages(keys[lo:last])
                     rows = np.asarray(window)[(lo - first) * ps :: ps]
                     swa_pages.extend(int(s) // ps for s in rows)
                     swa_owners.append((node, last - lo))
@@ -164,13 +164,13 @@ class AuxStorage:
         for b in range(hi, lo, -1):
             mamba_key = None
             if self.mamba is not None:
-                mamba_key = self.mamba_keyspace.key(keys[b - 1].digest)
+                mamba_key = self.mamba_keyspace.same_pages(keys[b - 1 : b])[0]
                 if self.backend.batch_exists([mamba_key]) != 1:
                     continue
             swa_keys: list[PageKey] = []
             if self.swa is not None:
                 first = max(0, b - self.window_pages)
-                window = self.swa_keyspace.keys([k.digest for k in keys[first:b]])
+                window = self.swa_keyspace.same_pages(keys[first:b])
                 if self.backend.batch_exists(window) != len(window):
                     continue
                 swa_keys = window[max(lo, first) - first :]

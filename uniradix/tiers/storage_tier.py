@@ -151,7 +151,7 @@ class StorageTier:
             self._backups[ticket] = (chain, tree.prefix_len(chain[0]) - chain[0].num_tokens)
             # The auxiliary pools' pages follow their chain's (one FIFO writer): a resumable
             # boundary never has its window or state stored before its full pages.
-            jobs = self.aux.backup_jobs(chain, digests) if self.aux is not None else []
+            jobs = self.aux.backup_jobs(chain, keys) if self.aux is not None else []
             for job in jobs:
                 aux_ticket = self._submit(job.keys, job.payloads)
                 if aux_ticket is None:
