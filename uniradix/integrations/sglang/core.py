@@ -90,7 +90,7 @@ class UniradixTreeCore(HostStorage, TreeCoreViews):
                 raise ValueError("a Mamba cache needs SGLang's MambaComponent, got none")
             index = 1 if self.swa is None else 2
             grid, cap = mamba.mamba_checkpoint_grid, mamba.mamba_max_states_per_path
-            self.mamba = MambaTree(index, grid, cap, self.device)
+            self.mamba = MambaTree(index, grid, cap)
             if self.swa is not None:
                 self.swa.mamba = self.mamba
         # What a match's end needs, checked inside the tree walk (see `match_prefix`).
@@ -153,21 +153,23 @@ class UniradixTreeCore(HostStorage, TreeCoreViews):
         )
         if not path:
             return self._empty
-        accepted, device_len = path, full_len
+        last_visited, device_len = path[-1].id, full_len
         if num_accepted < len(path):  # SWA or Mamba stopped the match short
-            accepted, device_len = path[:num_accepted], 0
-            for node in accepted:  # a loop: `sum` over a generator costs more
+            # Cut in place (the walk's list is this call's own): no second list per match.
+            del path[num_accepted:]
+            device_len = 0
+            for node in path:  # a loop: `sum` over a generator costs more
                 device_len += node.num_tokens
-        best = accepted[-1] if accepted else self.tree.root
-        self.tree.touch_path(accepted)
+        best = path[-1] if path else self.tree.root
+        self.tree.touch_path(path)
         branching = mamba_branching = None
         if swa is not None:
             swa.refresh_window(best)
             # Full KV reaching past the last usable SWA window: where a window would hit.
             branching = full_len if full_len > device_len else None
         if mamba is not None:
-            mamba_branching = mamba.matched(best if accepted else None, full_len, device_len)
-        return match_result(device_len, best.id, path[-1].id, branching, mamba_branching, full_len)
+            mamba_branching = mamba.matched(best if path else None, full_len, device_len)
+        return match_result(device_len, best.id, last_visited, branching, mamba_branching, full_len)
 
     def set_component_device_value(self, node_id: int, component_type: Any, value: Any) -> None:
         if component_type == SWA and self.swa is not None:

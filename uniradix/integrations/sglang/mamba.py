@@ -15,7 +15,8 @@ semantics:
   node), any other node loses its state (a tombstone). An SWA tombstone takes the node's
   state with it.
 
-States are kept as the controller hands them (their dtype included), as host arrays.
+States are kept as the controller hands them: the tensor itself, as SGLang's cores keep it
+(the controller hands it over with the insert or `set_value`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import torch
 from sglang.srt.mem_cache.unified_cache.cache_action import MambaEvictExcessPathStates
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 
-from uniradix.integrations.sglang.keys import to_tensor
 from uniradix.integrations.sglang.ledger import ComponentLedger
 from uniradix.integrations.sglang.walk import LruEvictionWalk
 from uniradix.tree.core import TreeCore
@@ -37,11 +37,10 @@ MAMBA = ComponentType.MAMBA
 
 
 class MambaTree(ComponentLedger, LruEvictionWalk):
-    def __init__(self, index: int, grid: int, cap: int, device: torch.device) -> None:
+    def __init__(self, index: int, grid: int, cap: int) -> None:
         self.index = index
         self.grid = grid  # depths a state may sit at: multiples of this (SGLang's checkpoint grid)
         self.cap = cap  # states kept on one root path; negative: no cap
-        self.device = device
 
     def reset(self, tree: TreeCore) -> None:
         self.tree = tree
@@ -51,9 +50,9 @@ class MambaTree(ComponentLedger, LruEvictionWalk):
         self.evict_end()
 
     def tensor(self, node: TreeNode) -> torch.Tensor:
-        value = node.data[self.index].value
+        value: torch.Tensor | None = node.data[self.index].value  # type: ignore[assignment]
         assert value is not None, f"{node} has no Mamba state"
-        return to_tensor(value, self.device)
+        return value
 
     def matched(self, best: TreeNode | None, full_hit: int, device_len: int) -> int | None:
         """A match used `best`'s state (None: no state): it becomes the most recent. Returns
@@ -67,8 +66,7 @@ class MambaTree(ComponentLedger, LruEvictionWalk):
         data = node.data[self.index]
         if data.value is not None:
             raise ValueError(f"node {node.id} already holds a Mamba state")
-        # A host copy in the state's own dtype (the controller frees it back as it gave it).
-        self.store(node, (value if value.is_cpu else value.detach().cpu()).numpy().copy())
+        self.store(node, value)
 
     def commit(
         self, node: TreeNode, is_new: bool, params: Any, result: Any, actions: list[Any]

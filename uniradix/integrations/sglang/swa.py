@@ -19,8 +19,10 @@ Python core does on the same calls:
   evicts the whole node), any other node is tombstoned, its Mamba state with it.
 
 SWA values are SWA pool slots the controller computes (`SWARebuild` and the recover actions)
-and hands back through `set_value`. Freeing a node's SWA frees it by the node's full slots,
-which SGLang's allocator maps to their SWA peers.
+and hands back through `set_value`; the node keeps that tensor, as SGLang's cores do (the
+controller hands it over; a host copy per call cost more than the rest of the call). Freeing
+a node's SWA frees it by the node's full slots, which SGLang's allocator maps to their SWA
+peers.
 """
 
 from __future__ import annotations
@@ -114,7 +116,7 @@ class SwaTree(ComponentLedger, LruEvictionWalk):
     def set_value(self, node: TreeNode, value: torch.Tensor) -> None:
         if node.data[SWA_INDEX].value is not None:
             raise ValueError(f"node {node.id} already holds an SWA value")
-        self.store(node, to_slots(value))
+        self.store(node, value)
 
     def redistribute_on_split(self, parent: TreeNode, child: TreeNode, split_len: int) -> None:
         old, new = child.data[SWA_INDEX], parent.data[SWA_INDEX]
@@ -179,6 +181,8 @@ class SwaTree(ComponentLedger, LruEvictionWalk):
         floor, swa_freed = params.prev_prefix_len, params.get_evicted_seqlen(SWA)
 
         def on_overlap(node: TreeNode, offset: int, units: int) -> None:
+            if offset + units <= floor:  # inside the request's prefix: nothing to recover or free
+                return
             consumed = self.recover_overlap(node, offset, value, params, result, actions)
             start, stop = max(offset, floor), offset + consumed
             if start < stop:

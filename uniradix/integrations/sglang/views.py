@@ -88,7 +88,9 @@ class TreeCoreViews(RefusedTreeCoreMethods):
     def get_component_device_value(self, node_id: int, component_type: Any) -> Any:
         node, index = self._node(node_id), self._index(component_type)
         value = None if index is None else node.data[index].value
-        return None if value is None else to_tensor(value, self.device)
+        if value is None or index:  # SWA and Mamba values are the controller's tensors
+            return value
+        return to_tensor(value, self.device)
 
     def evictable_size(self) -> int:
         return self._evictable
@@ -134,9 +136,11 @@ class TreeCoreViews(RefusedTreeCoreMethods):
         return self._evictable + self._protected, aux
 
     def _flatten(self, index: int) -> torch.Tensor:
-        kept = [v for n in self.tree.nodes() if (v := n.data[index].value) is not None]
+        kept: list[Any] = [v for n in self.tree.nodes() if (v := n.data[index].value) is not None]
         if not kept:
             return torch.empty(0, dtype=torch.int64, device=self.device)
+        if index:  # SWA and Mamba values are the controller's tensors
+            return torch.cat(kept)
         return to_tensor(np.concatenate(kept), self.device)
 
     def all_values_flatten(self) -> torch.Tensor:
