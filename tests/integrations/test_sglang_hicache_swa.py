@@ -1,0 +1,52 @@
+"""SGLang's HiCache on FULL+SWA caches (SWA host windows), on the uniradix core and on SGLang's
+Python core: SGLang's own `UnifiedRadixCache` and `HybridCacheController` (CPU copies, see
+`sglang_hicache`) play the same stream on both (`sglang_swa_hicache`), compared call by call,
+with the KV that load-backs bring back, full and SWA, checked against what the requests
+wrote, and the same final tree on both tiers of both components."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.integrations.sglang_env import load_sglang
+
+load_sglang(kits=True)
+
+from sglang.srt.mem_cache.unified_cache.component_type import ComponentType  # noqa: E402
+from sglang.test.kits.unified_radix_cache.config import CONFIGS  # noqa: E402
+
+from tests.integrations.sglang_hicache import build_hicache_cache, cpu_hicache  # noqa: E402
+from tests.integrations.sglang_swa_hicache import (  # noqa: E402
+    play_swa_hicache,
+    swa_tree_state,
+)
+
+FULL, SWA = ComponentType.FULL, ComponentType.SWA
+SWA_CONFIGS = [c for c in CONFIGS if c.components == (FULL, SWA)]
+
+
+def run(cfg, core: str, write_policy: str, n: int, seed: int) -> tuple:
+    with cpu_hicache():
+        cache, _, _ = build_hicache_cache(cfg, core, write_policy)
+        cache.load_back_threshold = cfg.page_size
+        try:
+            trace = play_swa_hicache(cache, cfg, n, seed)
+            cache.writing_check(write_back=True)  # drain every backup still in flight
+            return trace, swa_tree_state(cache), type(cache.tree_core).__name__
+        finally:
+            cache.release_host_resources()
+
+
+@pytest.mark.parametrize("cfg", SWA_CONFIGS, ids=lambda c: c.label)
+def test_swa_hicache_plays_the_same_on_both_cores(cfg):
+    expected, expected_tree, python_core = run(cfg, "python", "write_through", 120, seed=7)
+    trace, tree, uniradix_core = run(cfg, "uniradix", "write_through", 120, seed=7)
+    assert (python_core, uniradix_core) == ("UnifiedTreeCoreInspector", "UniradixInspector")
+    played = [s for s in expected if s[0] != "skip"]
+    assert any(s[1] for s in played), "no load-back"
+    assert all(s[2] for s in played), "a prefix's KV is not what its requests wrote"
+    assert any(any(s[5]) for s in played), "no device eviction"
+    assert any(not r[1] and r[2] for r in expected_tree), "no host-only node"
+    assert any(not r[5] and r[6] for r in expected_tree), "no host-only SWA window"
+    assert trace == expected
+    assert tree == expected_tree
