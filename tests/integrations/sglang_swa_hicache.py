@@ -4,9 +4,12 @@ call by call so two TreeCores can be compared.
 SGLang's own `UnifiedRadixCache` and `HybridCacheController` (CPU copies, `sglang_hicache`)
 back up each new leaf's full KV and the SWA window ending at it to the host pools, demote
 backed-up device leaves under pressure (their SWA goes with them), tombstone SWA windows in
-its SWA eviction walk, and load back a host hit's full KV and the SWA window its match ends
-in. Every request writes its own KV (a marker of its tokens) to a full-attention layer and to
-a sliding-window layer, so a load-back is checked against what the requests wrote, on both.
+its SWA eviction walk (every few requests one runs on its own, so later matches end in
+windows held on the host only), and load back a host hit's full KV and the SWA window its
+match ends in. Some requests free the SWA of their own positions that left the window (the
+insert names that floor) or release their SWA lock early, as decoding requests do. Every
+request writes its own KV (a marker of its tokens) to a full-attention layer and to a
+sliding-window layer, so a load-back is checked against what the requests wrote, on both.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from array import array
 from typing import Any
 
 import torch
-from sglang.srt.mem_cache.base_prefix_cache import InsertParams, MatchPrefixParams
+from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams
 from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 
@@ -93,14 +96,22 @@ def play_swa_hicache(cache: Any, cfg: Any, n: int, seed: int) -> list[tuple]:
     pools, core, ps = Pools(cache), cache.tree_core, cfg.page_size
     host_pools = cache.cache_controller.mem_pool_host
     kv = KvCheck(cache, cfg)
+    window = cfg.sliding_window_size
+    rng = random.Random(seed + 1)
     trace: list[tuple] = []
-    for i, tokens in enumerate(stream(ps, cfg.sliding_window_size, n, seed)):
+    for i, tokens in enumerate(stream(ps, window, n, seed)):
+        if i % 5 == 4:  # SGLang's SWA eviction on its own: tombstones inner windows
+            r = cache.evict(EvictParams(swa_num_tokens=ps * rng.randint(1, 6)))
+            trace.append(("evict", r.num_tokens_evicted, r.swa_num_tokens_evicted))
+        if i % 7 == 6:  # SWA host pressure: host-only windows go, least recent first
+            trace.append(("evict host", cache.evict_host(ps * rng.randint(1, 8), SWA)))
         key = RadixKey(array("q", tokens))
         m = cache.match_prefix(MatchPrefixParams(key=key))
         first = (m.device_prefix_len, m.host_hit_length, m.swa_host_hit_length,
                  m.swa_branching_seqlen, m.full_kv_hit_length)  # fmt: skip
         loaded = False
-        if m.host_hit_length or m.swa_host_hit_length:
+        # Most host hits load back; the rest the insert gives the request's own KV.
+        if (m.host_hit_length or m.swa_host_hit_length) and rng.random() < 0.7:
             loaded = load_back(cache, m.best_match_node)
             m = cache.match_prefix(MatchPrefixParams(key=key))
         done = m.device_prefix_len
@@ -122,6 +133,13 @@ def play_swa_hicache(cache: Any, cfg: Any, n: int, seed: int) -> list[tuple]:
         value = torch.cat([prefix, new])
         params = InsertParams(key=key, value=value, prev_prefix_len=done,
                               swa_branching_seqlen=m.swa_branching_seqlen)  # fmt: skip
+        # A request whose window moved past some of its own positions freed their SWA.
+        floor = (len(tokens) - window - rng.randint(0, 2 * ps)) // ps * ps
+        if floor > done and rng.random() < 0.5:
+            pools.kv.free_swa_segment(value[done:floor], start_pos=done)
+            params.set_evicted_seqlen(SWA, floor)
+        if rng.random() < 0.3:
+            cache.release_swa(lock)
         r = cache.insert(params)
         cache.unlock(lock)
         if i % 2:

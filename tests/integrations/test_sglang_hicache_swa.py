@@ -37,16 +37,24 @@ def run(cfg, core: str, write_policy: str, n: int, seed: int) -> tuple:
             cache.release_host_resources()
 
 
-@pytest.mark.parametrize("cfg", SWA_CONFIGS, ids=lambda c: c.label)
-def test_swa_hicache_plays_the_same_on_both_cores(cfg):
-    expected, expected_tree, python_core = run(cfg, "python", "write_through", 120, seed=7)
-    trace, tree, uniradix_core = run(cfg, "uniradix", "write_through", 120, seed=7)
+@pytest.mark.parametrize(
+    "cfg, write_policy",
+    [(c, "write_through") for c in SWA_CONFIGS]
+    + [(c, "write_through_selective") for c in SWA_CONFIGS[1:4:2]],
+    ids=lambda v: getattr(v, "label", v),
+)
+def test_swa_hicache_plays_the_same_on_both_cores(cfg, write_policy):
+    expected, expected_tree, python_core = run(cfg, "python", write_policy, 120, seed=7)
+    trace, tree, uniradix_core = run(cfg, "uniradix", write_policy, 120, seed=7)
     assert (python_core, uniradix_core) == ("UnifiedTreeCoreInspector", "UniradixInspector")
-    played = [s for s in expected if s[0] != "skip"]
+    played = [s for s in expected if s[0] not in ("skip", "evict", "evict host")]
     assert any(s[1] for s in played), "no load-back"
     assert all(s[2] for s in played), "a prefix's KV is not what its requests wrote"
     assert any(any(s[5]) for s in played), "no device eviction"
+    assert sum(s[2] for s in expected if s[0] == "evict") > 0, "no SWA tombstone"
+    assert sum(s[1] for s in expected if s[0] == "evict host") > 0, "no SWA host eviction"
     assert any(not r[1] and r[2] for r in expected_tree), "no host-only node"
-    assert any(not r[5] and r[6] for r in expected_tree), "no host-only SWA window"
+    if write_policy == "write_through":
+        assert any(not r[5] and r[6] for r in expected_tree), "no host-only SWA window"
     assert trace == expected
     assert tree == expected_tree
