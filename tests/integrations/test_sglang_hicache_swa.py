@@ -25,14 +25,15 @@ FULL, SWA = ComponentType.FULL, ComponentType.SWA
 SWA_CONFIGS = [c for c in CONFIGS if c.components == (FULL, SWA)]
 
 
-def run(cfg, core: str, write_policy: str, n: int, seed: int) -> tuple:
+def run(cfg, core: str, write_policy: str, n: int, seed: int, **kwargs) -> tuple:
     with cpu_hicache():
-        cache, _, _ = build_hicache_cache(cfg, core, write_policy)
+        cache, _, _ = build_hicache_cache(cfg, core, write_policy, **kwargs)
         cache.load_back_threshold = cfg.page_size
         try:
             trace = play_swa_hicache(cache, cfg, n, seed)
             cache.writing_check(write_back=True)  # drain every backup still in flight
-            return trace, swa_tree_state(cache), type(cache.tree_core).__name__
+            events = cache.take_events()
+            return trace, swa_tree_state(cache), type(cache.tree_core).__name__, events
         finally:
             cache.release_host_resources()
 
@@ -44,8 +45,8 @@ def run(cfg, core: str, write_policy: str, n: int, seed: int) -> tuple:
     ids=lambda v: getattr(v, "label", v),
 )
 def test_swa_hicache_plays_the_same_on_both_cores(cfg, write_policy):
-    expected, expected_tree, python_core = run(cfg, "python", write_policy, 120, seed=7)
-    trace, tree, uniradix_core = run(cfg, "uniradix", write_policy, 120, seed=7)
+    expected, expected_tree, python_core, _ = run(cfg, "python", write_policy, 120, seed=7)
+    trace, tree, uniradix_core, _ = run(cfg, "uniradix", write_policy, 120, seed=7)
     assert (python_core, uniradix_core) == ("UnifiedTreeCoreInspector", "UniradixInspector")
     played = [s for s in expected if s[0] not in ("skip", "evict", "evict host")]
     assert any(s[1] for s in played), "no load-back"
@@ -58,3 +59,14 @@ def test_swa_hicache_plays_the_same_on_both_cores(cfg, write_policy):
         assert any(not r[5] and r[6] for r in expected_tree), "no host-only SWA window"
     assert trace == expected
     assert tree == expected_tree
+
+
+@pytest.mark.parametrize("cfg", SWA_CONFIGS[:2], ids=lambda c: c.label)
+def test_swa_hicache_kv_events_are_the_same_on_both_cores(cfg):
+    """Device and host stores and removals (`medium` GPU / CPU), in the same order."""
+    runs = [run(cfg, core, "write_through", 80, 3, enable_kv_cache_events=True)
+            for core in ("python", "uniradix")]  # fmt: skip
+    events = [r[3] for r in runs]
+    media = {str(getattr(e, "medium", None)) for e in events[0]}
+    assert {"StorageMedium.GPU", "StorageMedium.CPU"} <= media, media
+    assert events[1] == events[0]

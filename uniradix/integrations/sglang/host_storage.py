@@ -217,6 +217,6 @@ class HostStorage(HostWalks):
         if comp_xfers:
             raise NotImplementedError(
                 f"uniradix TreeCore: commit_hicache_transfers got component transfers "
-                f"{sorted(str(c) for c in comp_xfers)}, which need SWA and Mamba host "
-                "windows, not supported yet"
+                f"{sorted(str(c) for c in comp_xfers)}, which need SWA and Mamba L3 "
+                "storage transfers, not supported yet"
             )
