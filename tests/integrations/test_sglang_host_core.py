@@ -121,7 +121,15 @@ def test_host_methods_in_lock_step(write_policy):
     assert evicted > 0 and (drops > 0) == (write_policy == "write_back")
 
 
-def test_hicache_is_refused_for_swa_and_mamba_by_name():
-    cfg = next(c for c in CONFIGS if c.label == "FULL_SWA_ps4_sw4")
-    with cpu_hicache(), pytest.raises(NotImplementedError, match="set_hicache_enabled covers"):
-        build_hicache_cache(cfg, "uniradix", "write_through")
+@pytest.mark.parametrize(
+    "label, write_policy, refusal",
+    [
+        ("FULL_SWA_ps4_sw4", "write_back", "SWA host windows under hicache_write_policy"),
+        ("FULL_MAMBA_ps4", "write_through", "Mamba host states are not supported"),
+        ("FULL_SWA_MAMBA_ps64_sw64", "write_through", "Mamba host states are not supported"),
+    ],
+)
+def test_hicache_not_covered_is_refused_by_name(label, write_policy, refusal):
+    cfg = next(c for c in CONFIGS if c.label == label)
+    with cpu_hicache(), pytest.raises(NotImplementedError, match=refusal):
+        build_hicache_cache(cfg, "uniradix", write_policy)

@@ -2,8 +2,8 @@
 
 SGLang's `UnifiedRadixCache` drives a TreeCore through that interface only; this one keeps
 the tree in `uniradix.tree.core.TreeCore` (FULL as component 0, then SWA windows: `swa.py`,
-Mamba states: `mamba.py`; with HiCache on, FULL's host tier: `host.py`, `host_walks.py`,
-and its L3 storage: `host_storage.py`).
+Mamba states: `mamba.py`; with HiCache on, the host tier: `host.py`, `host_walks.py`, SWA
+host windows: `host_swa.py`, and FULL's L3 storage: `host_storage.py`).
 What it does not cover is refused at build (`check_supported`, `set_hicache_enabled`) or by
 the method, by name (`refused.py`).
 
@@ -53,7 +53,8 @@ _DEFERRABLE = (FreeDeviceKV, FreeDeviceKVFullOnly)
 
 
 class UniradixTreeCore(HostStorage, TreeCoreViews):
-    """SGLang's unified cache (FULL, SWA, Mamba; the host tier for FULL) on uniradix's tree."""
+    """SGLang's unified cache (FULL, SWA, Mamba; the host tier for FULL and SWA) on uniradix's
+    tree."""
 
     supports_rotation_base = False
 

@@ -9,8 +9,8 @@ from both: a backed-up device leaf is demoted, an unbacked one deleted (write-th
 handed back for a backup (write-back); host leaves are evicted in the cache's policy order;
 a host lock pins a segment of host copies; load-back rebuilds the device values of the
 evicted bottom of a path. The match and insert walks of a HiCache cache are in
-`host_walks.py`, L3 storage's page hashes in `host_storage.py`. SWA and Mamba host windows
-are refused by name.
+`host_walks.py`, L3 storage's page hashes in `host_storage.py`, SWA host windows in
+`host_swa.py`. Mamba host states, and SWA host windows under write-back, are refused by name.
 """
 
 from __future__ import annotations
@@ -40,10 +40,11 @@ from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import (
 )
 
 from uniradix.integrations.sglang.events import EventNodes
+from uniradix.integrations.sglang.host_swa import SWA, WRITE_BACK_REFUSED, SwaHostTier
 from uniradix.integrations.sglang.keys import to_tensor
 from uniradix.integrations.sglang.mamba import MambaTree
 from uniradix.integrations.sglang.receipts import check_receipt
-from uniradix.integrations.sglang.swa import SwaTree
+from uniradix.integrations.sglang.swa import SWA_INDEX, SwaTree
 from uniradix.tree.core import TreeCore
 from uniradix.tree.node import TreeNode
 from uniradix.tree.policy import PolicyKey
@@ -53,7 +54,7 @@ CPU, GPU = StorageMedium.CPU, StorageMedium.GPU
 _DIGEST_MASK = (1 << 42) - 1  # SGLang's width of the write-back reclaim digest
 
 
-class HostTier:
+class HostTier(SwaHostTier):
     """HiCache state and the TreeCore methods that move KV between device and host."""
 
     tree: TreeCore
@@ -61,7 +62,6 @@ class HostTier:
     swa: SwaTree | None
     mamba: MambaTree | None
     enable_hicache: bool
-    is_write_back: bool
     write_through_threshold: int
     _policy: PolicyKey
     _nodes: dict[int, TreeNode]
@@ -87,15 +87,19 @@ class HostTier:
         self._host_uuids = count(1)
         # Device leaves a write-back walk popped but could neither back up nor drop.
         self._kept_leaves: list[TreeNode] = []
+        self._reset_swa_host()
 
     def set_hicache_enabled(self) -> None:
-        if self.swa is not None or self.mamba is not None:
+        if self.mamba is not None:
             raise NotImplementedError(
-                "uniradix TreeCore: set_hicache_enabled covers FULL attention only; SWA and "
-                "Mamba host windows are not supported yet"
+                "uniradix TreeCore: set_hicache_enabled covers FULL attention and SWA; Mamba "
+                "host states are not supported yet"
             )
+        if self.swa is not None and self.is_write_back:
+            raise NotImplementedError(WRITE_BACK_REFUSED)
         self.enable_hicache = True
         self.tree.host_only_nodes = True
+        self._reset_swa_host()
 
     def set_host_memory_buffer_only(self) -> None:
         raise NotImplementedError(
@@ -107,9 +111,12 @@ class HostTier:
         return self._node(node_id).data[0].host_value is not None
 
     def component_has_host_value_only(self, node_id: int, component_type: Any) -> bool:
-        if component_type != FULL:
+        if component_type == FULL:
+            data = self._node(node_id).data[0]
+        elif component_type == SWA and self.swa is not None:
+            data = self._node(node_id).data[SWA_INDEX]
+        else:
             return False
-        data = self._node(node_id).data[0]
         return data.value is None and data.host_value is not None
 
     def is_write_through_compatible(self) -> bool:
@@ -143,6 +150,8 @@ class HostTier:
                     new_child_node_id=child.id,
                 )
             )
+        if self.swa is not None:
+            self._swa_split_host(parent, child)
         self._track_duplicate(parent)
 
     def _check_host(self, nodes: list[TreeNode]) -> None:
@@ -155,6 +164,7 @@ class HostTier:
             assert data.host_lock_ref >= 0, node
             if data.value is None:
                 assert all(c.data[0].value is None for c in node.children.values()), node
+        self._swa_check_host(nodes)
 
     def _take_split_actions(self) -> list[Any]:
         actions, self._split_actions = self._split_actions, []
@@ -198,16 +208,19 @@ class HostTier:
         node = self._node(node_id)
         result = IncLockRefResult(node_id=node_id)
         data = node.data[0]
-        if data.host_value is None and not self.is_write_back:
-            return result  # nothing on the host to pin
-        if not data.metadata or "host_uuid" not in data.metadata:
-            data.metadata = {"host_uuid": next(self._host_uuids)}
-        result.set_lock_uuid(FULL, data.metadata["host_uuid"], lock_host=True)
-        data.host_lock_ref += 1
+        if data.host_value is not None or self.is_write_back:  # else nothing to pin
+            if not data.metadata or "host_uuid" not in data.metadata:
+                data.metadata = {"host_uuid": next(self._host_uuids)}
+            result.set_lock_uuid(FULL, data.metadata["host_uuid"], lock_host=True)
+            data.host_lock_ref += 1
+        if self.swa is not None:
+            self._swa_lock_host(node, result)
         return result
 
     def dec_host_lock_ref(self, node_id: int, params: Any) -> Any:
         check_receipt(node_id, params)
+        if self.swa is not None:  # SGLang releases the components in reverse order
+            self._swa_unlock_host(self._node(node_id), params)
         if FULL not in params.component_host_lock_uuids:
             return DecLockRefResult()  # the receipt pinned nothing
         boundary = params.get_lock_uuid(FULL, lock_host=True)
@@ -237,8 +250,10 @@ class HostTier:
             result.unbacked_tokens = node.num_tokens
             if self._events is not None:
                 self._events.removed(node, GPU)
+            self._swa_free_device(node, result)
             self._free_device(node, result)
-            self._delete(node)
+            self._swa_free_host(node, result, counted=False)
+            self._delete(node, result)
         return result
 
     def demote(self, node_id: int) -> Any:
@@ -251,6 +266,9 @@ class HostTier:
         return result
 
     def _demote(self, node: TreeNode, result: BaseEvictionResult) -> None:
+        if self.swa is not None:
+            self._swa_free_device(node, result)  # SWA's slots are named by the full ones
+            self._swa_dropped(node)  # a host-only window now, whatever its host locks
         self._free_device(node, result)
         if self._events is not None:
             self._events.removed(node, GPU, drop=False)
@@ -269,15 +287,18 @@ class HostTier:
             self._evictable -= node.num_tokens
         data.value = None
 
-    def _delete(self, node: TreeNode) -> None:
+    def _delete(self, node: TreeNode, result: Any = None) -> None:
         """Removes a childless `node` holding no copy, then its ancestors left childless
-        with no copy and no lock (tombstones), as SGLang's core does."""
+        with no full KV and no lock (tombstones, their SWA host copies freed into
+        `result`), as SGLang's core does."""
         while node.parent is not None and not node.children:
             data = node.data[0]
             if data.value is not None or data.host_value is not None:
                 break
-            if data.lock_ref or data.host_lock_ref:
+            if data.lock_ref or data.host_lock_ref or (self.swa and self._swa_locked(node)):
                 break
+            if result is not None:
+                self._swa_free_host(node, result, counted=True)
             parent = self.tree.remove_leaf(node)
             del self._nodes[node.id]
             for marks in (self._write_pending, self._load_pending, self._duplicates):
@@ -296,10 +317,14 @@ class HostTier:
             and not data.host_lock_ref
             and not data.lock_ref
             and not node.children
+            and not (self.swa and self._swa_locked(node))
         )
 
     def drive_host_eviction(self, component_type: Any, num_tokens: int) -> Any:
         result = DriveHostEvictionResult()
+        if component_type == SWA and self.swa is not None:
+            self._swa_drive_host_eviction(num_tokens, result)
+            return result
         if component_type != FULL:
             return result  # no other component of this core keeps host copies
         if self.is_write_back and not envs.SGLANG_HICACHE_SKIP_HOST_DUPLICATE_RECLAIM.get():
@@ -313,11 +338,16 @@ class HostTier:
                 continue
             parent = node.parent
             assert parent is not None
-            self._evict_host_copy(node, result)
-            self._delete(node)
+            self._evict_host_leaf(node, result)
             if self._is_host_leaf(parent):
                 heapq.heappush(heap, (policy(parent), parent.id, parent))
         return result
+
+    def _evict_host_leaf(self, node: TreeNode, result: Any) -> None:
+        """A host leaf goes whole: its host copies (counted), then the tombstones above."""
+        self._evict_host_copy(node, result)
+        self._swa_free_host(node, result, counted=True)
+        self._delete(node, result)
 
     def _evict_host_copy(self, node: TreeNode, result: BaseEvictionResult) -> None:
         data = node.data[0]

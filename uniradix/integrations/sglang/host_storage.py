@@ -55,6 +55,11 @@ class HostStorage(HostWalks):
     @enable_storage.setter
     def enable_storage(self, value: bool) -> None:
         # SGLang's cache sets it when a storage backend attaches (and at build, off).
+        if value and getattr(self, "swa", None) is not None:
+            raise NotImplementedError(
+                "uniradix TreeCore: L3 storage of an SWA cache (its SWA pages, "
+                "build_hicache_transfers) is not supported yet"
+            )
         if value and not self._storage:
             self._hash_views().hashing = True
         elif not value and self._storage and self._events is not None:
@@ -212,6 +217,6 @@ class HostStorage(HostWalks):
         if comp_xfers:
             raise NotImplementedError(
                 f"uniradix TreeCore: commit_hicache_transfers got component transfers "
-                f"{sorted(str(c) for c in comp_xfers)}, which need SWA and Mamba host "
-                "windows, not supported yet"
+                f"{sorted(str(c) for c in comp_xfers)}, which need SWA and Mamba L3 "
+                "storage transfers, not supported yet"
             )

@@ -24,6 +24,7 @@ from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import (
 )
 
 from uniradix.integrations.sglang.host import HostTier
+from uniradix.integrations.sglang.host_swa import SWA
 from uniradix.integrations.sglang.keys import to_slots, to_tensor
 from uniradix.tree.node import TreeNode
 
@@ -34,11 +35,14 @@ CPU, GPU = StorageMedium.CPU, StorageMedium.GPU
 class HostTransfers(HostTier):
     # ------------------------------------------------------------------ backup
     def build_backup_spec(self, node_id: int) -> tuple[torch.Tensor, dict[Any, Any]]:
-        data = self._node(node_id).data[0]
+        """The node's full KV unless backed up, and the SWA of its window not yet backed up."""
+        node = self._node(node_id)
+        data = node.data[0]
         if data.value is None:
             raise ValueError(f"build_backup_spec: node {node_id} has no device value")
         value = to_tensor(data.value, self.device)
-        return (value[:0] if data.host_value is not None else value), {}
+        full = value[:0] if data.host_value is not None else value
+        return full, self._swa_backup_transfers(node)
 
     def build_backup_kv_action(self, node_id: int) -> Any:
         return self._backup_chain(self._node(node_id))
@@ -57,10 +61,15 @@ class HostTransfers(HostTier):
         return BackupKV(node_ids=chain)
 
     def commit_backup(self, node_id: int, host_indices: Any, comp_xfers: Any) -> None:
-        if comp_xfers:
-            raise ValueError(f"commit_backup: FULL-only core got component transfers {comp_xfers}")
+        node = self._node(node_id)
+        if set(comp_xfers) - ({SWA} if self.swa is not None else set()):
+            raise ValueError(
+                f"commit_backup: component transfers this core has none of: {comp_xfers}"
+            )
         if host_indices.numel() > 0:
-            self._node(node_id).data[0].host_value = to_slots(host_indices)
+            node.data[0].host_value = to_slots(host_indices)
+        if comp_xfers:
+            self._swa_commit_backup(node, comp_xfers[SWA])
 
     def mark_write_through_pending(self, node_ids: list[int], ack_id: int) -> list[int]:
         marked: list[tuple[int, int, int]] = []
@@ -126,23 +135,27 @@ class HostTransfers(HostTier):
 
     # ------------------------------------------------------------------ load-back
     def build_load_back_spec(self, node_id: int, req: Any = None) -> tuple[Any, dict[Any, Any]]:
-        """The host copies of the evicted bottom of `node_id`'s path, root side first."""
-        node: TreeNode | None = self._node(node_id)
+        """The host copies of the evicted bottom of `node_id`'s path, root side first (and of
+        the SWA window ending there that left the device)."""
+        anchor = self._node(node_id)
+        node: TreeNode | None = anchor
         host, ids = [], []
         while node is not None and node.parent is not None and node.data[0].value is None:
             assert node.data[0].host_value is not None, f"{node} has no copy on either tier"
             host.append(node.data[0].host_value)
             ids.append(node.id)
             node = node.parent
-        if any(self._load_pending.get(i, node_id) != node_id for i in ids):
-            host, ids = [], []  # another load-back reads them: the caller backs off
+        swa = self._swa_load_transfers(anchor)
+        loaded = ids + [i for t in swa.values() for i in t[0].nodes_to_load]
+        if any(self._load_pending.get(i, node_id) != node_id for i in loaded):
+            host, ids, swa = [], [], {}  # another load-back reads them: the caller backs off
         host.reverse()
         ids.reverse()
         indices = np.concatenate(host) if host else np.empty(0, dtype=np.int64)
         transfer = PoolTransfer(
             name=PoolName.KV, host_indices=torch.from_numpy(indices), nodes_to_load=ids
         )
-        return transfer, {}
+        return transfer, swa
 
     def commit_load_back(
         self, node_id: int, device_indices: Any, kv_xfer: Any, comp_xfers: Any
@@ -167,8 +180,11 @@ class HostTransfers(HostTier):
         if self._events is not None:
             for node in loaded:
                 self._events.restored(node, GPU)
+        actions: list[Any] = []
+        if SWA in comp_xfers:
+            self._swa_commit_load(comp_xfers[SWA], actions)
         self.tree.update_leaf(anchor)
-        return []
+        return actions
 
     def finish_load_back(self, anchor_node_id: int) -> None:
         node: TreeNode | None = self._node(anchor_node_id)

@@ -21,6 +21,7 @@ from sglang.srt.disaggregation.kv_events import StorageMedium
 from sglang.srt.mem_cache.base_prefix_cache import InsertResult, MatchResult
 from sglang.srt.mem_cache.unified_cache.cache_action import (
     FreeDeviceKV,
+    FreeDeviceKVFullOnly,
     UpdatePendingBackupOnNodeSplit,
 )
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
@@ -33,7 +34,7 @@ from uniradix.tree.node import TreeNode
 
 FULL = ComponentType.FULL
 CPU, GPU = StorageMedium.CPU, StorageMedium.GPU
-_DEFERRABLE = (FreeDeviceKV, UpdatePendingBackupOnNodeSplit)
+_DEFERRABLE = (FreeDeviceKV, FreeDeviceKVFullOnly, UpdatePendingBackupOnNodeSplit)
 
 
 class HostWalks(HostTransfers):
@@ -56,6 +57,8 @@ class HostWalks(HostTransfers):
                 break
         if not path:
             return self._empty
+        if self.swa is not None:
+            return self._match_host_swa(path, matched)
         device_len, last_device = 0, self.tree.root
         for node in path:  # the device part of a path is its top (eviction takes leaves)
             if node.data[0].value is None:
@@ -72,6 +75,37 @@ class HostWalks(HostTransfers):
             last_visited_node_id=best.id,
             host_hit_length=matched - device_len,  # every node below holds a host copy
             full_kv_hit_length=matched,
+            cache_actions=self._take_split_actions(),
+        )
+
+    def _match_host_swa(self, path: list[TreeNode], matched: int) -> Any:
+        """As `_match_host`, where the match may end only at a node whose SWA window holds
+        (on either tier; on the device for the device part): SGLang's validators."""
+        assert self.swa is not None
+        num_best, num_device = self._swa_match_bounds(path)
+        root = self.tree.root
+        best = path[num_best - 1] if num_best else root
+        last_device = path[num_device - 1] if num_device else root
+        device_len = sum(n.num_tokens for n in path[:num_device])
+        host_hit = sum(  # the full host copies between the device match and `best`
+            len(n.data[0].host_value)
+            for n in path[num_device:num_best]
+            if n.data[0].host_value is not None
+        )
+        self.tree.touch_path(path[:num_best])
+        if num_best:
+            self.swa.refresh_window(best)
+        swa_host_hit, branching = self._swa_match_extras(best, device_len + host_hit, matched)
+        return MatchResult(
+            device_prefix_len=device_len,
+            last_device_node=last_device.id,
+            last_host_node=best.id,
+            best_match_node=best.id,
+            last_visited_node_id=path[-1].id,
+            host_hit_length=host_hit,
+            full_kv_hit_length=matched,
+            swa_host_hit_length=swa_host_hit,
+            swa_branching_seqlen=branching,
             cache_actions=self._take_split_actions(),
         )
 
@@ -105,6 +139,7 @@ class HostWalks(HostTransfers):
             prefix_len=0, adopted_ranges={} if params.track_adopted_ranges else None
         )
         actions: list[Any] = []
+        swa = self.swa
         node, off = tree.root, 0
         while off < num_units:
             step = self._step_down(node, key, off, end, actions)
@@ -115,10 +150,21 @@ class HostWalks(HostTransfers):
             if child.data[0].value is None:  # host-only: the request's slots become its KV
                 self._unevict(child, value, off, p, params.session_id)
                 result.record_adopted_range(FULL, off, off + p)
-            elif floor < off + p:  # the request's duplicates of tokens the tree holds
-                actions.append(FreeDeviceKV(indices=[value[max(floor, off) : off + p]]))
-            if off + p > seen and self._count_hit(child):
-                actions.append(self._backup_chain(child))
+                if swa is not None:  # `child` stays the part the walk goes on from
+                    self._with_split_actions(actions, self._swa_recover_unevicted,
+                                             child, off, params, result, actions)  # fmt: skip
+                if off + p > seen and self._count_hit(child):
+                    actions.append(self._backup_chain(child))
+            else:
+                # Counted before an SWA split of its older part, which takes the count back.
+                hit = off + p > seen and self._count_hit(child)
+                if swa is not None:
+                    on_overlap = swa.overlap_hook(value, params, result, actions)
+                    self._with_split_actions(actions, on_overlap, child, off, p)
+                elif floor < off + p:  # the request's duplicates of tokens the tree holds
+                    actions.append(FreeDeviceKV(indices=[value[max(floor, off) : off + p]]))
+                if hit:
+                    actions.append(self._backup_chain(child))
             tree.leaves.refresh(child)
             node, off = child, off + p
             if not all(isinstance(a, _DEFERRABLE) for a in actions):
@@ -132,11 +178,40 @@ class HostWalks(HostTransfers):
             self._evictable += target.num_tokens
             if self._events is not None:
                 self._events.stored(target, params.key, off, params.session_id)
-            if num_units > seen and self._count_hit(target):
+            if swa is not None:
+                swa.commit_leaf(target, off, params, result, actions)
+                if not all(isinstance(a, _DEFERRABLE) for a in actions):
+                    yield InsertStepResult(actions=actions)  # the controller publishes SWA
+                    actions = []
+                swa.refresh_window(target)
+            # As SGLang's core: the leaf's end as its lowest part (after an SWA split) counts.
+            if off + target.num_tokens > seen and self._count_hit(target):
                 actions.append(self._backup_chain(target))
             tree.update_leaf(target)
+        elif swa is not None and target is not tree.root:
+            swa.refresh_window(target)
+            if self._needs_swa_backup(target):  # its window's new SWA goes to the host too
+                actions.append(self._backup_chain(target))
+        if swa is not None and params.swa_branching_seqlen is not None:
+            result.swa_branch_inserted = len(params.key) >= params.swa_branching_seqlen
         result.prefix_len, result.last_device_node = off, target.id
         yield InsertStepResult(actions=actions, result=result)
+
+    def _with_split_actions(self, actions: list[Any], step: Any, *args: Any) -> None:
+        """Runs an SWA step that may split a node; the split's actions go where SGLang's
+        walk puts them, before the step's own."""
+        mark = len(actions)
+        step(*args)
+        actions[mark:mark] = self._take_split_actions()
+
+    def _needs_swa_backup(self, node: TreeNode) -> bool:
+        """A backed-up node, not in flight, whose window holds SWA not yet on the host."""
+        return (
+            not self.is_write_back
+            and node.data[0].host_value is not None
+            and node.id not in self._write_pending
+            and bool(self._swa_unbacked(node))
+        )
 
     def _step_down(
         self, node: TreeNode, key: RadixKey, off: int, end: int, actions: list[Any]

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -65,6 +66,9 @@ class SwaTree(ComponentLedger, LruEvictionWalk):
         self.window_tail = -(-window // page_size) * page_size
         self._uuids = itertools.count(1)
         self.mamba: MambaTree | None = None  # set by the core of a FULL+SWA+Mamba cache
+        # The host tier's hooks (`host_swa.py`): a node's SWA left / reached the device.
+        self.on_drop: Callable[[TreeNode], None] | None = None
+        self.on_store: Callable[[TreeNode], None] | None = None
 
     def reset(self, tree: TreeCore) -> None:
         self.tree = tree
@@ -116,6 +120,8 @@ class SwaTree(ComponentLedger, LruEvictionWalk):
     def set_value(self, node: TreeNode, value: torch.Tensor) -> None:
         if node.data[SWA_INDEX].value is not None:
             raise ValueError(f"node {node.id} already holds an SWA value")
+        if self.on_store is not None:
+            self.on_store(node)
         self.store(node, value)
 
     def redistribute_on_split(self, parent: TreeNode, child: TreeNode, split_len: int) -> None:
@@ -130,7 +136,10 @@ class SwaTree(ComponentLedger, LruEvictionWalk):
 
     def drop(self, node: TreeNode, device_frees: dict[Any, list[torch.Tensor]]) -> int:
         """Tombstones the node's SWA (unlocked); its full slots name the SWA peers to free."""
-        return self.release(node, self._full_tensor(node), SWA, device_frees)
+        size = self.release(node, self._full_tensor(node), SWA, device_frees)
+        if self.on_drop is not None:
+            self.on_drop(node)
+        return size
 
     # ------------------------------------------------------------------ locks
     def lock(self, node: TreeNode) -> int | None:

@@ -1,0 +1,72 @@
+"""SGLang's HiCache on FULL+SWA caches (SWA host windows), on the uniradix core and on SGLang's
+Python core: SGLang's own `UnifiedRadixCache` and `HybridCacheController` (CPU copies, see
+`sglang_hicache`) play the same stream on both (`sglang_swa_hicache`), compared call by call,
+with the KV that load-backs bring back, full and SWA, checked against what the requests
+wrote, and the same final tree on both tiers of both components."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.integrations.sglang_env import load_sglang
+
+load_sglang(kits=True)
+
+from sglang.srt.mem_cache.unified_cache.component_type import ComponentType  # noqa: E402
+from sglang.test.kits.unified_radix_cache.config import CONFIGS  # noqa: E402
+
+from tests.integrations.sglang_hicache import build_hicache_cache, cpu_hicache  # noqa: E402
+from tests.integrations.sglang_swa_hicache import (  # noqa: E402
+    play_swa_hicache,
+    swa_tree_state,
+)
+
+FULL, SWA = ComponentType.FULL, ComponentType.SWA
+SWA_CONFIGS = [c for c in CONFIGS if c.components == (FULL, SWA)]
+
+
+def run(cfg, core: str, write_policy: str, n: int, seed: int, **kwargs) -> tuple:
+    with cpu_hicache():
+        cache, _, _ = build_hicache_cache(cfg, core, write_policy, **kwargs)
+        cache.load_back_threshold = cfg.page_size
+        try:
+            trace = play_swa_hicache(cache, cfg, n, seed)
+            cache.writing_check(write_back=True)  # drain every backup still in flight
+            events = cache.take_events()
+            return trace, swa_tree_state(cache), type(cache.tree_core).__name__, events
+        finally:
+            cache.release_host_resources()
+
+
+@pytest.mark.parametrize(
+    "cfg, write_policy",
+    [(c, "write_through") for c in SWA_CONFIGS]
+    + [(c, "write_through_selective") for c in SWA_CONFIGS[1:4:2]],
+    ids=lambda v: getattr(v, "label", v),
+)
+def test_swa_hicache_plays_the_same_on_both_cores(cfg, write_policy):
+    expected, expected_tree, python_core, _ = run(cfg, "python", write_policy, 120, seed=7)
+    trace, tree, uniradix_core, _ = run(cfg, "uniradix", write_policy, 120, seed=7)
+    assert (python_core, uniradix_core) == ("UnifiedTreeCoreInspector", "UniradixInspector")
+    played = [s for s in expected if s[0] not in ("skip", "evict", "evict host")]
+    assert any(s[1] for s in played), "no load-back"
+    assert all(s[2] for s in played), "a prefix's KV is not what its requests wrote"
+    assert any(any(s[5]) for s in played), "no device eviction"
+    assert sum(s[2] for s in expected if s[0] == "evict") > 0, "no SWA tombstone"
+    assert sum(s[1] for s in expected if s[0] == "evict host") > 0, "no SWA host eviction"
+    assert any(not r[1] and r[2] for r in expected_tree), "no host-only node"
+    if write_policy == "write_through":
+        assert any(not r[5] and r[6] for r in expected_tree), "no host-only SWA window"
+    assert trace == expected
+    assert tree == expected_tree
+
+
+@pytest.mark.parametrize("cfg", SWA_CONFIGS[:2], ids=lambda c: c.label)
+def test_swa_hicache_kv_events_are_the_same_on_both_cores(cfg):
+    """Device and host stores and removals (`medium` GPU / CPU), in the same order."""
+    runs = [run(cfg, core, "write_through", 80, 3, enable_kv_cache_events=True)
+            for core in ("python", "uniradix")]  # fmt: skip
+    events = [r[3] for r in runs]
+    media = {str(getattr(e, "medium", None)) for e in events[0]}
+    assert {"StorageMedium.GPU", "StorageMedium.CPU"} <= media, media
+    assert events[1] == events[0]
