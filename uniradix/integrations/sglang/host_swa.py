@@ -24,7 +24,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -286,7 +286,7 @@ class SwaHostTier:
         nodes.reverse()
         transfer = PoolTransfer(
             name=PoolName.SWA,
-            device_indices=torch.cat([n.data[SWA_INDEX].value for n in nodes]),
+            device_indices=torch.cat([cast(torch.Tensor, n.data[SWA_INDEX].value) for n in nodes]),
             nodes_to_load=[n.id for n in nodes],
         )
         return {SWA: [transfer]}
