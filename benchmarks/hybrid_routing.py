@@ -11,8 +11,9 @@ full+SWA+Mamba):
   events, dispatching late and awaiting turns), `full` (on full-only events), the router
   options in `VARIANTS`, the cluster dispatches in `DISPATCHES` (`early`: session 15's
   default, routing on arrival; late binding or awaited turns alone), `pinned` (each
-  conversation on one instance: a study, synthetic trace only), against `one` instance holding all four instances'
-  memory (and `one-await`, the same awaiting turns, for the kinds that await them).
+  conversation on one instance: a study, synthetic trace only), against `one` instance
+  holding all four instances' memory (and `one-await`, the same awaiting turns, for the
+  kinds that await them).
 
     .venv/bin/python -m benchmarks.hybrid_routing --requests 300     # a synthetic trace
     .venv/bin/python -m benchmarks.hybrid_routing --requests 1000 --kinds auto,one --jobs 3
