@@ -133,3 +133,19 @@ def test_hicache_not_covered_is_refused_by_name(label, write_policy, refusal):
     cfg = next(c for c in CONFIGS if c.label == label)
     with cpu_hicache(), pytest.raises(NotImplementedError, match=refusal):
         build_hicache_cache(cfg, "uniradix", write_policy)
+
+
+def test_swa_host_settings_not_covered_are_refused_by_name():
+    """SGLang's device-only SWA ring and L3 storage of an SWA cache, set on a live core."""
+    cfg = next(c for c in CONFIGS if c.label == "FULL_SWA_ps4_sw4")
+    with cpu_hicache():
+        cache, _, _ = build_hicache_cache(cfg, "uniradix", "write_through")
+        try:
+            core = cache.tree_core
+            assert core.has_swa_host_pool  # SGLang's cache gave the core its SWA host pool
+            with pytest.raises(NotImplementedError, match="device-only SWA ring"):
+                core.has_swa_host_pool = False
+            with pytest.raises(NotImplementedError, match="L3 storage of an SWA cache"):
+                core.enable_storage = True
+        finally:
+            cache.release_host_resources()

@@ -295,7 +295,11 @@ class HostTier(SwaHostTier):
             data = node.data[0]
             if data.value is not None or data.host_value is not None:
                 break
-            if data.lock_ref or data.host_lock_ref or (self.swa and self._swa_locked(node)):
+            if (
+                data.lock_ref
+                or data.host_lock_ref
+                or (self.swa is not None and self._swa_locked(node))
+            ):
                 break
             if result is not None:
                 self._swa_free_host(node, result, counted=True)
@@ -317,7 +321,7 @@ class HostTier(SwaHostTier):
             and not data.host_lock_ref
             and not data.lock_ref
             and not node.children
-            and not (self.swa and self._swa_locked(node))
+            and not (self.swa is not None and self._swa_locked(node))
         )
 
     def drive_host_eviction(self, component_type: Any, num_tokens: int) -> Any:
