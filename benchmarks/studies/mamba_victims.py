@@ -4,22 +4,19 @@ from, and for every request whose hit differs the history of the state it lost (
 resumed from, evicted: by the order or with its full KV).
 
     .venv/bin/python -m benchmarks.studies.mamba_victims [--trace agentic_interfered/s1]
-        [--budget tight] [--config hybrid] [--orders lru reuse_credit] [--sharegpt PATH]
+        [--budget tight] [--config hybrid] [--orders study:no_ghosts reuse_credit]
+        [--sharegpt PATH]
     .venv/bin/python -m benchmarks.studies.mamba_victims hybrid_hits [its arguments]
 
 Both orders run with the SWA default, so only the Mamba order differs (the hit table's `lru`
 column orders both pools). `hybrid_hits ...` runs `benchmarks.hybrid_hits` with this
-module's candidate order registered, e.g. `--policy study:ghost_states`.
+module's orders registered, e.g. `--policy study:no_ghosts`.
 
-The candidate, `study:ghost_states`: the default with a ghost list, as ARC keeps one. The
-default reads the full KV, which outlives the states, as its ghost list (a state under a
-prefix another request passed over is off probation); when a state goes *with* its full KV
-(its node leaves the tree), that evidence goes too, and the prefix comes back as a fresh
-state on probation, rated by its marginal compute alone. Here a state a match resumed from
-leaves a ghost (a digest of its prefix and its resume count) when its node leaves the tree,
-at most as many ghosts as live states (ARC's bound), oldest dropped first; a state stored
-again at a ghost's prefix starts with the ghost's resume count (so off probation, credited
-as resumed). A measurement, not a library order: see docs/hit_rates.md for its figures.
+Two orders are registered for comparison: `study:no_ghosts`, the default without its ghost
+list (`uniradix.eviction.mamba_ghosts`: the default before it), and `study:ghost_resumes`,
+the ghost list tried the other way: a returned state gets back its former resume count (its
+credit weighted by it, and so off probation) instead of being spared probation and covers.
+Measurements, not library orders: their figures are in docs/hit_rates.md.
 """
 
 from __future__ import annotations
@@ -37,6 +34,7 @@ from benchmarks.hit_table import BUDGETS, sized
 from benchmarks.traces.suite import suite
 from uniradix.components.mamba import MambaComponent
 from uniradix.eviction.aux_eviction import EvictingComponent
+from uniradix.eviction.mamba_ghosts import StateGhosts, prefix_digest
 from uniradix.eviction.mamba_probation import ProbationEviction
 from uniradix.eviction.orders import register_mamba_order
 from uniradix.key import UNIT_BYTES
@@ -44,7 +42,6 @@ from uniradix.sim.batch import RunningRequest
 from uniradix.sim.metrics import ReplayMetrics
 from uniradix.sim.replay import run_replay
 from uniradix.sim.scheduler import Scheduler
-from uniradix.tree.core import TreeCore
 from uniradix.tree.node import TreeNode
 from uniradix.types import FreeSlots, InsertContext, MatchPrefixParams, MatchResult
 
@@ -52,52 +49,63 @@ HISTORY = 8
 MOONCAKE = Path("../shared/reference/mooncake_synthetic_trace.jsonl")
 
 
-def prefix_digest(tree: TreeCore, node: TreeNode) -> bytes:
-    """An id of `node`'s prefix that outlives the node (its keys from the root, hashed)."""
-    h = hashlib.blake2b(digest_size=16)
-    h.update((node.extra_key or "").encode())
-    for n in reversed(list(tree.path_to_root(node))):
-        h.update(n.key)
-    return h.digest()
-
-
 def key_digest(extra_key: str | None, units: bytes, length: int) -> bytes:
-    """`prefix_digest` of the node that would end `length` tokens into a key."""
+    """`prefix_digest` (`uniradix.eviction.mamba_ghosts`) of the node that would end `length`
+    tokens into a key."""
     h = hashlib.blake2b(digest_size=16)
     h.update((extra_key or "").encode())
     h.update(units[: length * UNIT_BYTES])
     return h.digest()
 
 
-class GhostStates(ProbationEviction):
-    """`study:ghost_states` (module docstring): the default plus ghosts of resumed states whose
-    node left the tree."""
+class NoGhosts(StateGhosts):
+    """A ghost list that keeps nothing."""
+
+    def on_store(self, node: TreeNode) -> bool:
+        return False
+
+    def on_evict(self, node: TreeNode, showed_reuse: bool, live_states: int) -> None:
+        return None
+
+
+class WithoutGhosts(ProbationEviction):
+    """`study:no_ghosts`: the default without its ghost list."""
 
     def __init__(self, component: EvictingComponent) -> None:
         super().__init__(component)
-        self._ghosts: OrderedDict[bytes, int] = OrderedDict()
+        self.ghosts = NoGhosts(self.tree)
+
+
+class GhostResumes(WithoutGhosts):
+    """`study:ghost_resumes`: a resumed state that leaves the tree with its full KV leaves its
+    resume count as a ghost (as many as live states); stored again, it gets the count back."""
+
+    def __init__(self, component: EvictingComponent) -> None:
+        super().__init__(component)
+        self._counts: OrderedDict[bytes, int] = OrderedDict()
 
     def touch(self, node: TreeNode, resumed: bool = False) -> None:
-        if not resumed and node not in self._credit and self._ghosts:
-            count = self._ghosts.pop(prefix_digest(self.tree, node), 0)
+        if not resumed and node not in self._credit and self._counts:
+            count = self._counts.pop(prefix_digest(self.tree, node), 0)
             if count:
                 self._resumes[node] = count
         super().touch(node, resumed)
 
     def forget(self, node: TreeNode) -> None:
         count = self._resumes.get(node, 0)
-        if count and node in self.tree.leaves:  # it goes with its full KV: no tree ghost left
-            self._ghosts[prefix_digest(self.tree, node)] = count
-            while len(self._ghosts) > max(len(self.component.lru), 1):
-                self._ghosts.popitem(last=False)
+        if count and node in self.tree.leaves:
+            self._counts[prefix_digest(self.tree, node)] = count
+            while len(self._counts) > max(len(self.component.lru), 1):
+                self._counts.popitem(last=False)
         super().forget(node)
 
     def reset(self) -> None:
         super().reset()
-        self._ghosts.clear()
+        self._counts.clear()
 
 
-GHOST_STATES = register_mamba_order("study:ghost_states", GhostStates)
+NO_GHOSTS = register_mamba_order("study:no_ghosts", WithoutGhosts)
+GHOST_RESUMES = register_mamba_order("study:ghost_resumes", GhostResumes)
 
 
 @dataclass
@@ -248,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trace", default="agentic_interfered/s1")
     parser.add_argument("--budget", default="tight", choices=list(BUDGETS))
     parser.add_argument("--config", default="hybrid", choices=["mamba", "hybrid"])
-    parser.add_argument("--orders", nargs=2, default=["lru", "reuse_credit"])
+    parser.add_argument("--orders", nargs=2, default=[NO_GHOSTS, "reuse_credit"])
     parser.add_argument("--mooncake", type=Path, default=MOONCAKE)
     parser.add_argument("--sharegpt", type=Path, default=None)
     args = parser.parse_args(args_in)
