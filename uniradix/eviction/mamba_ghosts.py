@@ -26,7 +26,7 @@ there (512 tokens' worth); with it, it stays off probation and a one-off prompt'
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 
 from uniradix.tree.core import TreeCore
 from uniradix.tree.node import TreeNode
@@ -43,11 +43,14 @@ def prefix_digest(tree: TreeCore, node: TreeNode) -> bytes:
 
 
 class StateGhosts:
-    """The ghost list of one Mamba order and the live states that returned from it."""
+    """The ghost list of one Mamba order and the live states that returned from it. Ghosts
+    are listed with their prefix lengths, so that a store at a length no ghost has costs no
+    digest."""
 
     def __init__(self, tree: TreeCore) -> None:
         self.tree = tree
-        self._ghosts: OrderedDict[bytes, None] = OrderedDict()
+        self._ghosts: OrderedDict[bytes, int] = OrderedDict()  # digest -> prefix length
+        self._lengths: Counter[int] = Counter()
         self.returned: set[TreeNode] = set()
 
     def __len__(self) -> int:
@@ -55,12 +58,12 @@ class StateGhosts:
 
     def on_store(self, node: TreeNode) -> bool:
         """`node` was just given a state: whether it returns from a ghost (then listed)."""
-        if not self._ghosts:
+        if not self._ghosts or self.tree.prefix_len(node) not in self._lengths:
             return False
         digest = prefix_digest(self.tree, node)
         if digest not in self._ghosts:
             return False
-        del self._ghosts[digest]
+        self._drop(digest)
         self.returned.add(node)
         return True
 
@@ -68,11 +71,21 @@ class StateGhosts:
         """`node`'s state goes; it leaves a ghost if it showed reuse (or had returned) and its
         node leaves the tree with its full KV (it is an evictable leaf)."""
         if (showed_reuse or node in self.returned) and node in self.tree.leaves:
-            self._ghosts[prefix_digest(self.tree, node)] = None
+            digest = prefix_digest(self.tree, node)
+            if digest not in self._ghosts:
+                self._ghosts[digest] = self.tree.prefix_len(node)
+                self._lengths[self._ghosts[digest]] += 1
             while len(self._ghosts) > max(live_states, 1):
-                self._ghosts.popitem(last=False)
+                self._drop(next(iter(self._ghosts)))
         self.returned.discard(node)
+
+    def _drop(self, digest: bytes) -> None:
+        length = self._ghosts.pop(digest)
+        self._lengths[length] -= 1
+        if not self._lengths[length]:
+            del self._lengths[length]
 
     def clear(self) -> None:
         self._ghosts.clear()
+        self._lengths.clear()
         self.returned.clear()
