@@ -21,6 +21,10 @@ same single-child chain, so every request continuing down the chain resumes from
 one; the older one serves only requests that branch between the two, and if those come it is
 resumed from and promoted again. A state at a fork is never covered.
 
+When a state that showed reuse goes with its full KV, the tree forgets that evidence; a ghost
+list keeps it (`uniradix.eviction.mamba_ghosts`): a state stored again at a ghost's prefix
+*returns*, is never on probation and is not covered, for its life.
+
 The victim is the least credited unlocked state on probation among the `WINDOW` least
 credited; when none of them is on probation, the least credited one (plain GreedyDual, which
 keeps costly states long: what wins when reuse distances exceed the pool, as on the Mooncake
@@ -43,6 +47,7 @@ from collections.abc import Iterator
 from uniradix.eviction.aux_eviction import WINDOW, EvictingComponent
 from uniradix.eviction.greedy_dual import CreditEntry
 from uniradix.eviction.mamba_credit import MambaCreditOrder
+from uniradix.eviction.mamba_ghosts import StateGhosts
 from uniradix.tree.node import TreeNode
 
 
@@ -53,20 +58,24 @@ class ProbationEviction(MambaCreditOrder):
     def __init__(self, component: EvictingComponent) -> None:
         super().__init__(component)
         self._probation = self._mark_set("probation marks")
+        self.ghosts = StateGhosts(self.tree)
 
     def on_probation(self, node: TreeNode) -> bool:
         return node in self._probation
 
     def touch(self, node: TreeNode, resumed: bool = False) -> None:
-        promoted = node in self._credit and node not in self._probation
+        fresh = node not in self._credit
+        promoted = not fresh and node not in self._probation
+        if fresh and not resumed:
+            self.ghosts.on_store(node)
         super().touch(node, resumed)
-        if resumed or promoted or self._continues(node):
+        if resumed or promoted or node in self.ghosts.returned or self._continues(node):
             self._probation.discard(node)
         else:
             self._probation.add(node)
         if not resumed:
             above = self._covered_above(node)
-            if above is not None:
+            if above is not None and above not in self.ghosts.returned:
                 self._probation.add(above)
 
     def _continues(self, node: TreeNode) -> bool:
@@ -90,6 +99,21 @@ class ProbationEviction(MambaCreditOrder):
                 return n
             n = n.parent
         return None
+
+    def forget(self, node: TreeNode) -> None:
+        live = len(self.component.lru)
+        self.ghosts.on_evict(node, self._resumes.get(node, 0) > 0, live)
+        super().forget(node)
+
+    def reset(self) -> None:
+        super().reset()
+        self.ghosts.clear()
+
+    def check_invariants(self, errors: list[str]) -> None:
+        super().check_invariants(errors)
+        stale = [n.id for n in self.ghosts.returned if n not in self._credit]
+        if stale:
+            errors.append(f"mamba order: states on nodes {stale} returned without a credit")
 
     def candidates(self) -> Iterator[TreeNode]:
         while True:
