@@ -21,11 +21,10 @@ from __future__ import annotations
 
 import heapq
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from functools import partial
 from typing import Any
 
-from uniradix.cache.controller import UnifiedRadixCache
 from uniradix.events.groups import publishes_groups
 from uniradix.events.index import IndexPublisher, KVEventIndex
 from uniradix.events.publisher import (
@@ -39,7 +38,7 @@ from uniradix.events.subscription import SnapshotServer
 from uniradix.key import RadixKey
 from uniradix.sim.admission_check import admits_now
 from uniradix.sim.batch import RunningRequest, SchedulerView
-from uniradix.sim.host_summary import host_summary
+from uniradix.sim.instance import Instance
 from uniradix.sim.late_dispatch import LOOKAHEAD, next_late
 from uniradix.sim.metrics import ReplayMetrics
 from uniradix.sim.predictions import FIELDS as PREDICTION_FIELDS
@@ -60,61 +59,6 @@ from uniradix.types import EvictResult, MatchResult
 
 # `Cluster(dispatch=)`: route on arrival, when admissible, or `auto` (the module's docstring)
 DISPATCH = ("auto", "early", "late")
-
-
-@dataclass
-class Instance:
-    """One serving instance: its cache (own pools), scheduler, metrics and event stream.
-    `global_rids[local rid]` is the cluster-wide rid of each request it was given."""
-
-    name: str
-    cache: UnifiedRadixCache
-    scheduler: Scheduler
-    metrics: ReplayMetrics
-    stream: KVEventStream
-    global_rids: list[int] = field(default_factory=list)
-    snapshots: SnapshotServer | None = None  # `--kv-events-snapshot`
-
-    @property
-    def outstanding(self) -> int:
-        return len(self.global_rids) - self.metrics.finished
-
-    def hit_tokens_by_tier(self) -> dict[str, int]:
-        m = self.metrics
-        by_tier = {"device": m.hit_tokens - m.host_hit_tokens, "host": m.host_hit_tokens}
-        storage = self.cache.host_tier.storage
-        if storage is not None:  # L3 hits were loaded back through the host
-            by_tier["storage"] = storage.stats.hit_tokens
-            by_tier["host"] -= by_tier["storage"]
-        return by_tier
-
-    def leaked(self) -> dict[str, int]:
-        """Per pool (device and host), after every request finished: slots neither free nor
-        held by the tree (`ReplayMetrics.leaked`)."""
-        m = self.metrics
-        leaked = m.leaked()
-        host = host_summary(self.cache, m.hit_tokens, m.host_hit_tokens, 0)
-        leaked.update(host.get("host_leaked", {}))
-        return leaked
-
-    def summary(self) -> dict[str, Any]:
-        m = self.metrics
-        storage = self.cache.host_tier.storage
-        return {
-            "name": self.name,
-            "requests": len(self.global_rids),
-            "prompt_tokens": m.prompt_tokens,
-            "hit_tokens": m.hit_tokens,
-            "hit_rate": m.hit_tokens / max(m.prompt_tokens, 1),
-            "evicted_tokens": m.evicted["full"],
-            "hit_tokens_by_tier": self.hit_tokens_by_tier(),
-            "steps": self.scheduler.num_steps,
-            "events_published": self.stream.events_published,
-            "events_dropped": self.stream.events_dropped,
-            "leaked": self.leaked(),
-            "invariant_checks": self.scheduler.num_invariant_checks,
-            "storage_tier": None if storage is None else storage.stats.as_dict(),
-        }
 
 
 class _Listener:
@@ -197,10 +141,8 @@ class Cluster:
         if not self.specs:
             raise ValueError(f"no request fits full_tokens={full_tokens}")
         max_len = max(len(s.prompt) + s.output_len for s in self.specs)
-        hash_algo = kv_events.hash_algo if kv_events is not None else "sglang_sha256"
-        hash_seed = kv_events.hash_seed if kv_events is not None else None
-        components = kv_events.components if kv_events is not None else "auto"
-        wire = kv_events.wire if kv_events is not None else "map"
+        events = kv_events or KVEventsConfig()  # its hashing and groups also without ZMQ
+        hash_algo, hash_seed = events.hash_algo, events.hash_seed
         self.index = KVEventIndex(ps, hash_algo=hash_algo, hash_seed=hash_seed)
         names = [f"instance-{i}" for i in range(num_instances)]
         recent = num_instances * options.scheduler.max_running
@@ -237,7 +179,9 @@ class Cluster:
                         hash_algo=hash_algo,
                         hash_seed=hash_seed,
                         publish_interval_ms=0,
-                        groups=publishes_groups(components, len(cache.components) - 1, wire),
+                        groups=publishes_groups(
+                            events.components, len(cache.components) - 1, events.wire
+                        ),
                     ),
                 )
             )
@@ -258,9 +202,8 @@ class Cluster:
             )
         self.late = dispatch == "late"
         self.dispatch = dispatch
-        self.gate = (
-            TurnGate(num_instances) if await_turns or (await_turns is None and self.late) else None
-        )
+        awaits = await_turns or (await_turns is None and self.late)
+        self.gate = TurnGate(num_instances) if awaits else None
         self._hashes: dict[int, list[int]] = {}
 
     def prefilled(self, instance: int, rid: int) -> None:

@@ -1,19 +1,16 @@
-"""Scheduler: drives a `UnifiedRadixCache` as a prefill-first continuous-batching server's
-scheduler does, one step at a time, and hands each batch to a `ModelRunner` (the replayer's
-computes nothing; an engine's runs its model: both see the same cache and pool calls).
+"""Scheduler: drives a `UnifiedRadixCache` one step at a time as a prefill-first
+continuous-batching server does, and hands each batch to a `ModelRunner` (the replayer's
+computes nothing, an engine's runs its model: both make the same cache and pool calls).
 
-A step prefills if anything can be (the chunked request first, then waiting requests in
-arrival order: `match_prefix`, `inc_lock_ref`, a request row, allocation, evicting when
-short; a long prompt goes in page-aligned chunks, each published by `cache_unfinished_req`),
-otherwise decodes one token per request (retracting the fewest-outputs requests when memory
-stays short); a request with all its outputs ends with `cache_finished_req`. Admission keeps
-`decode_reserve_ratio` of every running request's outputs free. Time is not simulated:
-requests are served as fast as memory allows, timestamps only order them.
-
-Per component (no-ops without it): SWA frees out-of-window slots and drops window locks the
-decode moved past; Mamba needs a state slot at admission, stops the first chunk at
-`mamba_branching_seqlen`, and in extra-buffer mode tracks the state at the last grid
-position a pass crosses (`ForwardEntry.track_seqlen`); docs/replay.md spells the loop out.
+A step prefills if it can (the chunked request, then waiting ones in arrival order: match,
+lock, row, allocation, evicting when short; page-aligned chunks, each published by
+`cache_unfinished_req`), else decodes a token per request (retracting the fewest-outputs
+ones while memory stays short); a request ends with `cache_finished_req`. Admission keeps
+`decode_reserve_ratio` of the running outputs free; time only orders requests. Per
+component: SWA frees out-of-window slots and drops passed window locks; Mamba needs a state
+slot at admission, stops the first chunk at `mamba_branching_seqlen` and, in extra-buffer
+mode, tracks the state at the last grid position a pass crosses (`ForwardEntry.track_seqlen`).
+docs/replay.md spells the loop out.
 """
 
 from __future__ import annotations
@@ -74,14 +71,11 @@ class Scheduler:
         self._blocked: dict[int, list[int]] = {}
         self._retracted: dict[int, RunningRequest] = {}
         self.prefetch = QueuePrefetch(cache, self.config.prefetch_lookahead)
-        # The last request whose admission was tried: the queue's head is retried each step
-        # until it fits (one entry: the other waiting requests keep no tokens in memory)
+        # The queue's head is retried each step until it fits: its tokens are kept (only its)
         self._last_tried: tuple[int, Tokens, RadixKey] | None = None
         for i, spec in enumerate(specs):
             if spec.rid != i:
-                raise ValueError(
-                    f"specs must be numbered 0, 1, ... in order; #{i} has rid {spec.rid}"
-                )
+                raise ValueError(f"spec rids must be 0, 1, ... in order; #{i} has rid {spec.rid}")
             if spec.after is None:
                 self._ready.append(i)
             else:

@@ -1,41 +1,33 @@
 """`file://DIR`: the embedded L3, pages packed into segment files under a directory, with a
-byte cap on what the directory uses on disk.
-
-Layout: `DIR/segments/<host>-<pid>-<instance>-<seq>.seg` (`file_segments`: the format).
+byte cap on what the directory uses on disk. Segments are
+`DIR/segments/<host>-<pid>-<instance>-<seq>.seg` (the format: `file_segments`).
 
 - **Packing.** A store appends its pages to a segment of its own until the segment reaches
   `segment_bytes` (1 MiB; at most 1/32 of the cap, at least one block); a page bigger than a
   quarter of that gets a segment of its own, a whole file. A 72-byte page costs 80 bytes.
-- **Whole pages only.** A page is indexed once its whole frame is in the file, so a frame
-  torn by a killed writer is never read; at the next start a dead writer's torn tail is cut
-  off (its segment truncated to the last whole frame).
+- **Whole pages only.** A page is indexed once its whole frame is in the file, so a torn
+  frame is never read; at the next start a dead writer's torn tail is cut off.
 - **Self-repair.** A page that fails verification is deleted (`StorageBackend.batch_get`):
-  marked dead in its segment, so no process reads it again, and the next backup writes it
-  anew.
+  marked dead in its segment, so no process reads it again, and the next backup rewrites it.
 - **fsync policy.** Off by default: L3 is a cache, and a page torn by a power loss fails its
   frame, header or checksum and reads as a miss, never as data. `fsync=1` syncs each page's
   segment after the write, and the folder after a segment is made.
-- **Byte cap, LRU by segment.** The cap counts what the filesystem allocates, as `du` does:
-  each segment's blocks (`st_blocks`, at least its size rounded up to the block) and the
-  store's two folders. Before a write, room is made by removing whole segments, least
-  recently used first (a hit refreshes its page's segment; a segment whose pages were all
-  deleted goes first; an un-removable file is set aside and stays counted, never blocks
-  eviction), and the growth is reserved until the write ends, so the store plus the writes
-  in flight never use more than the cap.
-- **Shared directory.** Stores (in one process or many) sharing a directory each append
-  only to their own segments and read every segment. At start the index is built from all
-  of them, oldest first (the newest copy of a page wins); a lookup that misses looks again:
-  the folder is listed when it changed, and the other live writers' newest segments are read
-  on from where they were read up to. Guarantees: no wrong data (every page is verified, and
-  read whole or not at all); a page one store deletes or repairs is a miss for every store
-  reading that copy; each store enforces the cap on what it counts, so N stores with the
-  same cap use at most N times it.
-- **Bounded calls.** The index lock is never held across a disk call, so a probe never
-  waits for another thread's disk I/O. Past `timeout_s` (default 2 s) a call starts no more
-  disk work: a write waiting for another is refused, a write stores a shorter prefix (both
-  pause backups, as a full store does), a read gives the pages not read as misses, a lookup
-  answers from the index as it is. A call lasts at most its timeout plus the disk calls of
-  one page (its write, and the unlinks of the segments evicted to make room for it).
+- **Byte cap, LRU by segment.** The cap counts what the filesystem allocates, as `du` does
+  (each segment's blocks, and the store's two folders). A write first removes whole
+  segments, least recently used first (a hit refreshes its segment; emptied segments go
+  first; an un-removable file stays counted and never blocks eviction), and reserves its
+  growth until it ends, so the store and its writes in flight never pass the cap.
+- **Shared directory.** Stores sharing a directory (in one process or many) each append only
+  to their own segments and read all of them: the index is built from every segment at
+  start (the newest copy wins), and a lookup that misses lists the folder again if it
+  changed and reads on in the other live writers' newest segments. No wrong data (pages are
+  verified, read whole or not at all); a page one store deletes is a miss for every store
+  reading that copy; each store keeps the cap on what it counts (N stores: at most N caps).
+- **Bounded calls.** The index lock is never held across a disk call. Past `timeout_s`
+  (default 2 s) a call starts no more disk work: a waiting write is refused, a write stores a
+  shorter prefix (both pause backups, as a full store does), a read gives the rest as
+  misses, a lookup answers from the index as it is. A call lasts at most its timeout plus
+  one page's disk calls (its write, and the unlinks of the segments evicted for it).
 """
 
 from __future__ import annotations

@@ -3,9 +3,8 @@
 SGLang's `UnifiedRadixCache` drives a TreeCore through that interface only; this one keeps
 the tree in `uniradix.tree.core.TreeCore` (FULL as component 0, then SWA windows: `swa.py`,
 Mamba states: `mamba.py`; with HiCache on, the host tier: `host.py`, `host_walks.py`, SWA
-host windows: `host_swa.py`, and FULL's L3 storage: `host_storage.py`).
-What it does not cover is refused at build (`check_supported`, `set_hicache_enabled`) or by
-the method, by name (`refused.py`).
+host windows: `host_swa.py`, and FULL's L3 storage: `host_storage.py`). What it does not
+cover is refused by name, at build (`check_supported`, `set_hicache_enabled`) or per method.
 
 Semantics follow SGLang's Python core, so both give the same results on the same calls:
 duplicates past `prev_prefix_len` are handed back as `FreeDeviceKV`, an eviction walk stops
