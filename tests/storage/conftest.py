@@ -83,6 +83,10 @@ def backend_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]
     else:
         nodes = request.getfixturevalue("redis_cluster")
         url = f"redis+cluster://127.0.0.1:{nodes[0].port}"
+    # These tests check what is stored, not latency: the default 0.5 s call deadline is a
+    # serving budget that a loaded 2-core test machine can pass (a first Cluster call maps
+    # the slots of three masters); tests/storage/test_redis_deadline.py tests the deadline.
+    url += "?timeout_s=10"
     store = open_backend(url)
     assert store.clear()
     store.close()
