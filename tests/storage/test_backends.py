@@ -142,8 +142,10 @@ def test_second_process_hits_what_the_first_wrote(
     # One writer process for the three backends: a Python start with torch costs seconds.
     urls = [
         f"file://{tmp_path / 'l3'}",
-        redis_server.url,
-        f"redis+cluster://127.0.0.1:{redis_cluster[0].port}",
+        # A 10 s call deadline: this checks what a second process finds, not latency (the
+        # default 0.5 s failed a first Cluster call once in CI; the deadline has its own tests).
+        redis_server.url + "?timeout_s=10",
+        f"redis+cluster://127.0.0.1:{redis_cluster[0].port}?timeout_s=10",
     ]
     for url in urls[1:]:
         assert open_backend(url).clear()
