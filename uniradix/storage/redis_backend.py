@@ -163,10 +163,14 @@ class RedisBackend(StorageBackend):
         # instead: log2(n) round trips.
         client = self.client
         assert isinstance(client, redis.Redis)  # no cluster runner: one server
-        if client.exists(*names) == len(names):
+        encoded = encode_names(names)  # packed by hand: redis-py encodes each name in Python
+        stored = pipelined(client, multi_key_command(b"EXISTS", encoded), 1)[0]
+        if isinstance(stored, Exception):  # an error reply (NOAUTH, ...): a store failure
+            raise stored
+        if stored == len(names):
             return len(names)
         if self._exists_script is not False:
-            script = script_command(_EXISTS_PREFIX, encode_names(names))
+            script = script_command(_EXISTS_PREFIX, encoded)
             reply = pipelined(client, script, 1)[0]
             if isinstance(reply, int):
                 self._exists_script = True
@@ -223,7 +227,7 @@ class RedisBackend(StorageBackend):
         is up, the breaker stays closed. A lost connection raises instead."""
         names = encode_names(text_names)
 
-        def pack(idx: list[int]) -> list[bytes | memoryview]:
+        def pack(idx: Sequence[int]) -> list[bytes | memoryview]:
             return set_commands(
                 _pick(names, idx), _pick(headers, idx), _pick(payloads, idx), self.ttl_ms
             )
@@ -273,9 +277,11 @@ class RedisBackend(StorageBackend):
 T = TypeVar("T")
 
 
-def _pick(items: Sequence[T], indices: list[int]) -> Sequence[T]:
+def _pick(items: Sequence[T], indices: Sequence[int]) -> Sequence[T]:
     if len(indices) == len(items):  # every page on one master (or one server)
         return items
+    if isinstance(indices, range):  # a run of a chain's pages (`redis_slots`)
+        return items[indices.start : indices.stop]
     return [items[i] for i in indices]
 
 

@@ -42,7 +42,7 @@ from uniradix.storage.redis_wire import Reply, Sent, receive, send
 
 __all__ = ["REDIRECTED", "ClusterBatches", "Packer", "Spread", "key_slot"]
 
-Packer = Callable[[list[int]], Sequence[bytes | memoryview]]
+Packer = Callable[[Sequence[int]], Sequence[bytes | memoryview]]
 """Packs the commands for the pages at these indices of the batch, in that order."""
 Spread = Callable[[Reply, int], list[Reply]]
 """The replies of a slot's `num_pages` pages, from its one reply (`ClusterBatches.run`)."""
@@ -123,7 +123,7 @@ class ClusterBatches:
 
     def _send(
         self, names: Sequence[bytes], todo: list[int], pack: Packer, spread: Spread | None
-    ) -> list[tuple[list[int], list[Reply] | BaseException, bool]]:
+    ) -> list[tuple[Sequence[int], list[Reply] | BaseException, bool]]:
         """Each master's pages (indices into `names`), their replies and whether one is an
         error reply, or the failure of that master's pipeline: every master's commands go
         out, then the replies are read. With `spread`, a master's pages come slot by slot,
@@ -139,7 +139,7 @@ class ClusterBatches:
                 sent.append(send(self.client.get_redis_connection(node), chunks))
             except (RedisError, OSError) as exc:  # the caller decides: retry, or fail
                 sent.append(exc)
-        out: list[tuple[list[int], list[Reply] | BaseException, bool]] = []
+        out: list[tuple[Sequence[int], list[Reply] | BaseException, bool]] = []
         for (_, slots), pending in zip(groups, sent, strict=True):
             indices = slots[0] if len(slots) == 1 else list(chain.from_iterable(slots))
             if isinstance(pending, BaseException):
@@ -165,7 +165,7 @@ class ClusterBatches:
 
     def _by_master(
         self, names: Sequence[bytes], todo: list[int], by_slot: bool
-    ) -> list[tuple[ClusterNode, list[list[int]]]]:
+    ) -> list[tuple[ClusterNode, list[Sequence[int]]]]:
         """Each master with its pages (indices into `names`, in batch order): one list, or
         with `by_slot` one list per slot."""
         slots = self.client.nodes_manager.slots_cache

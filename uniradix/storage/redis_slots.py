@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from binascii import crc_hqx
 from collections.abc import Sequence
+from itertools import chain
 
 import numpy as np
 from redis.exceptions import SlotNotCoveredError
 
 SLOTS = 16384
 VECTOR_FROM = 256
+RUN_FROM = 8  # names per run, on average, from which the batch is grouped run by run
 _OPEN, _CLOSE = ord("{"), ord("}")
 
 
@@ -36,21 +38,20 @@ def _hashed_part(name: bytes) -> bytes:
     return name
 
 
-def key_slots(names: Sequence[bytes]) -> np.ndarray:
-    """`key_slot` of each name, as an int64 array."""
+def slot_runs(names: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """The batch as runs of consecutive names in one slot: each run's start and its slot
+    (int64 arrays). A chain's pages come in runs of one tag: one CRC per run."""
     joined = b"".join(names)
-    if b"{" not in joined:
-        return np.array([crc_hqx(name, 0) % SLOTS for name in names], dtype=np.int64)
-    words = _tail_tags(names, joined)
+    words = _tail_tags(names, joined) if b"{" in joined else None
     if words is None:
-        return np.array([key_slot(name) for name in names], dtype=np.int64)
-    # A chain's pages come in runs of one tag: a CRC per run.
+        slots = np.array([key_slot(name) for name in names], dtype=np.int64)
+        return np.arange(len(names)), slots
     differs = words[1:] != words[:-1]
     changed = differs[:, 0] if words.shape[1] == 1 else differs.any(axis=1)
     starts = np.flatnonzero(np.concatenate(([True], changed)))
     begin, end = names[0].find(b"{") + 1, len(names[0]) - 1
     crcs = [crc_hqx(names[i][begin:end], 0) % SLOTS for i in starts.tolist()]
-    return np.repeat(np.array(crcs, dtype=np.int64), np.diff(np.append(starts, len(names))))
+    return starts, np.array(crcs, dtype=np.int64)
 
 
 def _tail_tags(names: Sequence[bytes], joined: bytes) -> np.ndarray | None:
@@ -76,11 +77,11 @@ def _tail_tags(names: Sequence[bytes], joined: bytes) -> np.ndarray | None:
 
 def group_by_master(
     owner: np.ndarray, owner_list: list[int], names: Sequence[bytes], by_slot: bool
-) -> list[tuple[int, list[list[int]]]]:
+) -> list[tuple[int, list[Sequence[int]]]]:
     """The batch's positions grouped by master (`owner[slot]`: the master's index, -1 for
     none, as an array and as a list), each master's in one group or, with `by_slot`, one
-    per slot, every group in batch order. Raises `SlotNotCoveredError` for a name whose
-    slot has no master."""
+    per slot, every group in batch order (a run of a chain's pages: a `range`). Raises
+    `SlotNotCoveredError` for a name whose slot has no master."""
     if len(names) < VECTOR_FROM:  # numpy's cost per call is more than a short loop's
         groups: dict[int, dict[int, list[int]]] = {}
         known: dict[bytes, int] = {}
@@ -94,16 +95,20 @@ def group_by_master(
                 raise SlotNotCoveredError(f"slot {slot} of {name!r} has no master")
             groups.setdefault(master, {}).setdefault(slot if by_slot else 0, []).append(pos)
         return [(master, list(by.values())) for master, by in groups.items()]
-    slots = key_slots(names)
+    starts, slots = slot_runs(names)
     owners = owner[slots]
     lost = np.flatnonzero(owners < 0)
     if lost.size:
-        name = names[int(lost[0])]
+        name = names[int(starts[lost[0]])]
         raise SlotNotCoveredError(f"slot {key_slot(name)} of {name!r} has no master")
+    if len(starts) * RUN_FROM <= len(names):
+        return _group_runs(starts.tolist(), slots.tolist(), owners.tolist(), len(names), by_slot)
+    lengths = np.diff(np.append(starts, len(names)))
+    slots, owners = np.repeat(slots, lengths), np.repeat(owners, lengths)
     rank = owners * SLOTS + slots if by_slot else owners
     order = np.argsort(rank, kind="stable")
     ranked = rank[order]
-    out: list[tuple[int, list[list[int]]]] = []
+    out: list[tuple[int, list[Sequence[int]]]] = []
     for group in np.split(order, np.flatnonzero(ranked[1:] != ranked[:-1]) + 1):
         master = int(owners[group[0]])
         if out and out[-1][0] == master:
@@ -111,3 +116,23 @@ def group_by_master(
         else:
             out.append((master, [group.tolist()]))
     return out
+
+
+def _group_runs(
+    starts: list[int], slots: list[int], owners: list[int], count: int, by_slot: bool
+) -> list[tuple[int, list[Sequence[int]]]]:
+    """`group_by_master` from the batch's runs (`slot_runs`): a step per run, not per name."""
+    masters: dict[int, dict[int, list[range]]] = {}
+    for start, end, slot, master in zip(starts, [*starts[1:], count], slots, owners, strict=True):
+        runs = masters.setdefault(master, {}).setdefault(slot if by_slot else 0, [])
+        runs.append(range(start, end))
+    return [
+        (
+            master,
+            [
+                runs[0] if len(runs) == 1 else list(chain.from_iterable(runs))
+                for runs in by.values()
+            ],
+        )
+        for master, by in masters.items()
+    ]
