@@ -5,16 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks.l3_scaleout import HEADING, replace_section
-from benchmarks.storage import (
-    bench_cluster,
-    bench_file,
-    bench_hashing,
-    bench_redis,
-    render,
-    render_cluster,
-)
+from benchmarks.storage import bench_file, bench_hashing, bench_redis, render
 from benchmarks.storage_capacity import fill
 from benchmarks.storage_capacity import render as render_capacity
+from benchmarks.storage_cluster import bench_cluster, render_cluster
 
 from .conftest import RedisServer
 
