@@ -33,7 +33,7 @@ def test_capacity_benchmark_stays_under_the_cap(tmp_path: Path) -> None:
 def test_cluster_benchmark_runs_and_renders(
     redis_server: RedisServer, redis_cluster: list[RedisServer]
 ) -> None:
-    cluster_url = f"redis+cluster://127.0.0.1:{redis_cluster[0].port}"
+    cluster_url = f"redis+cluster://127.0.0.1:{redis_cluster[0].port}?timeout_s=10"
     rows = bench_cluster(redis_server.url, cluster_url, [(3, 4096), (20, 8)], rounds=1)
     assert [(r["pages"], r["page_bytes"]) for r in rows] == [(3, 4096), (20, 8)]
     assert all(v > 0 for row in rows for v in row.values())

@@ -35,7 +35,9 @@ def pages(
     return keys, [bytes([(seed + i) % 256]) * size for i in range(n)]
 
 
-def cluster_store(nodes: list[RedisServer], options: str = "") -> RedisBackend:
+def cluster_store(nodes: list[RedisServer], options: str = "?timeout_s=10") -> RedisBackend:
+    """A store on the cluster; by default with a 10 s call deadline, as these tests check what
+    is stored, not latency (the tests of timeouts pass their own options)."""
     store = open_backend(f"redis+cluster://127.0.0.1:{nodes[0].port}{options}")
     assert isinstance(store, RedisBackend)
     return store
@@ -241,7 +243,7 @@ def test_plain_redis_py_cluster_client_still_works(redis_cluster: list[RedisServ
 def test_threads_share_one_cluster_store(redis_cluster: list[RedisServer]) -> None:
     # It checks what four threads store and read, not latency: a 10 s call deadline (the
     # default 0.5 s was passed once in CI by threads sharing two cores).
-    store = cluster_store(redis_cluster, "?timeout_s=10")
+    store = cluster_store(redis_cluster)
     batches = [pages(50, seed=10 + t) for t in range(4)]
 
     def work(keys: list[PageKey], data: list[bytes]) -> bool:
