@@ -25,9 +25,12 @@ def _batches() -> list[list[bytes]]:
     per_page = KeySpace("org/m@rev1", "bfloat16", "layer_first", 1, "full", group_pages=1)
     out = []
     for space in (chained, per_page):
-        for n in (VECTOR_FROM - 1, VECTOR_FROM, 1024):
+        for n in (64, VECTOR_FROM - 1, VECTOR_FROM, 1024):
             out.append([k.name.encode() for k in space.keys_for(RadixKey(list(range(n))))])
     out.append([b"plain.%d" % i for i in range(600)])  # no hash tags at all
+    out.append([b"k%d.{t}" % i for i in range(10)])  # one tag
+    out.append([b"{x%d}k.{t}" % (i % 3) for i in range(10)])  # the first tag counts
+    out.append([b"k%d.{t}" % i for i in range(9)] + [b"k.{}"])  # an empty tag: the whole name
     return out
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from binascii import crc_hqx
 from collections.abc import Sequence
-from itertools import chain
+from itertools import chain, repeat
 
 import numpy as np
 from redis.exceptions import SlotNotCoveredError
@@ -75,6 +75,23 @@ def _tail_tags(names: Sequence[bytes], joined: bytes) -> np.ndarray | None:
     return padded.view(np.uint64)
 
 
+def _shared_tag(names: Sequence[bytes]) -> bytes | None:
+    """The hash tag (without braces) when every name ends in the same `{tag}` and has no
+    other `{`, so every name lies in its slot; None otherwise. No Python work per name."""
+    if not names:
+        return None
+    first = names[0]
+    start = first.find(b"{")
+    if start < 0 or first.find(b"}", start + 1) != len(first) - 1 or start + 2 >= len(first):
+        return None
+    tail = first[start:]
+    if b"".join(names).count(b"{") != len(names):  # a name with no tag, or two `{`
+        return None
+    if not all(map(bytes.endswith, names, repeat(tail))):
+        return None
+    return tail[1:-1]
+
+
 def group_by_master(
     owner: np.ndarray, owner_list: list[int], names: Sequence[bytes], by_slot: bool
 ) -> list[tuple[int, list[Sequence[int]]]]:
@@ -82,6 +99,12 @@ def group_by_master(
     none, as an array and as a list), each master's in one group or, with `by_slot`, one
     per slot, every group in batch order (a run of a chain's pages: a `range`). Raises
     `SlotNotCoveredError` for a name whose slot has no master."""
+    tag = _shared_tag(names)
+    if tag is not None:  # one group of a chain's pages (a lookup of up to 64): one slot
+        slot = crc_hqx(tag, 0) % SLOTS
+        if owner_list[slot] < 0:
+            raise SlotNotCoveredError(f"slot {slot} of {names[0]!r} has no master")
+        return [(owner_list[slot], [range(len(names))])]
     if len(names) < VECTOR_FROM:  # numpy's cost per call is more than a short loop's
         groups: dict[int, dict[int, list[int]]] = {}
         known: dict[bytes, int] = {}
