@@ -101,10 +101,10 @@ def group_by_master(
     `SlotNotCoveredError` for a name whose slot has no master."""
     tag = _shared_tag(names)
     if tag is not None:  # one group of a chain's pages (a lookup of up to 64): one slot
-        slot = crc_hqx(tag, 0) % SLOTS
-        if owner_list[slot] < 0:
-            raise SlotNotCoveredError(f"slot {slot} of {names[0]!r} has no master")
-        return [(owner_list[slot], [range(len(names))])]
+        tag_slot = crc_hqx(tag, 0) % SLOTS
+        if owner_list[tag_slot] < 0:
+            raise SlotNotCoveredError(f"slot {tag_slot} of {names[0]!r} has no master")
+        return [(owner_list[tag_slot], [range(len(names))])]
     if len(names) < VECTOR_FROM:  # numpy's cost per call is more than a short loop's
         groups: dict[int, dict[int, list[int]]] = {}
         known: dict[bytes, int] = {}
