@@ -13,8 +13,8 @@ from __future__ import annotations
 import contextlib
 import time
 from array import array
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
 from unittest import mock
 
 from sglang.srt.mem_cache import l2_transfer
@@ -162,3 +162,89 @@ def prefetch_from_storage(cache: Any, rid: str, match: Any, tokens: list[int]) -
         time.sleep(0.002)
         cache.check_hicache_events()
     return int(cache.pop_prefetch_loaded_tokens(handle))
+
+
+def load_back(cache: Any, node: Any) -> bool:
+    """SGLang's load-back of a host hit, acked at once (the CPU copy is synchronous)."""
+    if not cache.load_back(node):
+        return False
+    cache.ready_to_load_host_cache()
+    for ack in list(cache.cache_controller.ack_load_queue):
+        ack.finish_event.synchronize()
+    cache.loading_check()
+    return True
+
+
+class HiCacheRun(NamedTuple):
+    """What one core did with a stream: the per-call trace, the final tree, its KV events
+    and the core's class name (so a test sees which core really ran)."""
+
+    trace: list[tuple]
+    tree: list[tuple]
+    events: list[Any]
+    core: str
+
+
+def run_hicache(
+    cfg: Any,
+    core: str,
+    write_policy: str,
+    play: Callable[[Any, Any], list[tuple]],
+    state: Callable[[Any], list[tuple]],
+    **kwargs: Any,
+) -> HiCacheRun:
+    """The lock-step driver of the HiCache tests: `cfg`'s cache on `core` with HiCache under
+    `write_policy`, load-backs from one page on; `play(cache, allocator)` runs the stream,
+    every backup still in flight is then drained and `state(cache)` reads the final tree."""
+    with cpu_hicache():
+        cache, allocator, _ = build_hicache_cache(cfg, core, write_policy, **kwargs)
+        cache.load_back_threshold = cfg.page_size
+        try:
+            trace = play(cache, allocator)
+            cache.writing_check(write_back=True)
+            events = cache.take_events()
+            return HiCacheRun(trace, state(cache), events, type(cache.tree_core).__name__)
+        finally:
+            cache.release_host_resources()
+
+
+def events_on_both_cores(
+    run: Callable[..., HiCacheRun], cfg: Any, n: int, seed: int
+) -> tuple[list[Any], list[Any]]:
+    """The KV events of the same write-through stream on SGLang's Python core and on the
+    uniradix core, `run(cfg, core, policy, n, seed, **kwargs)` playing it."""
+    python, uniradix = (
+        run(cfg, core, "write_through", n, seed, enable_kv_cache_events=True).events
+        for core in ("python", "uniradix")
+    )
+    return python, uniradix
+
+
+def node_paths(cache: Any) -> Iterator[tuple[Any, tuple[int, ...]]]:
+    """Every node but the root, with the tokens of its root path (free of node ids)."""
+    core, root = cache.tree_core, cache.root_node_handle()
+    for node in core.get_all_node_ids():
+        if node == root:
+            continue
+        path, cur = [], node
+        while cur != root:
+            path[:0] = core.get_node_token_ids(cur)
+            cur = core.get_parent_node_id(cur)
+        yield node, tuple(path)
+
+
+def component_tree_state(cache: Any, components: tuple[Any, ...]) -> list[tuple]:
+    """Every node's root path with, per component, which tiers hold it and its locks."""
+    core = cache.tree_core
+    rows = []
+    for node, path in node_paths(cache):
+        row: list[Any] = [path]
+        for ct in components:
+            row += [
+                core.get_component_device_value(node, ct) is not None,
+                core.get_component_host_value(node, ct) is not None,
+                core.get_component_device_lock_ref(node, ct),
+                core.get_component_host_lock_ref(node, ct),
+            ]
+        rows.append(tuple(row))
+    return sorted(rows)

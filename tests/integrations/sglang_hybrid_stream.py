@@ -86,6 +86,28 @@ class Pools:
         return tuple(sizes)
 
 
+def leave_window(
+    cache: Any,
+    pools: Pools,
+    rng: random.Random,
+    lock: Any,
+    params: Any,
+    length: int,
+    window: int,
+    page_size: int,
+) -> None:
+    """What a decoding request does with its SWA: sometimes it has freed the SWA of its own
+    positions that left the window (the insert `params` then name that floor), sometimes it
+    releases its SWA lock early (`release_swa`, SGLang's `dec_swa_lock_only`)."""
+    done, value = params.prev_prefix_len, params.value
+    floor = (length - window - rng.randint(0, 2 * page_size)) // page_size * page_size
+    if floor > done and rng.random() < 0.5:
+        pools.kv.free_swa_segment(value[done:floor], start_pos=done)
+        params.set_evicted_seqlen(SWA, floor)
+    if rng.random() < 0.3:
+        cache.release_swa(lock)
+
+
 def play_hybrid(cache: Any, page_size: int, window: int | None, n: int, seed: int) -> list[tuple]:
     """`window`: the SWA window (None: no SWA; the stream then spans 4 pages per window)."""
     pools, core = Pools(cache), cache.tree_core
@@ -122,13 +144,7 @@ def play_hybrid(cache: Any, page_size: int, window: int | None, n: int, seed: in
         params = InsertParams(key=key, value=value, prev_prefix_len=done, mamba_value=state,
                               swa_branching_seqlen=m.swa_branching_seqlen)  # fmt: skip
         if pools.swa:
-            # A request whose window moved past some of its own positions freed their SWA.
-            floor = (len(tokens) - span - rng.randint(0, 2 * page_size)) // page_size * page_size
-            if floor > done and rng.random() < 0.5:
-                pools.kv.free_swa_segment(value[done:floor], start_pos=done)
-                params.set_evicted_seqlen(SWA, floor)
-            if rng.random() < 0.3:
-                cache.release_swa(lock)
+            leave_window(cache, pools, rng, lock, params, len(tokens), span, page_size)
         r = cache.insert(params)
         if state is not None and r.mamba_exist:  # the node kept its own state
             pools.mamba.free(state)

@@ -24,8 +24,12 @@ from sglang.srt.mem_cache.base_prefix_cache import (  # noqa: E402
 from sglang.srt.mem_cache.radix_cache import RadixKey  # noqa: E402
 from sglang.test.kits.unified_radix_cache.config import CONFIGS  # noqa: E402
 
-from tests.integrations.sglang_hicache import build_hicache_cache, cpu_hicache  # noqa: E402
-from tests.integrations.test_sglang_hicache import load_back, tree_state  # noqa: E402
+from tests.integrations.sglang_hicache import (  # noqa: E402
+    build_hicache_cache,
+    cpu_hicache,
+    load_back,
+)
+from tests.integrations.test_sglang_hicache import tree_state  # noqa: E402
 
 CFG = next(c for c in CONFIGS if c.label == "FULL_ps4")
 PS = CFG.page_size
