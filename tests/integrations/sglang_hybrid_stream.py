@@ -77,6 +77,15 @@ class Pools:
         return EvictParams(num_tokens=max(need - full, 0), swa_num_tokens=max(need - swa, 0),
                            mamba_num=states)  # fmt: skip
 
+    def make_room(self, cache: Any, need: int) -> tuple[int, int, int]:
+        """Evicts what the pools lack for `need` tokens and a state, as SGLang's scheduler
+        does: the full tokens, SWA tokens and states evicted."""
+        short = self.shortfall(need)
+        if not (short.num_tokens or short.swa_num_tokens or short.mamba_num):
+            return 0, 0, 0
+        r = cache.evict(short)
+        return r.num_tokens_evicted, r.swa_num_tokens_evicted, r.mamba_num_evicted
+
     def left(self) -> tuple[int, ...]:
         sizes = [self.kv.available_size()]
         if self.swa:
@@ -126,11 +135,7 @@ def play_hybrid(cache: Any, page_size: int, window: int | None, n: int, seed: in
         prefix = cache.path_device_indices(m.last_device_node)[:done]
         lock = cache.lock(m.last_device_node)
         need = len(tokens) - done
-        short = pools.shortfall(need)
-        evicted = (0, 0, 0)
-        if short.num_tokens or short.swa_num_tokens or short.mamba_num:
-            r = cache.evict(short)
-            evicted = (r.num_tokens_evicted, r.swa_num_tokens_evicted, r.mamba_num_evicted)
+        evicted = pools.make_room(cache, need)
         new = _alloc(pools.kv, need, page_size)
         state = None if pools.mamba is None or new is None else pools.mamba.alloc(1)
         if new is None or (pools.mamba is not None and state is None):

@@ -109,11 +109,7 @@ def play_swa_hicache(cache: Any, cfg: Any, n: int, seed: int) -> list[tuple]:
         kv_ok = kv.holds(prefix, tokens)
         lock = cache.lock(m.last_device_node)
         need = len(tokens) - done
-        short = pools.shortfall(need)
-        evicted = (0, 0)
-        if short.num_tokens or short.swa_num_tokens:
-            r = cache.evict(short)
-            evicted = (r.num_tokens_evicted, r.swa_num_tokens_evicted)
+        evicted = pools.make_room(cache, need)[:2]  # no states: full and SWA tokens
         new = _alloc(pools.kv, need, ps)
         if new is None:
             cache.unlock(lock)

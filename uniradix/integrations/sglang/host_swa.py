@@ -33,6 +33,7 @@ from sglang.srt.mem_cache.unified_cache.cache_action import RebuildFullToSWAMapp
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 
 from uniradix.integrations.sglang.host_lru import HostLru
+from uniradix.integrations.sglang.host_mamba import MAMBA_WRITE_BACK_REFUSED
 from uniradix.integrations.sglang.keys import to_slots, to_tensor
 from uniradix.integrations.sglang.swa import SWA_INDEX, SwaTree
 from uniradix.tree.core import TreeCore
@@ -50,6 +51,13 @@ _NEEDS_POOL = (
     "uniradix TreeCore: HiCache on an SWA cache needs SGLang's SWA host pool; SGLang's "
     "device-only SWA ring (has_swa_host_pool=False) is not supported yet"
 )
+
+
+def write_back_refusal(swa: Any, mamba: Any) -> str | None:
+    """Why a HiCache cache holding these components refuses write-back (None: it does not)."""
+    if swa is not None:
+        return WRITE_BACK_REFUSED
+    return None if mamba is None else MAMBA_WRITE_BACK_REFUSED
 
 
 class SwaHostTier:
@@ -83,8 +91,9 @@ class SwaHostTier:
     @is_write_back.setter
     def is_write_back(self, value: bool) -> None:
         # SGLang's cache sets it right after `set_hicache_enabled`.
-        if value and getattr(self, "swa", None) is not None and self.enable_hicache:
-            raise NotImplementedError(WRITE_BACK_REFUSED)
+        refusal = write_back_refusal(getattr(self, "swa", None), getattr(self, "mamba", None))
+        if value and refusal and self.enable_hicache:
+            raise NotImplementedError(refusal)
         self._write_back = bool(value)
 
     @property
@@ -363,15 +372,11 @@ class SwaHostTier:
 
     def _swa_drive_host_eviction(self, num_tokens: int, result: Any) -> None:
         """SGLang's SWA host eviction: least recent unlocked host-only windows first."""
-        lru = self._swa_lru
-        node = lru.prev_unlocked(None)
-        while result.tracker[SWA] < num_tokens and node is not None and node in lru:
-            after = lru.prev_unlocked(node)
+        for node in self._swa_lru.eviction_order(lambda: result.tracker[SWA] >= num_tokens):
             if self._is_host_leaf(node):
                 self._evict_host_leaf(node, result)
             else:
                 self._swa_free_host(node, result, counted=True)
-            node = after
 
     def _swa_check_host(self, nodes: list[TreeNode]) -> None:
         """The SWA host LRU list holds exactly the unlocked host-only windows."""
