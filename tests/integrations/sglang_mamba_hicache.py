@@ -31,7 +31,7 @@ from tests.integrations.sglang_hybrid_stream import Pools, _alloc
 from tests.integrations.sglang_swa_hicache import stream
 
 FULL, MAMBA = ComponentType.FULL, ComponentType.MAMBA
-_ALL = 10**9
+ALL = 10**9
 
 
 def marker(tokens: list[int]) -> torch.Tensor:
@@ -171,9 +171,9 @@ def drain(cache: Any) -> tuple[tuple[int, ...], tuple[int, int]]:
     """Every backup acked, then everything evicted from the device and the host: the pools'
     free sizes (device, host), each whole again unless something leaked."""
     cache.writing_check(write_back=True)
-    cache.evict(EvictParams(num_tokens=_ALL, mamba_num=_ALL))
-    cache.evict_host(_ALL, MAMBA)
-    cache.evict_host(_ALL)
+    cache.evict(EvictParams(num_tokens=ALL, mamba_num=ALL))
+    cache.evict_host(ALL, MAMBA)
+    cache.evict_host(ALL)
     cache.tree_core.sanity_check([], [])
     return Pools(cache).left(), host_sizes(cache)
 

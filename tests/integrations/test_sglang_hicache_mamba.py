@@ -7,12 +7,22 @@ components, and every pool whole again once everything is evicted."""
 
 from __future__ import annotations
 
+from array import array
+from collections import defaultdict
+from types import SimpleNamespace
+
 import pytest
 
 from tests.integrations.sglang_env import load_sglang
 
 load_sglang(kits=True)
 
+from sglang.srt.mem_cache.base_prefix_cache import (  # noqa: E402
+    EvictParams,
+    InsertParams,
+    MatchPrefixParams,
+)
+from sglang.srt.mem_cache.radix_cache import RadixKey  # noqa: E402
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType  # noqa: E402
 from sglang.test.kits.unified_radix_cache.config import CONFIGS  # noqa: E402
 
@@ -20,10 +30,12 @@ from tests.integrations.sglang_hicache import (  # noqa: E402
     build_hicache_cache,
     cpu_hicache,
     events_on_both_cores,
+    load_back,
     run_hicache,
 )
 from tests.integrations.sglang_hybrid_stream import Pools  # noqa: E402
 from tests.integrations.sglang_mamba_hicache import (  # noqa: E402
+    ALL,
     drain,
     host_sizes,
     mamba_tree_state,
@@ -32,6 +44,7 @@ from tests.integrations.sglang_mamba_hicache import (  # noqa: E402
 
 FULL, MAMBA = ComponentType.FULL, ComponentType.MAMBA
 MAMBA_CONFIGS = [c for c in CONFIGS if c.components == (FULL, MAMBA)]
+PS4 = MAMBA_CONFIGS[1]
 
 
 def run(cfg, core: str, write_policy: str, n: int, seed: int, **kwargs):
@@ -98,9 +111,97 @@ def test_mamba_hicache_kv_events_are_the_same_on_both_cores(cfg):
 def test_mamba_storage_is_refused_by_name():
     """L3 storage of a Mamba cache (its state pages) is not covered: refused when attached."""
     with cpu_hicache():
-        cache, _, _ = build_hicache_cache(MAMBA_CONFIGS[1], "uniradix", "write_through")
+        cache, _, _ = build_hicache_cache(PS4, "uniradix", "write_through")
         try:
             with pytest.raises(NotImplementedError, match="L3 storage of a Mamba cache"):
                 cache.tree_core.enable_storage = True
         finally:
             cache.release_host_resources()
+
+
+def mamba_script(cache, allocator) -> list:
+    """Host-tier calls the stream reaches only by chance, in one sequence: every step's
+    result and the tree after it, free of node ids."""
+    ps, states = PS4.page_size, cache.req_to_token_pool.mamba_allocator
+    core = cache.tree_core
+    out = []
+
+    def step(name, result):
+        out.append((name, result, mamba_tree_state(cache)))
+
+    def insert(tokens):
+        key = RadixKey(array("q", tokens))
+        state = states.alloc(1)
+        value = allocator.alloc(len(tokens))
+        r = cache.insert(InsertParams(key=key, value=value, mamba_value=state))
+        if r.mamba_exist:
+            states.free(state)
+        return r.prefix_len, r.mamba_exist
+
+    def match(tokens):
+        m = cache.match_prefix(MatchPrefixParams(key=RadixKey(array("q", tokens))))
+        figures = (m.device_prefix_len, m.host_hit_length, m.mamba_host_hit_length)
+        return m.best_match_node, figures
+
+    a, b, c = (list(range(s, s + 3 * ps)) for s in (100, 300, 500))
+    for tokens in (a, b, c, a, b, c):  # twice: a second hit backs up under the selective policy
+        step("insert", insert(tokens))
+    cache.check_hicache_events()  # the backups acked: every node and state on the host
+    step("insert a state inside a", insert(a[: 2 * ps]))  # a backed-up node: backed up again
+    cache.check_hicache_events()
+    step("compatible", core.is_write_through_compatible())
+    evicted = cache.evict(EvictParams(num_tokens=ALL, mamba_num=ALL))
+    step("evict all", (evicted.num_tokens_evicted, evicted.mamba_num_evicted))
+    node_a, figures = match(a)
+    step("match a", (figures, core.component_has_host_value_only(node_a, MAMBA)))
+    # Pinned and released in turn: a's state is then the least recent host-only one.
+    for tokens in (a, b, c, a[: 2 * ps]):
+        node = match(tokens)[0]
+        cache.dec_host_lock_ref(node, cache.inc_host_lock_ref(node).to_dec_params())
+    step("evict one state", cache.evict_host(1, MAMBA))
+    node_b, _ = match(b)
+    receipt = cache.inc_host_lock_ref(node_b)
+    step("evict states, b pinned", cache.evict_host(ALL, MAMBA))
+    cache.dec_host_lock_ref(node_b, receipt.to_dec_params())
+    node_b, figures = match(b)
+    req = SimpleNamespace(kv=SimpleNamespace(holds_mamba=False, mamba_pool_idx=None))
+    loaded = load_back(cache, node_b, req)
+    if req.kv.mamba_pool_idx is not None:
+        states.free(req.kv.mamba_pool_idx.unsqueeze(0))
+    step("load back b", (figures, loaded, match(b)[1]))
+    node_b, _ = match(b)
+    tracker = defaultdict(int)
+    if cache.is_backuped(node_b) and not core.is_full_device_evicted(node_b):
+        cache._demote(node_b, tracker)  # the controller's demote of a backed-up node
+    step("demote b", dict(tracker))
+    step("evict host", (cache.evict_host(ALL, MAMBA), cache.evict_host(ALL)))
+    cache.sanity_check()
+    return out
+
+
+@pytest.mark.parametrize("write_policy", ["write_through", "write_through_selective"])
+def test_mamba_host_methods_in_lock_step(write_policy):
+    runs = {}
+    for core in ("python", "uniradix"):
+        with cpu_hicache():
+            cache, allocator, _ = build_hicache_cache(PS4, core, write_policy)
+            cache.load_back_threshold = PS4.page_size
+            try:
+                runs[core] = mamba_script(cache, allocator)
+            finally:
+                cache.release_host_resources()
+    for expected, got in zip(runs["python"], runs["uniradix"], strict=True):
+        assert got == expected, expected[0]
+    steps = dict((name, result) for name, result, _ in runs["python"])
+    trees = dict((name, tree) for name, _, tree in runs["python"])
+    assert steps["compatible"] is True
+    assert steps["evict all"][1] > 0
+    assert steps["match a"] == ((0, 3 * PS4.page_size, 1), True)
+    assert steps["evict one state"] == 1
+    rows = {row[0]: row for row in trees["evict one state"]}
+    a_ = tuple(range(100, 100 + 3 * PS4.page_size))
+    assert a_ not in rows and rows[a_[: 2 * PS4.page_size]][6], "a was not the least recent"
+    assert steps["evict states, b pinned"] > 0
+    assert any(row[0][0] == 300 and row[6] for row in trees["evict states, b pinned"])
+    assert steps["load back b"][1] and steps["load back b"][2][2] == 0
+    assert steps["demote b"].get(MAMBA) == 1
