@@ -10,6 +10,7 @@ from __future__ import annotations
 from array import array
 from collections import defaultdict
 from types import SimpleNamespace
+from unittest import mock
 
 import pytest
 
@@ -50,15 +51,18 @@ PS4 = MAMBA_CONFIGS[1]
 def run(cfg, core: str, write_policy: str, n: int, seed: int, **kwargs):
     def play(cache, allocator):
         whole = Pools(cache).left(), host_sizes(cache)
-        trace = play_mamba_hicache(cache, cfg, n, seed)
-        return [*trace, ("whole", whole), ("drained", drain(cache))]
+        core = cache.tree_core
+        finish = core.finish_mamba_state_eviction  # write-back: states backed up first
+        with mock.patch.object(core, "finish_mamba_state_eviction", wraps=finish) as held:
+            trace = play_mamba_hicache(cache, cfg, n, seed)
+        return [*trace, ("held back", held.call_count), ("whole", whole), ("drained", drain(cache))]
 
     return run_hicache(cfg, core, write_policy, play, mamba_tree_state, **kwargs)
 
 
 @pytest.mark.parametrize(
     "cfg, write_policy, seed",
-    [(c, "write_through", 7) for c in MAMBA_CONFIGS]
+    [(c, policy, 7) for c in MAMBA_CONFIGS for policy in ("write_through", "write_back")]
     + [(MAMBA_CONFIGS[1], "write_through_selective", 3)],  # a seed with a request load-back
     ids=lambda v: getattr(v, "label", v),
 )
@@ -66,9 +70,7 @@ def test_mamba_hicache_plays_the_same_on_both_cores(cfg, write_policy, seed):
     expected, _, _, python_core = run(cfg, "python", write_policy, 150, seed)
     trace, _, _, uniradix_core = run(cfg, "uniradix", write_policy, 150, seed)
     assert (python_core, uniradix_core) == ("UnifiedTreeCoreInspector", "UniradixInspector")
-    played = [
-        s for s in expected if s[0] not in ("skip", "evict", "evict host", "whole", "drained")
-    ]
+    played = [s for s in expected if isinstance(s[0], tuple)]  # the requests served
     assert any(s[1] for s in played), "no load-back"
     own = [s[2] for s in played if s[2] is not None]
     assert own and all(own), "a request's own slot did not get the loaded state"
@@ -79,7 +81,8 @@ def test_mamba_hicache_plays_the_same_on_both_cores(cfg, write_policy, seed):
     assert sum(s[2] for s in expected if s[0] == "evict") > 0, "no Mamba tombstone"
     host = [s[2] for s in expected if s[0] == "evict host"]
     assert sum(states for _, states in host) > 0, "no Mamba host eviction"
-    whole, drained = (s[1] for s in expected[-2:])
+    held, whole, drained = (s[1] for s in expected[-3:])
+    assert (held > 0) == (write_policy == "write_back"), "inner states not backed up first"
     assert drained == whole, "a pool is not whole once everything is evicted"
     assert trace == expected
 
@@ -175,21 +178,26 @@ def mamba_script(cache, allocator) -> list:
         cache._demote(node_b, tracker)  # the controller's demote of a backed-up node
     step("demote b", dict(tracker))
     step("evict host", (cache.evict_host(ALL, MAMBA), cache.evict_host(ALL)))
+    # Host memory taken elsewhere: backups fail, so the leaves they were for are dropped with
+    # their states (write-back: `drop_subtree_no_host`) or deleted unbacked (write-through).
+    host_pool = cache.cache_controller.mem_pool_host
+    taken = host_pool.alloc(host_pool.available_size())
+    step("insert d, host full", insert(list(range(700, 700 + 2 * ps))))
+    cache.check_hicache_events()
+    with mock.patch.object(core, "drop_subtree_no_host", wraps=core.drop_subtree_no_host) as drop:
+        evicted = cache.evict(EvictParams(num_tokens=ALL, mamba_num=ALL))
+    step("evict all, host full", (evicted.mamba_num_evicted, drop.call_count))
+    host_pool.free(taken)
     cache.sanity_check()
     return out
 
 
-@pytest.mark.parametrize("write_policy", ["write_through", "write_through_selective"])
+@pytest.mark.parametrize("write_policy", ["write_through", "write_through_selective", "write_back"])
 def test_mamba_host_methods_in_lock_step(write_policy):
-    runs = {}
-    for core in ("python", "uniradix"):
-        with cpu_hicache():
-            cache, allocator, _ = build_hicache_cache(PS4, core, write_policy)
-            cache.load_back_threshold = PS4.page_size
-            try:
-                runs[core] = mamba_script(cache, allocator)
-            finally:
-                cache.release_host_resources()
+    runs = {
+        core: run_hicache(PS4, core, write_policy, mamba_script, mamba_tree_state).trace
+        for core in ("python", "uniradix")
+    }
     for expected, got in zip(runs["python"], runs["uniradix"], strict=True):
         assert got == expected, expected[0]
     steps = dict((name, result) for name, result, _ in runs["python"])
@@ -205,3 +213,5 @@ def test_mamba_host_methods_in_lock_step(write_policy):
     assert any(row[0][0] == 300 and row[6] for row in trees["evict states, b pinned"])
     assert steps["load back b"][1] and steps["load back b"][2][2] == 0
     assert steps["demote b"].get(MAMBA) == 1
+    states, drops = steps["evict all, host full"]
+    assert states > 0 and (drops > 0) == (write_policy == "write_back")

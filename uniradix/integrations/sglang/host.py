@@ -10,8 +10,8 @@ handed back for a backup (write-back); a host lock pins a segment of host copies
 eviction is in `host_eviction.py`, backups and load-backs in `host_transfers.py`, the match
 and insert walks of a HiCache cache in `host_walks.py`, L3 storage's page hashes in
 `host_storage.py`, SWA host windows in `host_swa.py`, Mamba host states in `host_mamba.py`.
-Under write-back, SWA host windows and Mamba host states are refused by name, as are SWA and
-Mamba host copies together.
+SWA host windows under write-back are refused by name, as are SWA and Mamba host copies
+together.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import (
 
 from uniradix.integrations.sglang.events import EventNodes
 from uniradix.integrations.sglang.host_mamba import MAMBA, WITH_SWA_REFUSED, MambaHostTier
-from uniradix.integrations.sglang.host_swa import SWA, SwaHostTier, write_back_refusal
+from uniradix.integrations.sglang.host_swa import SWA, WRITE_BACK_REFUSED, SwaHostTier
 from uniradix.integrations.sglang.keys import to_tensor
 from uniradix.integrations.sglang.mamba import MambaTree
 from uniradix.integrations.sglang.receipts import check_receipt
@@ -91,9 +91,8 @@ class HostTier(SwaHostTier, MambaHostTier):
     def set_hicache_enabled(self) -> None:
         if self.mamba is not None and self.swa is not None:
             raise NotImplementedError(WITH_SWA_REFUSED)
-        refusal = write_back_refusal(self.swa, self.mamba)
-        if refusal and self.is_write_back:
-            raise NotImplementedError(refusal)
+        if self.swa is not None and self.is_write_back:
+            raise NotImplementedError(WRITE_BACK_REFUSED)
         self.enable_hicache = True
         self.tree.host_only_nodes = True
         self._reset_swa_host()
@@ -263,9 +262,8 @@ class HostTier(SwaHostTier, MambaHostTier):
             self._swa_free_device(node, result)
             self._free_device(node, result)
             self._swa_free_host(node, result, counted=False)
-            self._mamba_free_device(node, result, counted=True)
             self._mamba_free_host(node, result, counted=False)
-            self._delete(node, result)
+            self._delete(node, result)  # its state on the device too
         return result
 
     def demote(self, node_id: int) -> Any:

@@ -14,10 +14,13 @@ answers from both:
 - a state that leaves the device (Mamba eviction, a demote, the path cap) while its host
   copy lives is listed in the Mamba host LRU list, which SGLang's Mamba host eviction walks:
   a host leaf goes whole, any other node loses its state's host copy only;
-- a host lock pins the anchor's state copy (and keeps it out of that list).
+- a host lock pins the anchor's state copy (and keeps it out of that list);
+- under write-back, the Mamba eviction walk holds an inner state whose node has no host copy
+  back (SGLang's `InternalStateBackup`) until the controller has backed the node up
+  (`finish_mamba_state_eviction` then drops it); a device leaf's state is backed up with the
+  leaf before its demote.
 
-Write-back (its Mamba eviction backs a state up inside the walk, `finish_mamba_state_eviction`),
-Mamba with SWA, and L3 storage of a Mamba cache are refused by name.
+Mamba with SWA, and L3 storage of a Mamba cache, are refused by name.
 """
 
 from __future__ import annotations
@@ -27,6 +30,9 @@ from typing import Any
 
 from sglang.srt.mem_cache.hicache_storage import PoolName, PoolTransfer
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import (
+    EvictDeviceNextNodeResult,
+)
 
 from uniradix.integrations.sglang.host_lru import HostLru
 from uniradix.integrations.sglang.mamba import MambaTree
@@ -34,10 +40,6 @@ from uniradix.tree.core import TreeCore
 from uniradix.tree.node import TreeNode
 
 MAMBA = ComponentType.MAMBA
-MAMBA_WRITE_BACK_REFUSED = (
-    "uniradix TreeCore: Mamba host states under hicache_write_policy=write_back are not "
-    "supported yet (write_through and write_through_selective are)"
-)
 WITH_SWA_REFUSED = (
     "uniradix TreeCore: HiCache on a FULL+SWA+Mamba cache (SWA windows and Mamba host "
     "states together) is not supported yet"
@@ -51,6 +53,8 @@ class MambaHostTier:
     mamba: MambaTree | None
     enable_hicache: bool
     _write_pending: dict[int, int]
+    _load_pending: dict[int, int]
+    _nodes: dict[int, TreeNode]
     _write_back: bool
 
     _node: Callable[[int], TreeNode]  # TreeCoreViews' look-up by id
@@ -65,6 +69,40 @@ class MambaHostTier:
         on = self.enable_hicache
         mamba.on_drop = self._mamba_dropped if on else None
         mamba.on_store = self._mamba_stored if on else None
+        mamba.backup_first = self._mamba_backup_first if on else None
+
+    def _mamba_backup_first(self, node: TreeNode) -> bool:
+        """Write-back: an inner state whose node has no host copy at all is backed up (with
+        the node's full KV) before the Mamba eviction walk drops it."""
+        assert self.mamba is not None
+        return (
+            self._write_back
+            and node.data[self.mamba.index].host_value is None
+            and node.data[0].host_value is None
+            and node.data[0].value is not None
+        )
+
+    def finish_mamba_state_eviction(self, node_id: int) -> Any:
+        """The walk's held-back node, once the controller's backup ran: its state is dropped
+        (a host copy now listed), unless meanwhile it left, got locked, is being loaded back
+        or became an evictable leaf or lost its full KV (the walk offers it again then)."""
+        mamba = self.mamba
+        if mamba is None or mamba.deferred is None or mamba.deferred.id != node_id:
+            raise ValueError(f"finish_mamba_state_eviction: node {node_id} is not held back")
+        mamba.deferred = None
+        result = EvictDeviceNextNodeResult(made_progress=True)
+        node = self._nodes.get(node_id)
+        data = None if node is None else node.data[mamba.index]
+        if node is None or data is None or data.value is None or data.lock_ref:
+            return result
+        if node_id in self._load_pending:
+            return result
+        if node in self.tree.leaves or node.data[0].value is None:
+            mamba.resume_at(node)
+            return result
+        self._mamba_free_device(node, result, counted=True)
+        self.tree.update_leaf(node)
+        return result
 
     # ------------------------------------------------------------------ LRU hooks
     def _mamba_dropped(self, node: TreeNode) -> None:

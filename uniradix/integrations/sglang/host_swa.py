@@ -33,7 +33,6 @@ from sglang.srt.mem_cache.unified_cache.cache_action import RebuildFullToSWAMapp
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 
 from uniradix.integrations.sglang.host_lru import HostLru
-from uniradix.integrations.sglang.host_mamba import MAMBA_WRITE_BACK_REFUSED
 from uniradix.integrations.sglang.keys import to_slots, to_tensor
 from uniradix.integrations.sglang.swa import SWA_INDEX, SwaTree
 from uniradix.tree.core import TreeCore
@@ -51,13 +50,6 @@ _NEEDS_POOL = (
     "uniradix TreeCore: HiCache on an SWA cache needs SGLang's SWA host pool; SGLang's "
     "device-only SWA ring (has_swa_host_pool=False) is not supported yet"
 )
-
-
-def write_back_refusal(swa: Any, mamba: Any) -> str | None:
-    """Why a HiCache cache holding these components refuses write-back (None: it does not)."""
-    if swa is not None:
-        return WRITE_BACK_REFUSED
-    return None if mamba is None else MAMBA_WRITE_BACK_REFUSED
 
 
 class SwaHostTier:
@@ -91,9 +83,8 @@ class SwaHostTier:
     @is_write_back.setter
     def is_write_back(self, value: bool) -> None:
         # SGLang's cache sets it right after `set_hicache_enabled`.
-        refusal = write_back_refusal(getattr(self, "swa", None), getattr(self, "mamba", None))
-        if value and refusal and self.enable_hicache:
-            raise NotImplementedError(refusal)
+        if value and getattr(self, "swa", None) is not None and self.enable_hicache:
+            raise NotImplementedError(WRITE_BACK_REFUSED)
         self._write_back = bool(value)
 
     @property

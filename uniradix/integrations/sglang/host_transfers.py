@@ -109,11 +109,10 @@ class HostTransfers(HostEviction):
         subtree, stack = [], [node]
         while stack:
             cur = stack.pop()
-            data = cur.data[0]
             busy = cur.id in self._load_pending or (
                 cur is not node and cur.id in self._write_pending
             )
-            if busy or data.lock_ref or data.host_lock_ref:
+            if busy or self._locked(cur):
                 # The walk popped it and goes on without it, as SGLang's: it is offered
                 # again once the walk ends.
                 self._kept_leaves.append(node)
@@ -126,11 +125,12 @@ class HostTransfers(HostEviction):
             assert desc.data[0].host_value is not None and desc.data[0].value is None
             result.host_frees[FULL].append(torch.from_numpy(desc.data[0].host_value))
             desc.data[0].host_value = None
+            self._mamba_free_host(desc, result, counted=False)
             self._delete(desc)
         if self._events is not None:
             self._events.removed(node, GPU)
         self._free_device(node, result)
-        self._delete(node)
+        self._delete(node, result)  # its state too
         result.is_dropped = True
         return result
 
