@@ -168,7 +168,7 @@ class HostTier(SwaHostTier, MambaHostTier):
             if data.value is None:
                 assert all(c.data[0].value is None for c in node.children.values()), node
         self._swa_check_host(nodes)
-        self._mamba_check_host(nodes)
+        self._mamba_check_host()
 
     def _take_split_actions(self) -> list[Any]:
         actions, self._split_actions = self._split_actions, []

@@ -92,10 +92,10 @@ class MambaHostTier:
         mamba.deferred = None
         result = EvictDeviceNextNodeResult(made_progress=True)
         node = self._nodes.get(node_id)
-        data = None if node is None else node.data[mamba.index]
-        if node is None or data is None or data.value is None or data.lock_ref:
+        if node is None:
             return result
-        if node_id in self._load_pending:
+        data = node.data[mamba.index]
+        if data.value is None or data.lock_ref or node_id in self._load_pending:
             return result
         if node in self.tree.leaves or node.data[0].value is None:
             mamba.resume_at(node)
@@ -272,7 +272,7 @@ class MambaHostTier:
             else:
                 self._mamba_free_host(node, result, counted=True)
 
-    def _mamba_check_host(self, nodes: list[TreeNode]) -> None:
+    def _mamba_check_host(self) -> None:
         """Every state listed for host eviction is on the host only."""
         mamba = self.mamba
         if mamba is None:
