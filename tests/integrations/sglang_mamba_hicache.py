@@ -1,4 +1,4 @@
-"""A request stream through SGLang's HiCache on a FULL+Mamba cache (Mamba host states),
+"""A request stream through SGLang's HiCache on a cache with Mamba states (Mamba host states),
 recorded call by call so two TreeCores can be compared.
 
 SGLang's own `UnifiedRadixCache` and `HybridCacheController` (CPU copies, `sglang_hicache`)
@@ -7,7 +7,9 @@ leaves under pressure (their states go with them), tombstone inner states in its
 eviction walk (every few requests one runs on its own, so later matches end at states held
 on the host only), evict host-only states and host leaves under host pressure (sometimes with
 the matched node's host copies pinned by a host lock), and load back a host hit's full KV and
-the state its match ends at. Every request writes its own KV and its final Mamba state (a
+the state its match ends at. On a FULL+SWA+Mamba cache SGLang's SWA eviction and SWA host
+eviction run too, with the SWA window moves of decoding requests (`leave_window`), as in the
+SWA HiCache stream. Every request writes its own KV and its final Mamba state (a
 marker of its tokens), so what a match finds on the device, loaded back or not, is checked
 against what the requests wrote. At the end everything is evicted from both tiers, and every
 pool must be whole again (nothing leaked).
@@ -27,10 +29,10 @@ from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 
 from tests.integrations.sglang_hicache import component_tree_state, load_back
-from tests.integrations.sglang_hybrid_stream import Pools, _alloc
+from tests.integrations.sglang_hybrid_stream import Pools, _alloc, leave_window
 from tests.integrations.sglang_swa_hicache import stream
 
-FULL, MAMBA = ComponentType.FULL, ComponentType.MAMBA
+FULL, SWA, MAMBA = ComponentType.FULL, ComponentType.SWA, ComponentType.MAMBA
 ALL = 10**9
 
 
@@ -91,17 +93,22 @@ def play_mamba_hicache(cache: Any, cfg: Any, n: int, seed: int) -> list[tuple]:
     # Requests of a few pages (one page each at the largest page sizes, for the kit's pools).
     span = ps * (4 if ps <= 16 else 1)
     for i, tokens in enumerate(stream(ps, span, n, seed)):
-        if i % 5 == 4:  # SGLang's Mamba eviction on its own: inner states become tombstones
-            r = cache.evict(EvictParams(mamba_num=rng.randint(1, 4)))
-            trace.append(("evict", r.num_tokens_evicted, r.mamba_num_evicted))
+        if i % 5 == 4:  # SGLang's Mamba (and SWA) eviction on its own: inner tombstones
+            swa = ps * rng.randint(1, 6) if pools.swa else 0
+            r = cache.evict(EvictParams(swa_num_tokens=swa, mamba_num=rng.randint(1, 4)))
+            trace.append(("evict", r.num_tokens_evicted, r.mamba_num_evicted,
+                          r.swa_num_tokens_evicted))  # fmt: skip
         key = RadixKey(array("q", tokens))
         m = cache.match_prefix(MatchPrefixParams(key=key))
         first = (m.device_prefix_len, m.host_hit_length, m.mamba_host_hit_length,
-                 m.mamba_branching_seqlen, m.full_kv_hit_length)  # fmt: skip
+                 m.mamba_branching_seqlen, m.full_kv_hit_length, m.swa_host_hit_length,
+                 m.swa_branching_seqlen)  # fmt: skip
         if i % 7 == 6:  # host pressure, with the matched copies pinned or not
             pinned = rng.random() < 0.5 and not core.is_root(m.best_match_node)
             receipt = cache.inc_host_lock_ref(m.best_match_node) if pinned else None
             freed = cache.evict_host(ps * rng.randint(1, 4)), cache.evict_host(2, MAMBA)
+            if pools.swa:
+                freed += (cache.evict_host(ps * rng.randint(1, 4), SWA),)
             if receipt is not None:
                 cache.dec_host_lock_ref(m.best_match_node, receipt.to_dec_params())
             trace.append(("evict host", pinned, freed))
@@ -109,7 +116,8 @@ def play_mamba_hicache(cache: Any, cfg: Any, n: int, seed: int) -> list[tuple]:
         loaded, own_state = False, None
         # Most host hits load back, some for a request that takes the state into its own
         # slot too; the rest the insert gives the request's own KV.
-        if (m.host_hit_length or m.mamba_host_hit_length) and rng.random() < 0.8:
+        hit = m.host_hit_length or m.mamba_host_hit_length or m.swa_host_hit_length
+        if hit and rng.random() < 0.8:
             req = SimpleNamespace(kv=SimpleNamespace(holds_mamba=False, mamba_pool_idx=None))
             anchor = m.best_match_node
             loaded = load_back(cache, anchor, req if rng.random() < 0.5 else None)
@@ -134,9 +142,11 @@ def play_mamba_hicache(cache: Any, cfg: Any, n: int, seed: int) -> list[tuple]:
             continue
         check.write(new, state, tokens, done)
         value = torch.cat([prefix, new])
-        r = cache.insert(
-            InsertParams(key=key, value=value, prev_prefix_len=done, mamba_value=state)
-        )
+        params = InsertParams(key=key, value=value, prev_prefix_len=done, mamba_value=state,
+                              swa_branching_seqlen=m.swa_branching_seqlen)  # fmt: skip
+        if pools.swa:
+            leave_window(cache, pools, rng, lock, params, len(tokens), cfg.sliding_window_size, ps)
+        r = cache.insert(params)
         if r.mamba_exist:  # the node kept its own state
             pools.mamba.free(state)
         cache.unlock(lock)
@@ -162,6 +172,9 @@ def play_mamba_hicache(cache: Any, cfg: Any, n: int, seed: int) -> list[tuple]:
                 core.component_evictable_size(MAMBA),
                 core.component_protected_size(MAMBA),
                 len(cache.ongoing_write_through),
+                r.swa_branch_inserted,
+                core.component_evictable_size(SWA),
+                core.component_protected_size(SWA),
             )
         )
     return trace

@@ -1,9 +1,10 @@
-"""SGLang's HiCache on FULL+Mamba caches (Mamba host states), on the uniradix core and on
-SGLang's Python core: SGLang's own `UnifiedRadixCache` and `HybridCacheController` (CPU
-copies, see `sglang_hicache`) play the same stream on both (`sglang_mamba_hicache`), compared
-call by call, with the KV and the Mamba states the matches find on the device (load-backs
-included) checked against what the requests wrote, the same final tree on both tiers of both
-components, and every pool whole again once everything is evicted."""
+"""SGLang's HiCache on FULL+Mamba and FULL+SWA+Mamba caches (Mamba host states, with SWA host
+windows), on the uniradix core and on SGLang's Python core: SGLang's own `UnifiedRadixCache`
+and `HybridCacheController` (CPU copies, see `sglang_hicache`) play the same stream on both
+(`sglang_mamba_hicache`), compared call by call, with the KV and the Mamba states the matches
+find on the device (load-backs included) checked against what the requests wrote, the same
+final tree on both tiers of both components, and every pool whole again once everything is
+evicted."""
 
 from __future__ import annotations
 
@@ -43,8 +44,9 @@ from tests.integrations.sglang_mamba_hicache import (  # noqa: E402
     play_mamba_hicache,
 )
 
-FULL, MAMBA = ComponentType.FULL, ComponentType.MAMBA
+FULL, SWA, MAMBA = ComponentType.FULL, ComponentType.SWA, ComponentType.MAMBA
 MAMBA_CONFIGS = [c for c in CONFIGS if c.components == (FULL, MAMBA)]
+SWA_MAMBA_CONFIGS = [c for c in CONFIGS if c.components == (FULL, SWA, MAMBA)]
 PS4 = MAMBA_CONFIGS[1]
 
 
@@ -63,7 +65,8 @@ def run(cfg, core: str, write_policy: str, n: int, seed: int, **kwargs):
 @pytest.mark.parametrize(
     "cfg, write_policy, seed",
     [(c, policy, 7) for c in MAMBA_CONFIGS for policy in ("write_through", "write_back")]
-    + [(MAMBA_CONFIGS[1], "write_through_selective", 3)],  # a seed with a request load-back
+    + [(MAMBA_CONFIGS[1], "write_through_selective", 3)]  # a seed with a request load-back
+    + [(c, "write_through", 7) for c in SWA_MAMBA_CONFIGS],
     ids=lambda v: getattr(v, "label", v),
 )
 def test_mamba_hicache_plays_the_same_on_both_cores(cfg, write_policy, seed):
@@ -80,7 +83,7 @@ def test_mamba_hicache_plays_the_same_on_both_cores(cfg, write_policy, seed):
     assert any(s[7][0] for s in played), "no device eviction"
     assert sum(s[2] for s in expected if s[0] == "evict") > 0, "no Mamba tombstone"
     host = [s[2] for s in expected if s[0] == "evict host"]
-    assert sum(states for _, states in host) > 0, "no Mamba host eviction"
+    assert sum(freed[1] for freed in host) > 0, "no Mamba host eviction"
     held, whole, drained = (s[1] for s in expected[-3:])
     assert (held > 0) == (write_policy == "write_back"), "inner states not backed up first"
     assert drained == whole, "a pool is not whole once everything is evicted"

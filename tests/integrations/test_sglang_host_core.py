@@ -125,7 +125,7 @@ def test_host_methods_in_lock_step(write_policy):
     "label, write_policy, refusal",
     [
         ("FULL_SWA_ps4_sw4", "write_back", "SWA host windows under hicache_write_policy"),
-        ("FULL_SWA_MAMBA_ps64_sw64", "write_through", r"FULL\+SWA\+Mamba cache"),
+        ("FULL_SWA_MAMBA_ps64_sw64", "write_back", "SWA host windows under hicache_write_policy"),
     ],
 )
 def test_hicache_not_covered_is_refused_by_name(label, write_policy, refusal):

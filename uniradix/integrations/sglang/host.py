@@ -10,8 +10,7 @@ handed back for a backup (write-back); a host lock pins a segment of host copies
 eviction is in `host_eviction.py`, backups and load-backs in `host_transfers.py`, the match
 and insert walks of a HiCache cache in `host_walks.py`, L3 storage's page hashes in
 `host_storage.py`, SWA host windows in `host_swa.py`, Mamba host states in `host_mamba.py`.
-SWA host windows under write-back are refused by name, as are SWA and Mamba host copies
-together.
+SWA host windows under write-back are refused by name.
 """
 
 from __future__ import annotations
@@ -38,7 +37,7 @@ from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import (
 )
 
 from uniradix.integrations.sglang.events import EventNodes
-from uniradix.integrations.sglang.host_mamba import MAMBA, WITH_SWA_REFUSED, MambaHostTier
+from uniradix.integrations.sglang.host_mamba import MAMBA, MambaHostTier
 from uniradix.integrations.sglang.host_swa import SWA, WRITE_BACK_REFUSED, SwaHostTier
 from uniradix.integrations.sglang.keys import to_tensor
 from uniradix.integrations.sglang.mamba import MambaTree
@@ -89,8 +88,6 @@ class HostTier(SwaHostTier, MambaHostTier):
         self._reset_mamba_host()
 
     def set_hicache_enabled(self) -> None:
-        if self.mamba is not None and self.swa is not None:
-            raise NotImplementedError(WITH_SWA_REFUSED)
         if self.swa is not None and self.is_write_back:
             raise NotImplementedError(WRITE_BACK_REFUSED)
         self.enable_hicache = True

@@ -20,7 +20,9 @@ answers from both:
   (`finish_mamba_state_eviction` then drops it); a device leaf's state is backed up with the
   leaf before its demote.
 
-Mamba with SWA, and L3 storage of a Mamba cache, are refused by name.
+With SWA too (FULL+SWA+Mamba) a match ends where both hold, an SWA tombstone takes the
+node's state and an SWA host eviction its state's host copy. L3 storage of a Mamba cache is
+refused by name.
 """
 
 from __future__ import annotations
@@ -40,10 +42,6 @@ from uniradix.tree.core import TreeCore
 from uniradix.tree.node import TreeNode
 
 MAMBA = ComponentType.MAMBA
-WITH_SWA_REFUSED = (
-    "uniradix TreeCore: HiCache on a FULL+SWA+Mamba cache (SWA windows and Mamba host "
-    "states together) is not supported yet"
-)
 
 
 class MambaHostTier:
@@ -187,15 +185,23 @@ class MambaHostTier:
                     num_device = i
 
         def extras(best: TreeNode | None, boundary: int) -> dict[str, Any]:
-            on_device = best is not None and best.data[index].value is not None
-            return {
-                "mamba_branching_seqlen": mamba.matched(
-                    best if on_device else None, matched, boundary
-                ),
-                "mamba_host_hit_length": int(best is not None and not on_device),
-            }
+            return self._mamba_match_figures(best, boundary, matched)
 
         return self._host_match(path, matched, num_best, num_device, extras)
+
+    def _mamba_match_figures(
+        self, best: TreeNode | None, boundary: int, full_kv: int
+    ) -> dict[str, Any]:
+        """SGLang's Mamba match figures: a branching point past `boundary` (device match plus
+        host hit), and a host hit of one state when `best` holds its state on the host only;
+        the state used on the device becomes the most recent."""
+        mamba = self.mamba
+        assert mamba is not None
+        on_device = best is not None and best.data[mamba.index].value is not None
+        return {
+            "mamba_branching_seqlen": mamba.matched(best if on_device else None, full_kv, boundary),
+            "mamba_host_hit_length": int(best is not None and not on_device),
+        }
 
     # ------------------------------------------------------------------ backup
     def _needs_mamba_backup(self, node: TreeNode) -> bool:

@@ -91,7 +91,10 @@ class HostWalks(HostTransfers):
             if best is not None:
                 swa.refresh_window(best)
             host, branching = self._swa_match_extras(best or self.tree.root, boundary, matched)
-            return {"swa_host_hit_length": host, "swa_branching_seqlen": branching}
+            figures = {"swa_host_hit_length": host, "swa_branching_seqlen": branching}
+            if self.mamba is not None:
+                figures.update(self._mamba_match_figures(best, boundary, matched))
+            return figures
 
         return self._host_match(path, matched, num_best, num_device, extras)
 
@@ -202,25 +205,20 @@ class HostWalks(HostTransfers):
                 self._events.stored(target, params.key, off, params.session_id)
             if swa is not None:
                 swa.commit_leaf(target, off, params, result, actions)
-                if not all(isinstance(a, _DEFERRABLE) for a in actions):
-                    yield InsertStepResult(actions=actions)  # the controller publishes SWA
-                    actions = []
-                swa.refresh_window(target)
             tree.update_leaf(target)
-        if self.mamba is not None:  # the request's state (the path cap: a barrier)
+        if self.mamba is not None:  # the request's state (the path cap is an action)
             self.mamba.commit(target, target is not node, params, result, actions)
-            if not all(isinstance(a, _DEFERRABLE) for a in actions):
-                yield InsertStepResult(actions=actions)
-                actions = []
+        if not all(isinstance(a, _DEFERRABLE) for a in actions):
+            yield InsertStepResult(actions=actions)  # the controller publishes SWA, caps states
+            actions = []
+        if swa is not None and target is not tree.root:
+            swa.refresh_window(target)
         if target is not node:
             # As SGLang's core: the leaf's end as its lowest part (after an SWA split) counts.
             if off + target.num_tokens > seen and self._count_hit(target):
                 actions.append(self._backup_chain(target))
-        elif swa is not None and target is not tree.root:
-            swa.refresh_window(target)
-            if self._needs_swa_backup(target):  # its window's new SWA goes to the host too
-                actions.append(self._backup_chain(target))
-        elif self._needs_mamba_backup(target):  # a new state on a backed-up node
+        elif self._needs_swa_backup(target) or self._needs_mamba_backup(target):
+            # New SWA in its window, or a new state, goes to the host too.
             actions.append(self._backup_chain(target))
         if swa is not None and params.swa_branching_seqlen is not None:
             result.swa_branch_inserted = len(params.key) >= params.swa_branching_seqlen
@@ -237,7 +235,8 @@ class HostWalks(HostTransfers):
     def _needs_swa_backup(self, node: TreeNode) -> bool:
         """A backed-up node, not in flight, whose window holds SWA not yet on the host."""
         return (
-            not self.is_write_back
+            self.swa is not None
+            and not self.is_write_back
             and node.data[0].host_value is not None
             and node.id not in self._write_pending
             and bool(self._swa_unbacked(node))

@@ -3,14 +3,14 @@
 `check_supported` runs when SGLang builds the cache, so an unsupported configuration fails
 at start-up with the reason instead of misbehaving while serving; so do the host-tier
 settings this core does not cover (`host_swa.py`, `host.py`, `host_storage.py`: SWA windows
-under write-back, SWA windows and Mamba states together, SGLang's device-only SWA ring, L3
-storage of an SWA or Mamba cache). `RefusedTreeCoreMethods` gives the rest of SGLang's
-`UnifiedTreeCoreInterface` (the SWA write-back walk's steps, SWA and Mamba storage transfers,
-buffer mode, external linker, scheduling walks) bodies that raise `NotImplementedError`
-naming the method and what it needs; SGLang's controller calls none of them on a device-tier
-cache, on a FULL HiCache cache with or without an L3 storage backend (its page hashes and
-storage calls: `host_storage.py`), on a FULL+SWA HiCache cache under write-through, nor on a
-FULL+Mamba HiCache cache (Mamba host states: `host_mamba.py`).
+under write-back, SGLang's device-only SWA ring, L3 storage of an SWA or Mamba cache).
+`RefusedTreeCoreMethods` gives the rest of SGLang's `UnifiedTreeCoreInterface` (the SWA
+write-back walk's steps, SWA and Mamba storage transfers, buffer mode, external linker,
+scheduling walks) bodies that raise `NotImplementedError` naming the method and what it
+needs; SGLang's controller calls none of them on a device-tier cache, on a FULL HiCache cache
+with or without an L3 storage backend (its page hashes and storage calls: `host_storage.py`),
+on a FULL+SWA or FULL+SWA+Mamba HiCache cache under write-through, nor on a FULL+Mamba
+HiCache cache (Mamba host states: `host_mamba.py`).
 """
 
 from __future__ import annotations
