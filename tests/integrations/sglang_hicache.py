@@ -3,9 +3,9 @@
 SGLang's own `HybridCacheController` runs as it does on a server (host pool, write and load
 queues, acks); two device-only pieces are replaced, inside the test process only: pinning the
 host pool with `cudaHostRegister` (skipped: the pool is plain CPU memory) and the L2 transfer
-engine's copy kernels (done here with tensor indexing, layer by layer, so the host pool
-really holds the KV and a load-back really restores it). Completions are done at once, so an
-ack is ready as soon as the cache polls for it.
+engine's copy kernels (done here with tensor indexing, layer by layer, so the host pools
+really hold the KV and the Mamba states, and a load-back really restores them). Completions
+are done at once, so an ack is ready as soon as the cache polls for it.
 """
 
 from __future__ import annotations
@@ -13,13 +13,14 @@ from __future__ import annotations
 import contextlib
 import time
 from array import array
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
 from unittest import mock
 
 from sglang.srt.mem_cache import l2_transfer
 from sglang.srt.mem_cache.base_prefix_cache import CacheRequestHandle
 from sglang.srt.mem_cache.pool_host import common as pool_host_common
+from sglang.srt.mem_cache.pool_host.mamba import MambaPoolHost
 from sglang.srt.mem_cache.unified_cache.tree_core_registry import _TREE_CORE_REGISTRY
 from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
 from sglang.test.kits.unified_radix_cache import fixtures
@@ -63,9 +64,32 @@ def _layers(transfer: Any) -> Iterator[tuple[Any, Any, Any, Any]]:
         )
 
 
+def _states(transfer: Any) -> Iterator[tuple[Any, Any]]:
+    """(host buffer of one layer, that layer's device states) of a Mamba state transfer, for
+    the temporal state and each conv state; the host pool is page-first: (slot, layer, 1, ...)."""
+    host = transfer.host_pool
+    for layer in range(host.num_mamba_layers):
+        yield host.temporal_buffer[:, layer, 0], host.temporal_device_layers[layer]
+        for conv, device_layers in zip(host.conv_buffer, host.conv_device_layers, strict=True):
+            yield conv[:, layer, 0], device_layers[layer]
+
+
+def _indices(transfer: Any) -> tuple[Any, Any]:
+    """The transfer's host and device slots; a Mamba pool's device ids are translated to
+    its rows as SGLang's engine does."""
+    device = transfer.device_indices
+    if isinstance(transfer.host_pool, MambaPoolHost):
+        device = l2_transfer.L2TransferEngine._resolve_device_indices(transfer)
+    return transfer.host_indices.cpu(), device.cpu()
+
+
 def _device_to_host(self: Any, transfers: list[Any]) -> Any:
     for t in transfers:
-        host, device = t.host_indices.cpu(), t.device_indices.cpu()
+        host, device = _indices(t)
+        if isinstance(t.host_pool, MambaPoolHost):
+            for host_states, device_states in _states(t):
+                host_states[host] = device_states[device].to(host_states.dtype)
+            continue
         for host_k, host_v, dev_k, dev_v in _layers(t):
             host_k[host] = dev_k[device].to(host_k.dtype)
             host_v[host] = dev_v[device].to(host_v.dtype)
@@ -81,7 +105,11 @@ def _host_to_device(
     on_layer_done: Any = None,
 ) -> Any:
     for t in transfers:
-        host, device = t.host_indices.cpu(), t.device_indices.cpu()
+        host, device = _indices(t)
+        if isinstance(t.host_pool, MambaPoolHost):
+            for host_states, device_states in _states(t):
+                device_states[device] = host_states[host].to(device_states.dtype)
+            continue
         for host_k, host_v, dev_k, dev_v in _layers(t):
             dev_k[device] = host_k[host].to(dev_k.dtype)
             dev_v[device] = host_v[host].to(dev_v.dtype)
@@ -162,3 +190,90 @@ def prefetch_from_storage(cache: Any, rid: str, match: Any, tokens: list[int]) -
         time.sleep(0.002)
         cache.check_hicache_events()
     return int(cache.pop_prefetch_loaded_tokens(handle))
+
+
+def load_back(cache: Any, node: Any, req: Any = None) -> bool:
+    """SGLang's load-back of a host hit, acked at once (the CPU copy is synchronous); `req`:
+    the request it is for (a Mamba state is loaded into the request's own slot too)."""
+    if not cache.load_back(node, req=req):
+        return False
+    cache.ready_to_load_host_cache()
+    for ack in list(cache.cache_controller.ack_load_queue):
+        ack.finish_event.synchronize()
+    cache.loading_check()
+    return True
+
+
+class HiCacheRun(NamedTuple):
+    """What one core did with a stream: the per-call trace, the final tree, its KV events
+    and the core's class name (so a test sees which core really ran)."""
+
+    trace: list[tuple]
+    tree: list[tuple]
+    events: list[Any]
+    core: str
+
+
+def run_hicache(
+    cfg: Any,
+    core: str,
+    write_policy: str,
+    play: Callable[[Any, Any], list[tuple]],
+    state: Callable[[Any], list[tuple]],
+    **kwargs: Any,
+) -> HiCacheRun:
+    """The lock-step driver of the HiCache tests: `cfg`'s cache on `core` with HiCache under
+    `write_policy`, load-backs from one page on; `play(cache, allocator)` runs the stream,
+    every backup still in flight is then drained and `state(cache)` reads the final tree."""
+    with cpu_hicache():
+        cache, allocator, _ = build_hicache_cache(cfg, core, write_policy, **kwargs)
+        cache.load_back_threshold = cfg.page_size
+        try:
+            trace = play(cache, allocator)
+            cache.writing_check(write_back=True)
+            events = cache.take_events()
+            return HiCacheRun(trace, state(cache), events, type(cache.tree_core).__name__)
+        finally:
+            cache.release_host_resources()
+
+
+def events_on_both_cores(
+    run: Callable[..., HiCacheRun], cfg: Any, n: int, seed: int
+) -> tuple[list[Any], list[Any]]:
+    """The KV events of the same write-through stream on SGLang's Python core and on the
+    uniradix core, `run(cfg, core, policy, n, seed, **kwargs)` playing it."""
+    python, uniradix = (
+        run(cfg, core, "write_through", n, seed, enable_kv_cache_events=True).events
+        for core in ("python", "uniradix")
+    )
+    return python, uniradix
+
+
+def node_paths(cache: Any) -> Iterator[tuple[Any, tuple[int, ...]]]:
+    """Every node but the root, with the tokens of its root path (free of node ids)."""
+    core, root = cache.tree_core, cache.root_node_handle()
+    for node in core.get_all_node_ids():
+        if node == root:
+            continue
+        path, cur = [], node
+        while cur != root:
+            path[:0] = core.get_node_token_ids(cur)
+            cur = core.get_parent_node_id(cur)
+        yield node, tuple(path)
+
+
+def component_tree_state(cache: Any, components: tuple[Any, ...]) -> list[tuple]:
+    """Every node's root path with, per component, which tiers hold it and its locks."""
+    core = cache.tree_core
+    rows = []
+    for node, path in node_paths(cache):
+        row: list[Any] = [path]
+        for ct in components:
+            row += [
+                core.get_component_device_value(node, ct) is not None,
+                core.get_component_host_value(node, ct) is not None,
+                core.get_component_device_lock_ref(node, ct),
+                core.get_component_host_lock_ref(node, ct),
+            ]
+        rows.append(tuple(row))
+    return sorted(rows)

@@ -77,6 +77,15 @@ class Pools:
         return EvictParams(num_tokens=max(need - full, 0), swa_num_tokens=max(need - swa, 0),
                            mamba_num=states)  # fmt: skip
 
+    def make_room(self, cache: Any, need: int) -> tuple[int, int, int]:
+        """Evicts what the pools lack for `need` tokens and a state, as SGLang's scheduler
+        does: the full tokens, SWA tokens and states evicted."""
+        short = self.shortfall(need)
+        if not (short.num_tokens or short.swa_num_tokens or short.mamba_num):
+            return 0, 0, 0
+        r = cache.evict(short)
+        return r.num_tokens_evicted, r.swa_num_tokens_evicted, r.mamba_num_evicted
+
     def left(self) -> tuple[int, ...]:
         sizes = [self.kv.available_size()]
         if self.swa:
@@ -84,6 +93,28 @@ class Pools:
         if self.mamba is not None:
             sizes.append(self.mamba.available_size())
         return tuple(sizes)
+
+
+def leave_window(
+    cache: Any,
+    pools: Pools,
+    rng: random.Random,
+    lock: Any,
+    params: Any,
+    length: int,
+    window: int,
+    page_size: int,
+) -> None:
+    """What a decoding request does with its SWA: sometimes it has freed the SWA of its own
+    positions that left the window (the insert `params` then name that floor), sometimes it
+    releases its SWA lock early (`release_swa`, SGLang's `dec_swa_lock_only`)."""
+    done, value = params.prev_prefix_len, params.value
+    floor = (length - window - rng.randint(0, 2 * page_size)) // page_size * page_size
+    if floor > done and rng.random() < 0.5:
+        pools.kv.free_swa_segment(value[done:floor], start_pos=done)
+        params.set_evicted_seqlen(SWA, floor)
+    if rng.random() < 0.3:
+        cache.release_swa(lock)
 
 
 def play_hybrid(cache: Any, page_size: int, window: int | None, n: int, seed: int) -> list[tuple]:
@@ -104,11 +135,7 @@ def play_hybrid(cache: Any, page_size: int, window: int | None, n: int, seed: in
         prefix = cache.path_device_indices(m.last_device_node)[:done]
         lock = cache.lock(m.last_device_node)
         need = len(tokens) - done
-        short = pools.shortfall(need)
-        evicted = (0, 0, 0)
-        if short.num_tokens or short.swa_num_tokens or short.mamba_num:
-            r = cache.evict(short)
-            evicted = (r.num_tokens_evicted, r.swa_num_tokens_evicted, r.mamba_num_evicted)
+        evicted = pools.make_room(cache, need)
         new = _alloc(pools.kv, need, page_size)
         state = None if pools.mamba is None or new is None else pools.mamba.alloc(1)
         if new is None or (pools.mamba is not None and state is None):
@@ -122,13 +149,7 @@ def play_hybrid(cache: Any, page_size: int, window: int | None, n: int, seed: in
         params = InsertParams(key=key, value=value, prev_prefix_len=done, mamba_value=state,
                               swa_branching_seqlen=m.swa_branching_seqlen)  # fmt: skip
         if pools.swa:
-            # A request whose window moved past some of its own positions freed their SWA.
-            floor = (len(tokens) - span - rng.randint(0, 2 * page_size)) // page_size * page_size
-            if floor > done and rng.random() < 0.5:
-                pools.kv.free_swa_segment(value[done:floor], start_pos=done)
-                params.set_evicted_seqlen(SWA, floor)
-            if rng.random() < 0.3:
-                cache.release_swa(lock)
+            leave_window(cache, pools, rng, lock, params, len(tokens), span, page_size)
         r = cache.insert(params)
         if state is not None and r.mamba_exist:  # the node kept its own state
             pools.mamba.free(state)

@@ -58,7 +58,9 @@ class UniradixInspector(UniradixTreeCore, UnifiedTreeCoreInspectionInterface):
     def get_component_host_value(self, node_id: int, component_type: Any) -> Any:
         index = self._index(component_type)
         value = None if index is None else self._node(node_id).data[index].host_value
-        return None if value is None else to_tensor(value, torch.device("cpu"))
+        if value is None or isinstance(value, torch.Tensor):  # Mamba: the controller's tensor
+            return value
+        return to_tensor(value, torch.device("cpu"))
 
     def get_component_host_lock_ref(self, node_id: int, component_type: Any) -> int:
         index = self._index(component_type)

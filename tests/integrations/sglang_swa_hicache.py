@@ -23,7 +23,8 @@ from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, Ma
 from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 
-from tests.integrations.sglang_hybrid_stream import Pools, _alloc
+from tests.integrations.sglang_hicache import component_tree_state, load_back
+from tests.integrations.sglang_hybrid_stream import Pools, _alloc, leave_window
 
 FULL, SWA = ComponentType.FULL, ComponentType.SWA
 
@@ -79,17 +80,6 @@ class KvCheck:
         return torch.equal(self.swa[swa][:, 0, 0].float(), marker(tokens[n - len(tail) : n]))
 
 
-def load_back(cache: Any, node: Any) -> bool:
-    """SGLang's load-back of a host hit, acked at once (the CPU copy is synchronous)."""
-    if not cache.load_back(node):
-        return False
-    cache.ready_to_load_host_cache()
-    for ack in list(cache.cache_controller.ack_load_queue):
-        ack.finish_event.synchronize()
-    cache.loading_check()
-    return True
-
-
 def play_swa_hicache(cache: Any, cfg: Any, n: int, seed: int) -> list[tuple]:
     """Match (loading host hits back), lock, evict what the pools lack, write the KV, insert,
     unlock; the backups are submitted and acked every other request (a scheduler step)."""
@@ -119,11 +109,7 @@ def play_swa_hicache(cache: Any, cfg: Any, n: int, seed: int) -> list[tuple]:
         kv_ok = kv.holds(prefix, tokens)
         lock = cache.lock(m.last_device_node)
         need = len(tokens) - done
-        short = pools.shortfall(need)
-        evicted = (0, 0)
-        if short.num_tokens or short.swa_num_tokens:
-            r = cache.evict(short)
-            evicted = (r.num_tokens_evicted, r.swa_num_tokens_evicted)
+        evicted = pools.make_room(cache, need)[:2]  # no states: full and SWA tokens
         new = _alloc(pools.kv, need, ps)
         if new is None:
             cache.unlock(lock)
@@ -133,13 +119,7 @@ def play_swa_hicache(cache: Any, cfg: Any, n: int, seed: int) -> list[tuple]:
         value = torch.cat([prefix, new])
         params = InsertParams(key=key, value=value, prev_prefix_len=done,
                               swa_branching_seqlen=m.swa_branching_seqlen)  # fmt: skip
-        # A request whose window moved past some of its own positions freed their SWA.
-        floor = (len(tokens) - window - rng.randint(0, 2 * ps)) // ps * ps
-        if floor > done and rng.random() < 0.5:
-            pools.kv.free_swa_segment(value[done:floor], start_pos=done)
-            params.set_evicted_seqlen(SWA, floor)
-        if rng.random() < 0.3:
-            cache.release_swa(lock)
+        leave_window(cache, pools, rng, lock, params, len(tokens), window, ps)
         r = cache.insert(params)
         cache.unlock(lock)
         if i % 2:
@@ -169,22 +149,4 @@ def play_swa_hicache(cache: Any, cfg: Any, n: int, seed: int) -> list[tuple]:
 
 def swa_tree_state(cache: Any) -> list[tuple]:
     """Every node's root path with, for FULL and SWA, which tiers hold it and its locks."""
-    core, root = cache.tree_core, cache.root_node_handle()
-    rows = []
-    for node in core.get_all_node_ids():
-        if node == root:
-            continue
-        path, cur = [], node
-        while cur != root:
-            path[:0] = core.get_node_token_ids(cur)
-            cur = core.get_parent_node_id(cur)
-        row: list[Any] = [tuple(path)]
-        for ct in (FULL, SWA):
-            row += [
-                core.get_component_device_value(node, ct) is not None,
-                core.get_component_host_value(node, ct) is not None,
-                core.get_component_device_lock_ref(node, ct),
-                core.get_component_host_lock_ref(node, ct),
-            ]
-        rows.append(tuple(row))
-    return sorted(rows)
+    return component_tree_state(cache, (FULL, SWA))

@@ -26,9 +26,11 @@ from sglang.srt.mem_cache.unified_cache.component_type import ComponentType  # n
 from sglang.test.kits.unified_radix_cache.config import CONFIGS  # noqa: E402
 
 from tests.integrations.sglang_hicache import (  # noqa: E402
-    build_hicache_cache,
-    cpu_hicache,
+    events_on_both_cores,
+    load_back,
+    node_paths,
     prefetch_from_storage,
+    run_hicache,
     settle_storage,
 )
 from tests.integrations.test_sglang_core import make_room  # noqa: E402
@@ -61,17 +63,6 @@ def marker(tokens: list[int]) -> torch.Tensor:
 def key_buffer(allocator):
     kv = allocator.get_kvcache()
     return kv.get_key_buffer(kv.start_layer)
-
-
-def load_back(cache, node) -> bool:
-    """SGLang's load-back of a host hit, acked at once (the CPU copy is synchronous)."""
-    if not cache.load_back(node):
-        return False
-    cache.ready_to_load_host_cache()
-    for ack in list(cache.cache_controller.ack_load_queue):
-        ack.finish_event.synchronize()
-    cache.loading_check()
-    return True
 
 
 def play_hicache(
@@ -140,37 +131,24 @@ def play_hicache(
 
 def tree_state(cache) -> list[tuple]:
     """Every node's root path, with which tiers hold its KV and its host lock count."""
-    core, root = cache.tree_core, cache.root_node_handle()
-    rows = []
-    for node in core.get_all_node_ids():
-        if node == root:
-            continue
-        path, cur = [], node
-        while cur != root:
-            path[:0] = core.get_node_token_ids(cur)
-            cur = core.get_parent_node_id(cur)
-        rows.append(
-            (
-                tuple(path),
-                core.get_component_device_value(node, FULL) is not None,
-                core.get_component_host_value(node, FULL) is not None,
-                core.get_component_host_lock_ref(node, FULL),
-            )
+    core = cache.tree_core
+    rows = [
+        (
+            path,
+            core.get_component_device_value(node, FULL) is not None,
+            core.get_component_host_value(node, FULL) is not None,
+            core.get_component_host_lock_ref(node, FULL),
         )
+        for node, path in node_paths(cache)
+    ]
     return sorted(rows)
 
 
-def run(cfg, core: str, write_policy: str, n: int, seed: int, **kwargs) -> tuple:
-    with cpu_hicache():
-        cache, allocator, _ = build_hicache_cache(cfg, core, write_policy, **kwargs)
-        cache.load_back_threshold = cfg.page_size
-        try:
-            trace = play_hicache(cache, allocator, cfg.page_size, n, seed)
-            cache.writing_check(write_back=True)  # drain every backup still in flight
-            events = cache.take_events()
-            return trace, tree_state(cache), events, type(cache.tree_core).__name__
-        finally:
-            cache.release_host_resources()
+def run(cfg, core: str, write_policy: str, n: int, seed: int, **kwargs):
+    def play(cache, allocator):
+        return play_hicache(cache, allocator, cfg.page_size, n, seed)
+
+    return run_hicache(cfg, core, write_policy, play, tree_state, **kwargs)
 
 
 @pytest.mark.parametrize("write_policy", ["write_through", "write_through_selective", "write_back"])
@@ -195,9 +173,7 @@ def test_hicache_plays_the_same_on_both_cores(cfg, write_policy):
 @pytest.mark.parametrize("cfg", FULL_CONFIGS[:2], ids=lambda c: c.label)
 def test_hicache_kv_events_are_the_same_on_both_cores(cfg):
     """Device and host stores and removals (`medium` GPU / CPU), in the same order."""
-    runs = [run(cfg, core, "write_through", 200, 3, enable_kv_cache_events=True)
-            for core in ("python", "uniradix")]  # fmt: skip
-    events = [r[2] for r in runs]
+    events = events_on_both_cores(run, cfg, 200, 3)
     media = {str(getattr(e, "medium", None)) for e in events[0]}
     assert len(media) >= 2, media
     assert events[1] == events[0]

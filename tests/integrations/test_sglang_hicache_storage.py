@@ -40,6 +40,7 @@ from sglang.srt.runtime_context import get_parallel  # noqa: E402
 from tests.integrations.sglang_hicache import (  # noqa: E402
     build_hicache_cache,
     cpu_hicache,
+    load_back,
     prefetch_from_storage,
     settle_storage,
 )
@@ -47,7 +48,6 @@ from tests.integrations.test_sglang_conformance import build  # noqa: E402
 from tests.integrations.test_sglang_hicache import (  # noqa: E402
     FULL_CONFIGS,
     key_buffer,
-    load_back,
     marker,
     play_hicache,
     tree_state,

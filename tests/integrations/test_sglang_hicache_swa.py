@@ -15,7 +15,7 @@ load_sglang(kits=True)
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType  # noqa: E402
 from sglang.test.kits.unified_radix_cache.config import CONFIGS  # noqa: E402
 
-from tests.integrations.sglang_hicache import build_hicache_cache, cpu_hicache  # noqa: E402
+from tests.integrations.sglang_hicache import events_on_both_cores, run_hicache  # noqa: E402
 from tests.integrations.sglang_swa_hicache import (  # noqa: E402
     play_swa_hicache,
     swa_tree_state,
@@ -25,17 +25,11 @@ FULL, SWA = ComponentType.FULL, ComponentType.SWA
 SWA_CONFIGS = [c for c in CONFIGS if c.components == (FULL, SWA)]
 
 
-def run(cfg, core: str, write_policy: str, n: int, seed: int, **kwargs) -> tuple:
-    with cpu_hicache():
-        cache, _, _ = build_hicache_cache(cfg, core, write_policy, **kwargs)
-        cache.load_back_threshold = cfg.page_size
-        try:
-            trace = play_swa_hicache(cache, cfg, n, seed)
-            cache.writing_check(write_back=True)  # drain every backup still in flight
-            events = cache.take_events()
-            return trace, swa_tree_state(cache), type(cache.tree_core).__name__, events
-        finally:
-            cache.release_host_resources()
+def run(cfg, core: str, write_policy: str, n: int, seed: int, **kwargs):
+    def play(cache, allocator):
+        return play_swa_hicache(cache, cfg, n, seed)
+
+    return run_hicache(cfg, core, write_policy, play, swa_tree_state, **kwargs)
 
 
 @pytest.mark.parametrize(
@@ -45,8 +39,8 @@ def run(cfg, core: str, write_policy: str, n: int, seed: int, **kwargs) -> tuple
     ids=lambda v: getattr(v, "label", v),
 )
 def test_swa_hicache_plays_the_same_on_both_cores(cfg, write_policy):
-    expected, expected_tree, python_core, _ = run(cfg, "python", write_policy, 120, seed=7)
-    trace, tree, uniradix_core, _ = run(cfg, "uniradix", write_policy, 120, seed=7)
+    expected, expected_tree, _, python_core = run(cfg, "python", write_policy, 120, seed=7)
+    trace, tree, _, uniradix_core = run(cfg, "uniradix", write_policy, 120, seed=7)
     assert (python_core, uniradix_core) == ("UnifiedTreeCoreInspector", "UniradixInspector")
     played = [s for s in expected if s[0] not in ("skip", "evict", "evict host")]
     assert any(s[1] for s in played), "no load-back"
@@ -64,9 +58,7 @@ def test_swa_hicache_plays_the_same_on_both_cores(cfg, write_policy):
 @pytest.mark.parametrize("cfg", SWA_CONFIGS[:2], ids=lambda c: c.label)
 def test_swa_hicache_kv_events_are_the_same_on_both_cores(cfg):
     """Device and host stores and removals (`medium` GPU / CPU), in the same order."""
-    runs = [run(cfg, core, "write_through", 80, 3, enable_kv_cache_events=True)
-            for core in ("python", "uniradix")]  # fmt: skip
-    events = [r[3] for r in runs]
+    events = events_on_both_cores(run, cfg, 80, 3)
     media = {str(getattr(e, "medium", None)) for e in events[0]}
     assert {"StorageMedium.GPU", "StorageMedium.CPU"} <= media, media
     assert events[1] == events[0]

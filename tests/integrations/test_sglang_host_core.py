@@ -24,8 +24,13 @@ from sglang.srt.mem_cache.base_prefix_cache import (  # noqa: E402
 from sglang.srt.mem_cache.radix_cache import RadixKey  # noqa: E402
 from sglang.test.kits.unified_radix_cache.config import CONFIGS  # noqa: E402
 
-from tests.integrations.sglang_hicache import build_hicache_cache, cpu_hicache  # noqa: E402
-from tests.integrations.test_sglang_hicache import load_back, tree_state  # noqa: E402
+from tests.integrations.sglang_hicache import (  # noqa: E402
+    build_hicache_cache,
+    cpu_hicache,
+    load_back,
+    run_hicache,
+)
+from tests.integrations.test_sglang_hicache import tree_state  # noqa: E402
 
 CFG = next(c for c in CONFIGS if c.label == "FULL_ps4")
 PS = CFG.page_size
@@ -101,15 +106,10 @@ def script(cache, allocator) -> list:
 
 @pytest.mark.parametrize("write_policy", ["write_through", "write_through_selective", "write_back"])
 def test_host_methods_in_lock_step(write_policy):
-    runs = {}
-    for core in ("python", "uniradix"):
-        with cpu_hicache():
-            cache, allocator, _ = build_hicache_cache(CFG, core, write_policy)
-            cache.load_back_threshold = PS
-            try:
-                runs[core] = script(cache, allocator)
-            finally:
-                cache.release_host_resources()
+    runs = {
+        core: run_hicache(CFG, core, write_policy, script, tree_state).trace
+        for core in ("python", "uniradix")
+    }
     for expected, got in zip(runs["python"], runs["uniradix"], strict=True):
         assert got == expected, expected[0]
     steps = dict((name, result) for name, result, _ in runs["python"])
@@ -125,8 +125,7 @@ def test_host_methods_in_lock_step(write_policy):
     "label, write_policy, refusal",
     [
         ("FULL_SWA_ps4_sw4", "write_back", "SWA host windows under hicache_write_policy"),
-        ("FULL_MAMBA_ps4", "write_through", "Mamba host states are not supported"),
-        ("FULL_SWA_MAMBA_ps64_sw64", "write_through", "Mamba host states are not supported"),
+        ("FULL_SWA_MAMBA_ps64_sw64", "write_back", "SWA host windows under hicache_write_policy"),
     ],
 )
 def test_hicache_not_covered_is_refused_by_name(label, write_policy, refusal):

@@ -2,16 +2,14 @@
 
 SGLang's `UnifiedRadixCache` drives a TreeCore through that interface only; this one keeps
 the tree in `uniradix.tree.core.TreeCore` (FULL as component 0, then SWA windows: `swa.py`,
-Mamba states: `mamba.py`; with HiCache on, the host tier: `host.py`, `host_walks.py`, SWA
-host windows: `host_swa.py`, and FULL's L3 storage: `host_storage.py`). What it does not
+Mamba states: `mamba.py`; with HiCache on, the host tier: `host*.py`). What it does not
 cover is refused by name, at build (`check_supported`, `set_hicache_enabled`) or per method.
 
 Semantics follow SGLang's Python core, so both give the same results on the same calls:
 duplicates past `prev_prefix_len` are handed back as `FreeDeviceKV`, an eviction walk stops
-once the tracker reaches the requested count, and a lock pins the node's root path (SWA: the
+once the tracker reaches the requested count, a lock pins the node's root path (SWA: the
 window only; Mamba: the node's state). An insert that publishes SWA values or caps a path's
-Mamba states pauses once at SGLang's barrier: the controller applies them, then
-`resume_insert` refreshes the SWA windows.
+Mamba states pauses at SGLang's barrier; `resume_insert` then refreshes the SWA windows.
 """
 
 from __future__ import annotations
@@ -52,8 +50,7 @@ _DEFERRABLE = (FreeDeviceKV, FreeDeviceKVFullOnly)
 
 
 class UniradixTreeCore(HostStorage, TreeCoreViews):
-    """SGLang's unified cache (FULL, SWA, Mamba; the host tier for FULL and SWA) on uniradix's
-    tree."""
+    """SGLang's unified cache (FULL, SWA, Mamba, with their host tier) on uniradix's tree."""
 
     supports_rotation_base = False
 
@@ -343,9 +340,12 @@ class UniradixTreeCore(HostStorage, TreeCoreViews):
                 return result
             frees, done = result.device_frees, tracker.get(component_type, 0)
             leaf = walk.evict_next(done, frees, result.tracker)
+            held = walk.deferred  # write-back: the controller backs its state up first
             if leaf is not None:
                 result.node_id = leaf.id
-            result.made_progress = leaf is not None or bool(result.tracker)
+            if held is not None:
+                result.mamba_backup_node_id = held.id
+            result.made_progress = leaf is not None or held is not None or bool(result.tracker)
         return result
 
     def evict_device_leaf(self, node_id: int, is_write_back: bool) -> Any:

@@ -6,23 +6,21 @@ copy lives: component 0 keeps the device slots in `value` and SGLang's host pool
 (`TreeCore.host_only_nodes`). Semantics follow SGLang's Python core (`UnifiedTreeCore`) so
 its controller (`UnifiedRadixCache` with its `HybridCacheController`) gets the same answers
 from both: a backed-up device leaf is demoted, an unbacked one deleted (write-through) or
-handed back for a backup (write-back); host leaves are evicted in the cache's policy order;
-a host lock pins a segment of host copies; load-back rebuilds the device values of the
-evicted bottom of a path. The match and insert walks of a HiCache cache are in
-`host_walks.py`, L3 storage's page hashes in `host_storage.py`, SWA host windows in
-`host_swa.py`. Mamba host states, and SWA host windows under write-back, are refused by name.
+handed back for a backup (write-back); a host lock pins a segment of host copies. Host
+eviction is in `host_eviction.py`, backups and load-backs in `host_transfers.py`, the match
+and insert walks of a HiCache cache in `host_walks.py`, L3 storage's page hashes in
+`host_storage.py`, SWA host windows in `host_swa.py`, Mamba host states in `host_mamba.py`.
+SWA host windows under write-back are refused by name.
 """
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable
 from itertools import count
 from typing import Any
 
 import torch
 from sglang.srt.disaggregation.kv_events import StorageMedium
-from sglang.srt.environ import envs
 from sglang.srt.mem_cache.base_prefix_cache import (
     DecLockRefResult,
     IncLockRefResult,
@@ -35,11 +33,11 @@ from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import (
     BaseEvictionResult,
     DemoteResult,
-    DriveHostEvictionResult,
     EvictDeviceLeafResult,
 )
 
 from uniradix.integrations.sglang.events import EventNodes
+from uniradix.integrations.sglang.host_mamba import MAMBA, MambaHostTier
 from uniradix.integrations.sglang.host_swa import SWA, WRITE_BACK_REFUSED, SwaHostTier
 from uniradix.integrations.sglang.keys import to_tensor
 from uniradix.integrations.sglang.mamba import MambaTree
@@ -51,10 +49,9 @@ from uniradix.tree.policy import PolicyKey
 
 FULL = ComponentType.FULL
 CPU, GPU = StorageMedium.CPU, StorageMedium.GPU
-_DIGEST_MASK = (1 << 42) - 1  # SGLang's width of the write-back reclaim digest
 
 
-class HostTier(SwaHostTier):
+class HostTier(SwaHostTier, MambaHostTier):
     """HiCache state and the TreeCore methods that move KV between device and host."""
 
     tree: TreeCore
@@ -88,18 +85,15 @@ class HostTier(SwaHostTier):
         # Device leaves a write-back walk popped but could neither back up nor drop.
         self._kept_leaves: list[TreeNode] = []
         self._reset_swa_host()
+        self._reset_mamba_host()
 
     def set_hicache_enabled(self) -> None:
-        if self.mamba is not None:
-            raise NotImplementedError(
-                "uniradix TreeCore: set_hicache_enabled covers FULL attention and SWA; Mamba "
-                "host states are not supported yet"
-            )
         if self.swa is not None and self.is_write_back:
             raise NotImplementedError(WRITE_BACK_REFUSED)
         self.enable_hicache = True
         self.tree.host_only_nodes = True
         self._reset_swa_host()
+        self._reset_mamba_host()
 
     def set_host_memory_buffer_only(self) -> None:
         raise NotImplementedError(
@@ -115,16 +109,22 @@ class HostTier(SwaHostTier):
             data = self._node(node_id).data[0]
         elif component_type == SWA and self.swa is not None:
             data = self._node(node_id).data[SWA_INDEX]
+        elif component_type == MAMBA and self.mamba is not None:
+            data = self._node(node_id).data[self.mamba.index]
         else:
             return False
         return data.value is None and data.host_value is not None
 
     def is_write_through_compatible(self) -> bool:
-        """Every backed-up node's parent is backed up too (or the root)."""
+        """Every backed-up node's parent is backed up too (or the root), and no state copy
+        is on the host under a node whose full KV has none."""
         return all(
-            n.data[0].host_value is None
-            or n.parent is self.tree.root
-            or (n.parent is not None and n.parent.data[0].host_value is not None)
+            not self._mamba_host_without_full(n)
+            and (
+                n.data[0].host_value is None
+                or n.parent is self.tree.root
+                or (n.parent is not None and n.parent.data[0].host_value is not None)
+            )
             for n in self.tree.nodes()
         )
 
@@ -165,6 +165,7 @@ class HostTier(SwaHostTier):
             if data.value is None:
                 assert all(c.data[0].value is None for c in node.children.values()), node
         self._swa_check_host(nodes)
+        self._mamba_check_host()
 
     def _take_split_actions(self) -> list[Any]:
         actions, self._split_actions = self._split_actions, []
@@ -215,11 +216,16 @@ class HostTier(SwaHostTier):
             data.host_lock_ref += 1
         if self.swa is not None:
             self._swa_lock_host(node, result)
+        if self.mamba is not None:
+            self._mamba_lock_host(node)
         return result
 
     def dec_host_lock_ref(self, node_id: int, params: Any) -> Any:
         check_receipt(node_id, params)
-        if self.swa is not None:  # SGLang releases the components in reverse order
+        # SGLang releases the components in reverse order.
+        if self.mamba is not None:
+            self._mamba_unlock_host(self._node(node_id))
+        if self.swa is not None:
             self._swa_unlock_host(self._node(node_id), params)
         if FULL not in params.component_host_lock_uuids:
             return DecLockRefResult()  # the receipt pinned nothing
@@ -253,7 +259,8 @@ class HostTier(SwaHostTier):
             self._swa_free_device(node, result)
             self._free_device(node, result)
             self._swa_free_host(node, result, counted=False)
-            self._delete(node, result)
+            self._mamba_free_host(node, result, counted=False)
+            self._delete(node, result)  # its state on the device too
         return result
 
     def demote(self, node_id: int) -> Any:
@@ -270,6 +277,9 @@ class HostTier(SwaHostTier):
             self._swa_free_device(node, result)  # SWA's slots are named by the full ones
             self._swa_dropped(node)  # a host-only window now, whatever its host locks
         self._free_device(node, result)
+        if self.mamba is not None:  # the state goes too; a host copy of it stays listed
+            self._mamba_free_device(node, result, counted=True)
+            self._mamba_dropped(node)
         if self._events is not None:
             self._events.removed(node, GPU, drop=False)
         self.tree.update_leaf(node)
@@ -289,20 +299,20 @@ class HostTier(SwaHostTier):
 
     def _delete(self, node: TreeNode, result: Any = None) -> None:
         """Removes a childless `node` holding no copy, then its ancestors left childless
-        with no full KV and no lock (tombstones, their SWA host copies freed into
-        `result`), as SGLang's core does."""
-        while node.parent is not None and not node.children:
+        with no full KV and no lock (tombstones, their SWA host copies and Mamba states freed
+        into `result`), as SGLang's core does: a state stays on the device only under full
+        KV on the device."""
+        while node.parent is not None and not node.children and not self._locked(node):
             data = node.data[0]
-            if data.value is not None or data.host_value is not None:
+            if data.value is not None:
                 break
-            if (
-                data.lock_ref
-                or data.host_lock_ref
-                or (self.swa is not None and self._swa_locked(node))
-            ):
+            if result is not None:
+                self._mamba_free_device(node, result, counted=True)
+            if data.host_value is not None:
                 break
             if result is not None:
                 self._swa_free_host(node, result, counted=True)
+                self._mamba_free_host(node, result, counted=True)
             parent = self.tree.remove_leaf(node)
             del self._nodes[node.id]
             for marks in (self._write_pending, self._load_pending, self._duplicates):
@@ -311,80 +321,12 @@ class HostTier(SwaHostTier):
                 self._events.forget(node)
             node = parent
 
-    # ------------------------------------------------------------------ host eviction
-    def _is_host_leaf(self, node: TreeNode) -> bool:
+    def _locked(self, node: TreeNode) -> bool:
+        """Any lock on the node, device or host, of any component."""
         data = node.data[0]
-        return (
-            node.parent is not None
-            and data.value is None
-            and data.host_value is not None
-            and not data.host_lock_ref
-            and not data.lock_ref
-            and not node.children
-            and not (self.swa is not None and self._swa_locked(node))
+        return bool(
+            data.lock_ref
+            or data.host_lock_ref
+            or (self.swa is not None and self._swa_locked(node))
+            or (self.mamba is not None and self._mamba_locked(node))
         )
-
-    def drive_host_eviction(self, component_type: Any, num_tokens: int) -> Any:
-        result = DriveHostEvictionResult()
-        if component_type == SWA and self.swa is not None:
-            self._swa_drive_host_eviction(num_tokens, result)
-            return result
-        if component_type != FULL:
-            return result  # no other component of this core keeps host copies
-        if self.is_write_back and not envs.SGLANG_HICACHE_SKIP_HOST_DUPLICATE_RECLAIM.get():
-            self._reclaim_duplicates(num_tokens, result)
-        policy = self._policy
-        heap = [(policy(n), n.id, n) for n in self.tree.nodes() if self._is_host_leaf(n)]
-        heapq.heapify(heap)
-        while result.tracker[FULL] < num_tokens and heap:
-            node = heapq.heappop(heap)[2]
-            if not self._is_host_leaf(node):
-                continue
-            parent = node.parent
-            assert parent is not None
-            self._evict_host_leaf(node, result)
-            if self._is_host_leaf(parent):
-                heapq.heappush(heap, (policy(parent), parent.id, parent))
-        return result
-
-    def _evict_host_leaf(self, node: TreeNode, result: Any) -> None:
-        """A host leaf goes whole: its host copies (counted), then the tombstones above."""
-        self._evict_host_copy(node, result)
-        self._swa_free_host(node, result, counted=True)
-        self._delete(node, result)
-
-    def _evict_host_copy(self, node: TreeNode, result: BaseEvictionResult) -> None:
-        data = node.data[0]
-        assert data.host_value is not None
-        if self._events is not None:
-            self._events.removed(node, CPU, drop=False)
-        result.host_frees[FULL].append(torch.from_numpy(data.host_value))
-        result.tracker[FULL] += len(data.host_value)
-        data.host_value = None
-
-    def _reclaim_duplicates(self, num_tokens: int, result: BaseEvictionResult) -> None:
-        """Write-back: host copies of nodes also on the device go first, in the order they
-        became duplicates; a first pass spares device leaves (about to be demoted)."""
-        swept = []
-        for spare_leaves in (True, False):
-            for node in self._duplicates.values():
-                if result.tracker[FULL] >= num_tokens:
-                    break
-                data = node.data[0]
-                if data.value is None or data.host_value is None:
-                    swept.append(node.id)  # stale entry
-                    continue
-                if spare_leaves and node in self.tree.leaves:
-                    continue
-                if (
-                    node.id in self._write_pending
-                    or node.id in self._load_pending
-                    or data.host_lock_ref
-                ):
-                    continue
-                self._evict_host_copy(node, result)
-                swept.append(node.id)
-                digest = self.write_back_duplicate_reclaim_digest * 1000003 + node.id + 1
-                self.write_back_duplicate_reclaim_digest = digest & _DIGEST_MASK
-        for node_id in swept:
-            self._duplicates.pop(node_id, None)

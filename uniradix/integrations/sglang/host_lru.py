@@ -1,11 +1,11 @@
-"""The host LRU list of an auxiliary component (SGLang's `host_lru_lists[SWA]`): the nodes
-whose component lives on the host only, most recent first, the order its host eviction walks
-from the least recent end. Linked by node id in two dicts, so a node needs no second pair of
-intrusive links (the tree's are the component's device LRU list's)."""
+"""The host LRU list of an auxiliary component (SGLang's `host_lru_lists[SWA]` or `[MAMBA]`):
+the nodes whose component lives on the host only, most recent first, the order its host
+eviction walks from the least recent end. Linked by node id in two dicts, so a node needs no
+second pair of intrusive links (the tree's are the component's device LRU list's)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from uniradix.tree.node import TreeNode
 
@@ -62,3 +62,13 @@ class HostLru:
                 return found
             i = self._prev[i]
         return None
+
+    def eviction_order(self, done: Callable[[], bool]) -> Iterator[TreeNode]:
+        """SGLang's host eviction walk: the nodes holding no host lock, least recent first,
+        until `done()`. The next node is chosen before one is handed out (whose eviction may
+        take others out of the list); the walk ends where that next one left the list."""
+        node = self.prev_unlocked(None)
+        while not done() and node is not None and node in self:
+            after = self.prev_unlocked(node)
+            yield node
+            node = after

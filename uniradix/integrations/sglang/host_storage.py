@@ -7,9 +7,10 @@ events and the storage keys stay the same values, as in SGLang's Python core. Wi
 on (`enable_storage`), a node is hashed when it is stored; a prefetched host path
 (`insert_host`) takes the hashes storage gave; a split divides them; a backend attached
 while the tree holds nodes hashes those first (`backfill_missing_hash_values`). A backup to
-storage reads a node's host copy, tokens and hashes (`build_storage_backup_spec`). SWA and
-Mamba transfers (`build_hicache_transfers`, non-empty `commit_hicache_transfers`) and
-buffer mode stay refused by name. Semantics are those of SGLang's Python core.
+storage reads a node's host copy, tokens and hashes (`build_storage_backup_spec`). Storage
+of SWA and Mamba caches (their pages: `build_hicache_transfers`, non-empty
+`commit_hicache_transfers`) and buffer mode stay refused by name. Semantics are those of
+SGLang's Python core.
 """
 
 from __future__ import annotations
@@ -55,11 +56,12 @@ class HostStorage(HostWalks):
     @enable_storage.setter
     def enable_storage(self, value: bool) -> None:
         # SGLang's cache sets it when a storage backend attaches (and at build, off).
-        if value and getattr(self, "swa", None) is not None:
-            raise NotImplementedError(
-                "uniradix TreeCore: L3 storage of an SWA cache (its SWA pages, "
-                "build_hicache_transfers) is not supported yet"
-            )
+        for name, cache in (("swa", "an SWA"), ("mamba", "a Mamba")):
+            if value and getattr(self, name, None) is not None:
+                raise NotImplementedError(
+                    f"uniradix TreeCore: L3 storage of {cache} cache (its {name.upper()} "
+                    "pages, build_hicache_transfers) is not supported yet"
+                )
         if value and not self._storage:
             self._hash_views().hashing = True
         elif not value and self._storage and self._events is not None:

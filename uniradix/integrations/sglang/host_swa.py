@@ -24,7 +24,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -34,6 +34,7 @@ from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 
 from uniradix.integrations.sglang.host_lru import HostLru
 from uniradix.integrations.sglang.keys import to_slots, to_tensor
+from uniradix.integrations.sglang.mamba import MambaTree
 from uniradix.integrations.sglang.swa import SWA_INDEX, SwaTree
 from uniradix.tree.core import TreeCore
 from uniradix.tree.node import TreeNode
@@ -58,6 +59,7 @@ class SwaHostTier:
     tree: TreeCore
     device: torch.device
     swa: SwaTree | None
+    mamba: MambaTree | None
     enable_hicache: bool
     _write_pending: dict[int, int]
     _load_pending: dict[int, int]
@@ -65,6 +67,10 @@ class SwaHostTier:
     _write_back = False
 
     _node: Callable[[int], TreeNode]  # TreeCoreViews' look-up by id
+
+    if TYPE_CHECKING:  # host_mamba.py
+
+        def _mamba_free_host(self, node: TreeNode, result: Any, counted: bool) -> None: ...
 
     def _reset_swa_host(self) -> None:
         """Per-tree state; the SWA tree's hooks keep the host LRU list in step."""
@@ -194,9 +200,11 @@ class SwaHostTier:
     def _swa_match_bounds(self, path: list[TreeNode]) -> tuple[int, int]:
         """How many nodes of `path` (root side first, each on some tier) a match keeps: up to
         the deepest whose window holds SWA on either tier (SGLang's `best_match_node`), and
-        up to the deepest with full KV and its window on the device (`last_device_node`)."""
+        up to the deepest with full KV and its window on the device (`last_device_node`); in
+        a Mamba cache, where the node's state is on either tier / on the device too."""
         assert self.swa is not None
         window, gates = self.swa.window, self.swa.gates
+        state = None if self.mamba is None else self.mamba.index
         run_any = run_device = math.inf  # SWA tokens ending at the node, per tier rule
         best = device = 0
         for i, node in enumerate(path, 1):
@@ -212,6 +220,10 @@ class SwaHostTier:
             else:
                 run_device += node.num_tokens
                 device_ok = run_device >= window
+            if state is not None:  # with Mamba, a match ends only at a node with a state
+                held = node.data[state]
+                any_ok = any_ok and (held.value is not None or held.host_value is not None)
+                device_ok = device_ok and held.value is not None
             if any_ok:
                 best = i
             if device_ok and full.value is not None:
@@ -363,15 +375,12 @@ class SwaHostTier:
 
     def _swa_drive_host_eviction(self, num_tokens: int, result: Any) -> None:
         """SGLang's SWA host eviction: least recent unlocked host-only windows first."""
-        lru = self._swa_lru
-        node = lru.prev_unlocked(None)
-        while result.tracker[SWA] < num_tokens and node is not None and node in lru:
-            after = lru.prev_unlocked(node)
+        for node in self._swa_lru.eviction_order(lambda: result.tracker[SWA] >= num_tokens):
             if self._is_host_leaf(node):
                 self._evict_host_leaf(node, result)
-            else:
+            else:  # a state is useless without its window: its host copy goes too
                 self._swa_free_host(node, result, counted=True)
-            node = after
+                self._mamba_free_host(node, result, counted=True)
 
     def _swa_check_host(self, nodes: list[TreeNode]) -> None:
         """The SWA host LRU list holds exactly the unlocked host-only windows."""

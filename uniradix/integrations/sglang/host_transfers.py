@@ -1,4 +1,5 @@
-"""Backups and load-backs of the uniradix TreeCore's host tier (HiCache, FULL attention).
+"""Backups and load-backs of the uniradix TreeCore's host tier (HiCache: full KV, with the
+SWA windows of `host_swa.py` and the Mamba states of `host_mamba.py`).
 
 SGLang's controller copies KV between the tiers; the core tells it what to copy and records
 where the copy landed: a backup gives a node its host copy (`commit_backup`), marked in
@@ -23,7 +24,8 @@ from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import (
     DropSubtreeNoHostResult,
 )
 
-from uniradix.integrations.sglang.host import HostTier
+from uniradix.integrations.sglang.host_eviction import HostEviction
+from uniradix.integrations.sglang.host_mamba import MAMBA
 from uniradix.integrations.sglang.host_swa import SWA
 from uniradix.integrations.sglang.keys import to_slots, to_tensor
 from uniradix.tree.node import TreeNode
@@ -32,17 +34,18 @@ FULL = ComponentType.FULL
 CPU, GPU = StorageMedium.CPU, StorageMedium.GPU
 
 
-class HostTransfers(HostTier):
+class HostTransfers(HostEviction):
     # ------------------------------------------------------------------ backup
     def build_backup_spec(self, node_id: int) -> tuple[torch.Tensor, dict[Any, Any]]:
-        """The node's full KV unless backed up, and the SWA of its window not yet backed up."""
+        """The node's full KV unless backed up, the SWA of its window not yet backed up and
+        its Mamba state when on the device only."""
         node = self._node(node_id)
         data = node.data[0]
         if data.value is None:
             raise ValueError(f"build_backup_spec: node {node_id} has no device value")
         value = to_tensor(data.value, self.device)
         full = value[:0] if data.host_value is not None else value
-        return full, self._swa_backup_transfers(node)
+        return full, {**self._swa_backup_transfers(node), **self._mamba_backup_transfers(node)}
 
     def build_backup_kv_action(self, node_id: int) -> Any:
         return self._backup_chain(self._node(node_id))
@@ -62,14 +65,17 @@ class HostTransfers(HostTier):
 
     def commit_backup(self, node_id: int, host_indices: Any, comp_xfers: Any) -> None:
         node = self._node(node_id)
-        if set(comp_xfers) - ({SWA} if self.swa is not None else set()):
+        held = {c for c, tree in ((SWA, self.swa), (MAMBA, self.mamba)) if tree is not None}
+        if set(comp_xfers) - held:
             raise ValueError(
                 f"commit_backup: component transfers this core has none of: {comp_xfers}"
             )
         if host_indices.numel() > 0:
             node.data[0].host_value = to_slots(host_indices)
-        if comp_xfers:
+        if SWA in comp_xfers:
             self._swa_commit_backup(node, comp_xfers[SWA])
+        if MAMBA in comp_xfers:
+            self._mamba_commit_backup(node, comp_xfers[MAMBA])
 
     def mark_write_through_pending(self, node_ids: list[int], ack_id: int) -> list[int]:
         marked: list[tuple[int, int, int]] = []
@@ -103,11 +109,10 @@ class HostTransfers(HostTier):
         subtree, stack = [], [node]
         while stack:
             cur = stack.pop()
-            data = cur.data[0]
             busy = cur.id in self._load_pending or (
                 cur is not node and cur.id in self._write_pending
             )
-            if busy or data.lock_ref or data.host_lock_ref:
+            if busy or self._locked(cur):
                 # The walk popped it and goes on without it, as SGLang's: it is offered
                 # again once the walk ends.
                 self._kept_leaves.append(node)
@@ -120,11 +125,12 @@ class HostTransfers(HostTier):
             assert desc.data[0].host_value is not None and desc.data[0].value is None
             result.host_frees[FULL].append(torch.from_numpy(desc.data[0].host_value))
             desc.data[0].host_value = None
+            self._mamba_free_host(desc, result, counted=False)
             self._delete(desc)
         if self._events is not None:
             self._events.removed(node, GPU)
         self._free_device(node, result)
-        self._delete(node)
+        self._delete(node, result)  # its state too
         result.is_dropped = True
         return result
 
@@ -136,7 +142,7 @@ class HostTransfers(HostTier):
     # ------------------------------------------------------------------ load-back
     def build_load_back_spec(self, node_id: int, req: Any = None) -> tuple[Any, dict[Any, Any]]:
         """The host copies of the evicted bottom of `node_id`'s path, root side first (and of
-        the SWA window ending there that left the device)."""
+        the SWA window ending there that left the device, and of the anchor's Mamba state)."""
         anchor = self._node(node_id)
         node: TreeNode | None = anchor
         host, ids = [], []
@@ -145,17 +151,17 @@ class HostTransfers(HostTier):
             host.append(node.data[0].host_value)
             ids.append(node.id)
             node = node.parent
-        swa = self._swa_load_transfers(anchor)
-        loaded = ids + [i for t in swa.values() for i in t[0].nodes_to_load]
+        comp = {**self._swa_load_transfers(anchor), **self._mamba_load_transfers(anchor, req)}
+        loaded = ids + [i for ts in comp.values() for t in ts for i in t.nodes_to_load or ()]
         if any(self._load_pending.get(i, node_id) != node_id for i in loaded):
-            host, ids, swa = [], [], {}  # another load-back reads them: the caller backs off
+            host, ids, comp = [], [], {}  # another load-back reads them: the caller backs off
         host.reverse()
         ids.reverse()
         indices = np.concatenate(host) if host else np.empty(0, dtype=np.int64)
         transfer = PoolTransfer(
             name=PoolName.KV, host_indices=torch.from_numpy(indices), nodes_to_load=ids
         )
-        return transfer, swa
+        return transfer, comp
 
     def commit_load_back(
         self, node_id: int, device_indices: Any, kv_xfer: Any, comp_xfers: Any
@@ -183,6 +189,8 @@ class HostTransfers(HostTier):
         actions: list[Any] = []
         if SWA in comp_xfers:
             self._swa_commit_load(comp_xfers[SWA], actions)
+        if MAMBA in comp_xfers:
+            self._mamba_commit_load(anchor, comp_xfers[MAMBA])
         self.tree.update_leaf(anchor)
         return actions
 

@@ -13,7 +13,7 @@ path prefetched from storage, is in `host_storage.py`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -59,6 +59,8 @@ class HostWalks(HostTransfers):
             return self._empty
         if self.swa is not None:
             return self._match_host_swa(path, matched)
+        if self.mamba is not None:
+            return self._match_host_mamba(path, matched)
         device_len, last_device = 0, self.tree.root
         for node in path:  # the device part of a path is its top (eviction takes leaves)
             if node.data[0].value is None:
@@ -81,21 +83,45 @@ class HostWalks(HostTransfers):
     def _match_host_swa(self, path: list[TreeNode], matched: int) -> Any:
         """As `_match_host`, where the match may end only at a node whose SWA window holds
         (on either tier; on the device for the device part): SGLang's validators."""
-        assert self.swa is not None
+        swa = self.swa
+        assert swa is not None
         num_best, num_device = self._swa_match_bounds(path)
+
+        def extras(best: TreeNode | None, boundary: int) -> dict[str, Any]:
+            if best is not None:
+                swa.refresh_window(best)
+            host, branching = self._swa_match_extras(best or self.tree.root, boundary, matched)
+            figures = {"swa_host_hit_length": host, "swa_branching_seqlen": branching}
+            if self.mamba is not None:
+                figures.update(self._mamba_match_figures(best, boundary, matched))
+            return figures
+
+        return self._host_match(path, matched, num_best, num_device, extras)
+
+    def _host_match(
+        self,
+        path: list[TreeNode],
+        matched: int,
+        num_best: int,
+        num_device: int,
+        extras: Callable[[TreeNode | None, int], dict[str, Any]],
+    ) -> Any:
+        """The result of a match of `matched` units along `path` whose usable end
+        (`num_best` nodes) and device end (`num_device`) a component's rule chose: the host
+        hit counts the full host copies between the two; `extras(best, boundary)` gives the
+        component's own figures (`best`: None at the root; `boundary`: device match plus
+        host hit), once the path up to `best` is touched."""
         root = self.tree.root
         best = path[num_best - 1] if num_best else root
         last_device = path[num_device - 1] if num_device else root
         device_len = sum(n.num_tokens for n in path[:num_device])
-        host_hit = sum(  # the full host copies between the device match and `best`
+        host_hit = sum(
             len(n.data[0].host_value)
             for n in path[num_device:num_best]
             if n.data[0].host_value is not None
         )
         self.tree.touch_path(path[:num_best])
-        if num_best:
-            self.swa.refresh_window(best)
-        swa_host_hit, branching = self._swa_match_extras(best, device_len + host_hit, matched)
+        figures = extras(best if num_best else None, device_len + host_hit)
         return MatchResult(
             device_prefix_len=device_len,
             last_device_node=last_device.id,
@@ -104,9 +130,8 @@ class HostWalks(HostTransfers):
             last_visited_node_id=path[-1].id,
             host_hit_length=host_hit,
             full_kv_hit_length=matched,
-            swa_host_hit_length=swa_host_hit,
-            swa_branching_seqlen=branching,
             cache_actions=self._take_split_actions(),
+            **figures,
         )
 
     # ------------------------------------------------------------------ insert
@@ -180,18 +205,21 @@ class HostWalks(HostTransfers):
                 self._events.stored(target, params.key, off, params.session_id)
             if swa is not None:
                 swa.commit_leaf(target, off, params, result, actions)
-                if not all(isinstance(a, _DEFERRABLE) for a in actions):
-                    yield InsertStepResult(actions=actions)  # the controller publishes SWA
-                    actions = []
-                swa.refresh_window(target)
+            tree.update_leaf(target)
+        if self.mamba is not None:  # the request's state (the path cap is an action)
+            self.mamba.commit(target, target is not node, params, result, actions)
+        if not all(isinstance(a, _DEFERRABLE) for a in actions):
+            yield InsertStepResult(actions=actions)  # the controller publishes SWA, caps states
+            actions = []
+        if swa is not None and target is not tree.root:
+            swa.refresh_window(target)
+        if target is not node:
             # As SGLang's core: the leaf's end as its lowest part (after an SWA split) counts.
             if off + target.num_tokens > seen and self._count_hit(target):
                 actions.append(self._backup_chain(target))
-            tree.update_leaf(target)
-        elif swa is not None and target is not tree.root:
-            swa.refresh_window(target)
-            if self._needs_swa_backup(target):  # its window's new SWA goes to the host too
-                actions.append(self._backup_chain(target))
+        elif self._needs_swa_backup(target) or self._needs_mamba_backup(target):
+            # New SWA in its window, or a new state, goes to the host too.
+            actions.append(self._backup_chain(target))
         if swa is not None and params.swa_branching_seqlen is not None:
             result.swa_branch_inserted = len(params.key) >= params.swa_branching_seqlen
         result.prefix_len, result.last_device_node = off, target.id
@@ -207,7 +235,8 @@ class HostWalks(HostTransfers):
     def _needs_swa_backup(self, node: TreeNode) -> bool:
         """A backed-up node, not in flight, whose window holds SWA not yet on the host."""
         return (
-            not self.is_write_back
+            self.swa is not None
+            and not self.is_write_back
             and node.data[0].host_value is not None
             and node.id not in self._write_pending
             and bool(self._swa_unbacked(node))

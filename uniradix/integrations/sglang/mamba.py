@@ -21,6 +21,7 @@ States are kept as the controller hands them: the tensor itself, as SGLang's cor
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -41,6 +42,11 @@ class MambaTree(ComponentLedger, LruEvictionWalk):
         self.index = index
         self.grid = grid  # depths a state may sit at: multiples of this (SGLang's checkpoint grid)
         self.cap = cap  # states kept on one root path; negative: no cap
+        # The host tier's hooks (`host_mamba.py`): a node's state left / reached the device;
+        # an inner state the eviction walk backs up before it drops it (write-back).
+        self.on_drop: Callable[[TreeNode], None] | None = None
+        self.on_store: Callable[[TreeNode], None] | None = None
+        self.backup_first: Callable[[TreeNode], bool] | None = None
 
     def reset(self, tree: TreeCore) -> None:
         self.tree = tree
@@ -66,6 +72,8 @@ class MambaTree(ComponentLedger, LruEvictionWalk):
         data = node.data[self.index]
         if data.value is not None:
             raise ValueError(f"node {node.id} already holds a Mamba state")
+        if self.on_store is not None:
+            self.on_store(node)
         self.store(node, value)
 
     def commit(
@@ -90,7 +98,10 @@ class MambaTree(ComponentLedger, LruEvictionWalk):
         self.tree.leaves.refresh(node)
 
     def drop(self, node: TreeNode, device_frees: dict[Any, list[torch.Tensor]]) -> int:
-        return self.release(node, self.tensor(node), MAMBA, device_frees)
+        size = self.release(node, self.tensor(node), MAMBA, device_frees)
+        if self.on_drop is not None:
+            self.on_drop(node)
+        return size
 
     # ------------------------------------------------------------------ locks
     def lock(self, node: TreeNode) -> None:
@@ -102,6 +113,9 @@ class MambaTree(ComponentLedger, LruEvictionWalk):
             self.unpin(node, node.data[self.index], "Mamba")
 
     # ------------------------------------------------------------------ eviction
+    def defer(self, node: TreeNode) -> bool:
+        return self.backup_first is not None and self.backup_first(node)
+
     def tombstone(
         self, node: TreeNode, device_frees: dict[Any, list[torch.Tensor]], tracker: dict[Any, int]
     ) -> None:

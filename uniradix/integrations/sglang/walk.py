@@ -5,7 +5,8 @@ SGLang's controller drives the walk one node at a time: the least recent unlocke
 holding the component is either an evictable leaf, handed to the controller (which evicts
 the whole node), or an inner node, which loses the component's value here (a tombstone). The
 cursor survives between steps, so a node the controller removed meanwhile restarts the walk
-from the least recent end.
+from the least recent end. A component may hold an inner node back for a backup first
+(`defer`: SGLang's `InternalStateBackup`); the controller finishes it once the backup ran.
 """
 
 from __future__ import annotations
@@ -27,6 +28,11 @@ class LruEvictionWalk(ABC):
     tree: TreeCore
     _cursor: TreeNode | None = None
     _quota = 0
+    deferred: TreeNode | None = None  # an inner node held back until its backup ran
+
+    def defer(self, node: TreeNode) -> bool:
+        """Whether the inner `node` waits for a backup before it loses its value."""
+        return False
 
     @abstractmethod
     def tombstone(
@@ -52,10 +58,18 @@ class LruEvictionWalk(ABC):
         self._cursor = lru.least_recent_unlocked(node)
         if node in self.tree.leaves:
             return node
+        if self.defer(node):
+            self.deferred = node
+            return None
         self.tombstone(node, device_frees, tracker)
         self.tree.update_leaf(node)
         return None
 
+    def resume_at(self, node: TreeNode) -> None:
+        """The walk's next step offers `node` again (it changed while held back)."""
+        self._cursor = node
+
     def evict_end(self) -> None:
         self._cursor = None
         self._quota = 0
+        self.deferred = None
