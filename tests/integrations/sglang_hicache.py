@@ -237,16 +237,19 @@ def run_hicache(
             cache.release_host_resources()
 
 
-def events_on_both_cores(
+def assert_same_events_on_both_cores(
     run: Callable[..., HiCacheRun], cfg: Any, n: int, seed: int
-) -> tuple[list[Any], list[Any]]:
+) -> None:
     """The KV events of the same write-through stream on SGLang's Python core and on the
-    uniradix core, `run(cfg, core, policy, n, seed, **kwargs)` playing it."""
+    uniradix core (`run(cfg, core, policy, n, seed, **kwargs)` playing it): device and host
+    stores and removals (`medium` GPU and CPU), equal and in the same order."""
     python, uniradix = (
         run(cfg, core, "write_through", n, seed, enable_kv_cache_events=True).events
         for core in ("python", "uniradix")
     )
-    return python, uniradix
+    media = {str(getattr(e, "medium", None)) for e in python}
+    assert {"StorageMedium.GPU", "StorageMedium.CPU"} <= media, media
+    assert uniradix == python
 
 
 def node_paths(cache: Any) -> Iterator[tuple[Any, tuple[int, ...]]]:

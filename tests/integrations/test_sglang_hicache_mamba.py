@@ -29,9 +29,9 @@ from sglang.srt.mem_cache.unified_cache.component_type import ComponentType  # n
 from sglang.test.kits.unified_radix_cache.config import CONFIGS  # noqa: E402
 
 from tests.integrations.sglang_hicache import (  # noqa: E402
+    assert_same_events_on_both_cores,
     build_hicache_cache,
     cpu_hicache,
-    events_on_both_cores,
     load_back,
     run_hicache,
 )
@@ -108,10 +108,7 @@ def test_mamba_hicache_tree_is_the_same_on_both_cores(cfg):
 @pytest.mark.parametrize("cfg", MAMBA_CONFIGS[:2], ids=lambda c: c.label)
 def test_mamba_hicache_kv_events_are_the_same_on_both_cores(cfg):
     """Device and host stores and removals (`medium` GPU / CPU), in the same order."""
-    events = events_on_both_cores(run, cfg, 80, 3)
-    media = {str(getattr(e, "medium", None)) for e in events[0]}
-    assert {"StorageMedium.GPU", "StorageMedium.CPU"} <= media, media
-    assert events[1] == events[0]
+    assert_same_events_on_both_cores(run, cfg, 80, 3)
 
 
 def test_mamba_storage_is_refused_by_name():

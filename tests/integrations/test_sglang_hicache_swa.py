@@ -15,7 +15,7 @@ load_sglang(kits=True)
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType  # noqa: E402
 from sglang.test.kits.unified_radix_cache.config import CONFIGS  # noqa: E402
 
-from tests.integrations.sglang_hicache import events_on_both_cores, run_hicache  # noqa: E402
+from tests.integrations.sglang_hicache import assert_same_events_on_both_cores, run_hicache  # noqa: E402
 from tests.integrations.sglang_swa_hicache import (  # noqa: E402
     play_swa_hicache,
     swa_tree_state,
@@ -58,7 +58,4 @@ def test_swa_hicache_plays_the_same_on_both_cores(cfg, write_policy):
 @pytest.mark.parametrize("cfg", SWA_CONFIGS[:2], ids=lambda c: c.label)
 def test_swa_hicache_kv_events_are_the_same_on_both_cores(cfg):
     """Device and host stores and removals (`medium` GPU / CPU), in the same order."""
-    events = events_on_both_cores(run, cfg, 80, 3)
-    media = {str(getattr(e, "medium", None)) for e in events[0]}
-    assert {"StorageMedium.GPU", "StorageMedium.CPU"} <= media, media
-    assert events[1] == events[0]
+    assert_same_events_on_both_cores(run, cfg, 80, 3)

@@ -2,8 +2,8 @@
 it: a host leaf (full KV on the host only, no child, no lock) goes whole with the tombstones
 above it, in the cache's policy order; under write-back, host copies of nodes also on the
 device are reclaimed first, in the order they became such duplicates. SWA windows and Mamba
-states have their own host eviction walks (`host_swa.py`, `host_mamba.py`), which end in the
-same host-leaf eviction.
+states are evicted from the host in the order of their own host LRU lists (`host_lru.py`),
+a host leaf met on the way going whole as above.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import (
 )
 
 from uniradix.integrations.sglang.host import CPU, FULL, HostTier
+from uniradix.integrations.sglang.host_lru import HostLru
 from uniradix.integrations.sglang.host_mamba import MAMBA
 from uniradix.integrations.sglang.host_swa import SWA
 from uniradix.tree.node import TreeNode
@@ -41,10 +42,11 @@ class HostEviction(HostTier):
     def drive_host_eviction(self, component_type: Any, num_tokens: int) -> Any:
         result = DriveHostEvictionResult()
         if component_type == SWA and self.swa is not None:
-            self._swa_drive_host_eviction(num_tokens, result)
+            # A state is useless without its window: its host copy goes with the window's.
+            self._drive_aux_host_eviction(self._swa_lru, SWA, num_tokens, result)
             return result
         if component_type == MAMBA and self.mamba is not None:
-            self._mamba_drive_host_eviction(num_tokens, result)
+            self._drive_aux_host_eviction(self._mamba_lru, MAMBA, num_tokens, result)
             return result
         if component_type != FULL:
             return result  # no other component of this core keeps host copies
@@ -63,6 +65,20 @@ class HostEviction(HostTier):
             if self._is_host_leaf(parent):
                 heapq.heappush(heap, (policy(parent), parent.id, parent))
         return result
+
+    def _drive_aux_host_eviction(
+        self, lru: HostLru, component: Any, num_tokens: int, result: Any
+    ) -> None:
+        """SGLang's SWA or Mamba host eviction: the least recent unlocked host-only entries
+        first; a host leaf goes whole, any other node loses its host copy of the component
+        (and of the state, for SWA)."""
+        for node in lru.eviction_order(lambda: result.tracker[component] >= num_tokens):
+            if self._is_host_leaf(node):
+                self._evict_host_leaf(node, result)
+                continue
+            if component == SWA:
+                self._swa_free_host(node, result, counted=True)
+            self._mamba_free_host(node, result, counted=True)
 
     def _evict_host_leaf(self, node: TreeNode, result: Any) -> None:
         """A host leaf goes whole: its host copies (counted), then the tombstones above."""

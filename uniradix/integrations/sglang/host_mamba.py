@@ -263,21 +263,6 @@ class MambaHostTier:
         if device is not None:
             self.mamba.set_value(node, device.clone())
 
-    # ------------------------------------------------------------------ host eviction
-    def _is_host_leaf(self, node: TreeNode) -> bool:
-        raise NotImplementedError  # host.py
-
-    def _evict_host_leaf(self, node: TreeNode, result: Any) -> None:
-        raise NotImplementedError  # host.py
-
-    def _mamba_drive_host_eviction(self, num_tokens: int, result: Any) -> None:
-        """SGLang's Mamba host eviction: least recent unlocked host-only states first."""
-        for node in self._mamba_lru.eviction_order(lambda: result.tracker[MAMBA] >= num_tokens):
-            if self._is_host_leaf(node):
-                self._evict_host_leaf(node, result)
-            else:
-                self._mamba_free_host(node, result, counted=True)
-
     def _mamba_check_host(self) -> None:
         """Every state listed for host eviction is on the host only."""
         mamba = self.mamba

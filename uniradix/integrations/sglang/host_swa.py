@@ -366,22 +366,6 @@ class SwaHostTier:
         if full_chunks:
             actions.append(RebuildFullToSWAMapping(full_chunks, swa_chunks))
 
-    # ------------------------------------------------------------------ host eviction
-    def _is_host_leaf(self, node: TreeNode) -> bool:
-        raise NotImplementedError  # host.py
-
-    def _evict_host_leaf(self, node: TreeNode, result: Any) -> None:
-        raise NotImplementedError  # host.py
-
-    def _swa_drive_host_eviction(self, num_tokens: int, result: Any) -> None:
-        """SGLang's SWA host eviction: least recent unlocked host-only windows first."""
-        for node in self._swa_lru.eviction_order(lambda: result.tracker[SWA] >= num_tokens):
-            if self._is_host_leaf(node):
-                self._evict_host_leaf(node, result)
-            else:  # a state is useless without its window: its host copy goes too
-                self._swa_free_host(node, result, counted=True)
-                self._mamba_free_host(node, result, counted=True)
-
     def _swa_check_host(self, nodes: list[TreeNode]) -> None:
         """The SWA host LRU list holds exactly the unlocked host-only windows."""
         if self.swa is None:
