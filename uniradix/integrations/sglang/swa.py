@@ -170,10 +170,7 @@ class SwaTree(ComponentLedger, LruEvictionWalk):
     # ------------------------------------------------------------------ locks
     def lock(self, node: TreeNode) -> int | None:
         """Locks the window ending at `node`; returns the boundary uuid (None: the root)."""
-        return lock_window(node, self.window, self._pin_node, _UUID, self._uuids)
-
-    def _pin_node(self, node: TreeNode, data: ComponentData) -> None:
-        self.pin(data)
+        return lock_window(node, self.window, self.pin, _UUID, self._uuids)
 
     def unlock(self, node: TreeNode, boundary: int | None) -> None:
         while node.parent is not None:
