@@ -163,13 +163,13 @@ class TreeCore:
         self,
         key: RadixKey,
         num_units: int,
-        on_overlap: OverlapHook,
+        on_overlap: OverlapHook | None,
         inserted_len: int = 0,
         priority: int = 0,
     ) -> tuple[TreeNode, int, bool]:
         """Walks the first `num_units` (whole pages) of `key`, splitting where it diverges,
-        calls `on_overlap` for each node the key already covers, and appends a new leaf for
-        the rest.
+        calls `on_overlap` (None: nothing to do) for each node the key already covers, and
+        appends a new leaf for the rest.
 
         Returns (target node ending the key, units already present, whether it is a new leaf).
         The new leaf carries no component data: the caller commits it. A `PathTailKey`'s walk
@@ -205,7 +205,8 @@ class TreeCore:
             if at + p > inserted_len:
                 child.hit_count += 1
             self.leaves.refresh(child)
-            on_overlap(child, at, p)
+            if on_overlap is not None:
+                on_overlap(child, at, p)
             off += p * UNIT_BYTES
             node = child
         if off == n_bytes:
@@ -221,7 +222,7 @@ class TreeCore:
         self,
         key: RadixKey,
         num_units: int,
-        on_overlap: OverlapHook,
+        on_overlap: OverlapHook | None,
         inserted_len: int,
         priority: int,
     ) -> TreeNode:
@@ -251,7 +252,8 @@ class TreeCore:
             if off + p > inserted_len:
                 child.hit_count += 1
             self.leaves.refresh(child)
-            on_overlap(child, off, p)
+            if on_overlap is not None:
+                on_overlap(child, off, p)
             off += p
         return anchor
 

@@ -198,7 +198,8 @@ class UniradixTreeCore(HostStorage, TreeCoreViews):
             result.adopted_ranges = {}
         actions: list[Any] = []
         swa, floor = self.swa, params.prev_prefix_len
-        on_overlap = _no_hook if swa is None else swa.overlap_hook(value, params, result, actions)
+        # The full-only insert needs nothing per reused node (its duplicates are one range).
+        on_overlap = None if swa is None else swa.overlap_hook(value, params, result, actions)
         target, present, is_new = self.tree.insert(
             key, num_units, on_overlap, params.inserted_len, params.priority or 0
         )
@@ -218,7 +219,8 @@ class UniradixTreeCore(HostStorage, TreeCoreViews):
             # part only, measured from the walk's end).
             if present + target.num_tokens > params.inserted_len:
                 target.hit_count += 1
-            self.tree.update_leaf(target)
+            # A new leaf holds no lock yet: it joins the evictable leaves (no test needed).
+            self.tree.leaves.add(target)
         if self.mamba is not None:
             self.mamba.commit(target, is_new, params, result, actions)
         if self.swa is not None and params.swa_branching_seqlen is not None:
@@ -394,7 +396,3 @@ def _has_barrier(actions: list[Any]) -> bool:
         if not isinstance(action, _DEFERRABLE):
             return True
     return False
-
-
-def _no_hook(node: TreeNode, offset: int, units: int) -> None:
-    """The full-only insert needs nothing per reused node (its duplicates are one range)."""

@@ -35,9 +35,9 @@ from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 from uniradix.integrations.sglang.host_lru import HostLru
 from uniradix.integrations.sglang.keys import to_slots, to_tensor
 from uniradix.integrations.sglang.mamba import MambaTree
-from uniradix.integrations.sglang.swa import SWA_INDEX, SwaTree
+from uniradix.integrations.sglang.swa import SWA_INDEX, SwaTree, lock_window
 from uniradix.tree.core import TreeCore
-from uniradix.tree.node import TreeNode
+from uniradix.tree.node import ComponentData, TreeNode
 
 SWA = ComponentType.SWA
 _HOST_UUID = "host_uuid"
@@ -163,22 +163,15 @@ class SwaHostTier:
     def _swa_lock_host(self, node: TreeNode, result: Any) -> None:
         """Pins the host copies of the window ending at `node`, tombstones included."""
         assert self.swa is not None
-        window, lru = self.swa.window, self._swa_lru
-        covered, boundary = 0, None
-        while node.parent is not None and covered < window:
-            data = node.data[SWA_INDEX]
-            if data.host_lock_ref == 0 and data.host_value is not None and node in lru:
-                lru.remove(node)
-            data.host_lock_ref += 1
-            covered += node.num_tokens
-            if covered >= window:
-                if data.metadata is None:
-                    data.metadata = {}
-                if data.metadata.get(_HOST_UUID) is None:
-                    data.metadata[_HOST_UUID] = next(self._swa_host_uuids)
-                boundary = data.metadata[_HOST_UUID]
-            node = node.parent
+        window = self.swa.window
+        boundary = lock_window(node, window, self._swa_pin_host, _HOST_UUID, self._swa_host_uuids)
         result.set_lock_uuid(SWA, boundary, lock_host=True)
+
+    def _swa_pin_host(self, node: TreeNode, data: ComponentData) -> None:
+        """One more host lock: the first takes a host copy out of the host LRU."""
+        if data.host_lock_ref == 0 and data.host_value is not None and node in self._swa_lru:
+            self._swa_lru.remove(node)
+        data.host_lock_ref += 1
 
     def _swa_unlock_host(self, node: TreeNode, params: Any) -> None:
         boundary, lru = params.get_lock_uuid(SWA, lock_host=True), self._swa_lru

@@ -54,8 +54,8 @@ class ComponentLedger:
         self.lru.remove(node)
         return size
 
-    def pin(self, data: ComponentData) -> None:
-        """One more lock on a node's value: the first makes it protected."""
+    def pin(self, node: TreeNode, data: ComponentData) -> None:
+        """One more lock on `node`'s value (`data`): the first makes it protected."""
         value: Any = data.value
         if data.lock_ref == 0 and value is not None:
             size = value.numel()

@@ -106,7 +106,7 @@ class MambaTree(ComponentLedger, LruEvictionWalk):
     # ------------------------------------------------------------------ locks
     def lock(self, node: TreeNode) -> None:
         if node.parent is not None:
-            self.pin(node.data[self.index])
+            self.pin(node, node.data[self.index])
 
     def unlock(self, node: TreeNode) -> None:
         if node.parent is not None:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -47,12 +47,38 @@ from uniradix.integrations.sglang.mamba import MAMBA, MambaTree
 from uniradix.integrations.sglang.walk import LruEvictionWalk
 from uniradix.tree.core import OverlapHook, TreeCore, Validator
 from uniradix.tree.lru import LRUList
-from uniradix.tree.node import TreeNode
+from uniradix.tree.node import ComponentData, TreeNode
 
 FULL_INDEX, SWA_INDEX = 0, 1
 SWA = ComponentType.SWA
 FULL = ComponentType.FULL
 _UUID = "uuid"
+
+
+def lock_window(
+    node: TreeNode,
+    window: int,
+    pin: Callable[[TreeNode, ComponentData], None],
+    tag: str,
+    uuids: Iterator[int],
+) -> int | None:
+    """Pins (`pin`) the SWA data of `node` and its ancestors up to `window` tokens, tombstones
+    included; the topmost node carries a boundary uuid under `tag` (drawn from `uuids`, kept
+    if it has one) where a release stops. Returns it (None: the root came first). Shared by
+    the device lock and the host tier's, which differ only in what a pin does."""
+    covered, boundary = 0, None
+    while node.parent is not None and covered < window:
+        data = node.data[SWA_INDEX]
+        pin(node, data)
+        covered += node.num_tokens
+        if covered >= window:
+            if data.metadata is None:
+                data.metadata = {}
+            boundary = data.metadata.get(tag)
+            if boundary is None:
+                boundary = data.metadata[tag] = next(uuids)
+        node = node.parent
+    return boundary
 
 
 class SwaTree(ComponentLedger, LruEvictionWalk):
@@ -144,19 +170,7 @@ class SwaTree(ComponentLedger, LruEvictionWalk):
     # ------------------------------------------------------------------ locks
     def lock(self, node: TreeNode) -> int | None:
         """Locks the window ending at `node`; returns the boundary uuid (None: the root)."""
-        covered, boundary = 0, None
-        while node.parent is not None and covered < self.window:
-            data = node.data[SWA_INDEX]
-            self.pin(data)
-            covered += node.num_tokens
-            if covered >= self.window:
-                if data.metadata is None:
-                    data.metadata = {}
-                if data.metadata.get(_UUID) is None:
-                    data.metadata[_UUID] = next(self._uuids)
-                boundary = data.metadata[_UUID]
-            node = node.parent
-        return boundary
+        return lock_window(node, self.window, self.pin, _UUID, self._uuids)
 
     def unlock(self, node: TreeNode, boundary: int | None) -> None:
         while node.parent is not None:
