@@ -19,7 +19,6 @@ per view, never a Python loop over pages or tokens (over long runs of pages at m
                         one contiguous run, which the copy writes directly
     H2D (CUDA):         gather on the host into pinned memory (or a contiguous run as is)
                         -> non_blocking copy -> scatter on the device
-                        (the host-side scatter and gather: the native row loop when built)
 
 On CUDA a `page_first` host pool is moved per tensor, not per layer: the device gathers every
 layer's rows into one buffer laid out as the host pages `[pages, layers, page]`, so each of
@@ -283,13 +282,14 @@ def _move(
             return num_bytes
         host = torch.empty(rows.shape, dtype=rows.dtype, pin_memory=dst.is_pinned())
         host.copy_(rows, non_blocking=True)
+        host_index = di.on(dst.device)
         launch.keep += [rows, host]
-        launch.finish.append(lambda: _scatter_on_host(host, dst, di))
+        launch.finish.append(lambda: dst.index_copy_(0, host_index, host))
         return num_bytes
     run = None if si.start is None else src[si.start : si.start + n]
     if run is None or not run.is_contiguous():
         run = torch.empty((n, src.shape[1]), dtype=src.dtype, pin_memory=src.is_pinned())
-        _gather_on_host(src, si, run)
+        torch.index_select(src, 0, si.on(src.device), out=run)
     rows = run.to(device, non_blocking=True)
     dst.index_copy_(0, di.on(device), rows)
     launch.keep += [run, rows]
@@ -326,14 +326,15 @@ def _move_grouped(
             return num_bytes
         pinned = torch.empty(staged.shape, dtype=staged.dtype, pin_memory=host.is_pinned())
         pinned.copy_(staged, non_blocking=True)
+        host_index = di.on(host.device)
         launch.keep.append(pinned)
-        launch.finish.append(lambda: _scatter_on_host(pinned.view(n, -1), host.flatten(1), di))
+        launch.finish.append(lambda: host.index_copy_(0, host_index, pinned))
         return num_bytes
     if si.start is not None:
         source = host[si.start : si.start + n]
     else:
         source = torch.empty((n, *host.shape[1:]), dtype=host.dtype, pin_memory=host.is_pinned())
-        _gather_on_host(host.flatten(1), si, source.view(n, -1))
+        torch.index_select(host, 0, si.on(host.device), out=source)
     staged = source.to(device, non_blocking=True)
     per_view = staged.transpose(0, 1).contiguous()  # [views, n, row]
     index = di.on(device)
@@ -341,24 +342,6 @@ def _move_grouped(
         view.index_copy_(0, index, per_view[g])
     launch.keep += [source, staged, per_view]
     return num_bytes
-
-
-def _scatter_on_host(rows: torch.Tensor, dst: torch.Tensor, di: Rows) -> None:
-    """The staged rows (in order) to rows `di` of the host tensor `dst`: the native row loop
-    when built (one `memmove` per run, GIL released; torch's index kernels on one thread moved
-    4-5 GB/s of a 55 GB/s link on an H200), else `index_copy_`."""
-    if native.HAVE_NATIVE:
-        native.copy_row_runs([(rows, dst)], common_runs(Rows(np.arange(len(di))), di))
-    else:
-        dst.index_copy_(0, di.on(dst.device), rows)
-
-
-def _gather_on_host(src: torch.Tensor, si: Rows, out: torch.Tensor) -> None:
-    """Rows `si` of the host tensor `src` into the staging rows `out` (`_scatter_on_host`)."""
-    if native.HAVE_NATIVE:
-        native.copy_row_runs([(src, out)], common_runs(si, Rows(np.arange(len(si)))))
-    else:
-        torch.index_select(src, 0, si.on(src.device), out=out)
 
 
 def _wide(rows: torch.Tensor) -> torch.Tensor:
