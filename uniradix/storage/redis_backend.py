@@ -61,6 +61,7 @@ from uniradix.storage.redis_deadline import (
     outside_deadline,
 )
 from uniradix.storage.redis_wire import (
+    MultiKeyCommands,
     Reply,
     encode_names,
     key_commands,
@@ -192,9 +193,7 @@ class RedisBackend(StorageBackend):
         # of such slots before the first surely absent one are asked one by one: two round
         # trips in all, as on one server.
         names = encode_names(text_names)
-        whole = cluster.run(
-            names, lambda idx: multi_key_command(b"EXISTS", _pick(names, idx)), _all_or_none
-        )
+        whole = cluster.run(names, MultiKeyCommands(b"EXISTS", names), _all_or_none)
         if whole.count(1) == len(names):
             return len(names)
         first = next(i for i, n in enumerate(whole) if n != 1)
@@ -213,9 +212,7 @@ class RedisBackend(StorageBackend):
             if cluster is None:
                 replies = self._run(names, lambda idx: key_commands(b"GET", _pick(names, idx)))
             else:  # one MGET per slot
-                replies = cluster.run(
-                    names, lambda idx: multi_key_command(b"MGET", _pick(names, idx)), _each_value
-                )
+                replies = cluster.run(names, MultiKeyCommands(b"MGET", names), _each_value)
         return [_stored(reply) for reply in replies]
 
     def _store_set(

@@ -66,7 +66,7 @@ def _tail_tags(names: Sequence[bytes], joined: bytes) -> np.ndarray | None:
     if (
         not (grid[:, start] == _OPEN).all()
         or not (grid[:, width - 1] == _CLOSE).all()
-        or np.count_nonzero(grid == _OPEN) != count  # so no `{` before the tag's
+        or joined.count(b"{") != count  # so no `{` before the tag's
         or (tag == _CLOSE).any()
     ):
         return None
@@ -85,9 +85,9 @@ def _shared_tag(names: Sequence[bytes]) -> bytes | None:
     if start < 0 or first.find(b"}", start + 1) != len(first) - 1 or start + 2 >= len(first):
         return None
     tail = first[start:]
-    if b"".join(names).count(b"{") != len(names):  # a name with no tag, or two `{`
+    if not all(map(bytes.endswith, names, repeat(tail))):  # stops at the first other tag
         return None
-    if not all(map(bytes.endswith, names, repeat(tail))):
+    if b"".join(names).count(b"{") != len(names):  # a `{` before the tag
         return None
     return tail[1:-1]
 

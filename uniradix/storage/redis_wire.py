@@ -77,6 +77,33 @@ def multi_key_command(command: bytes, names: Sequence[bytes]) -> list[bytes | me
     return [b"*%d\r\n" % (1 + len(names)) + _bulk(command) + _each(b"", names)]
 
 
+class MultiKeyCommands:
+    """`COMMAND name...` for a part of one batch of names (a cluster slot's `MGET` or
+    `EXISTS`). When every name has one length, the names are packed once for the batch and
+    a run of them (a `range` of positions, as a chain's pages come) is a slice of that block:
+    no join per slot."""
+
+    def __init__(self, command: bytes, names: Sequence[bytes]) -> None:
+        self.command, self.names = command, names
+        self._head = _bulk(command)
+        self._width = 0
+        self._block = memoryview(b"")
+        lengths = set(map(len, names))
+        if len(lengths) == 1:
+            first = b"$%d\r\n" % lengths.pop()
+            block = first + (b"\r\n" + first).join(names) + b"\r\n"
+            self._width, self._block = len(block) // len(names), memoryview(block)
+
+    def __call__(self, positions: Sequence[int]) -> list[bytes | memoryview]:
+        if self._width and isinstance(positions, range):
+            start, stop, width = positions.start, positions.stop, self._width
+            count = b"*%d\r\n" % (1 + stop - start)
+            return [count + self._head, self._block[start * width : stop * width]]
+        names = self.names
+        picked = names if len(positions) == len(names) else [names[i] for i in positions]
+        return multi_key_command(self.command, picked)
+
+
 def script_command(script: bytes, args: Sequence[bytes]) -> list[bytes | memoryview]:
     """`EVAL script 0 arg...`: a script given no keys, only arguments."""
     head = b"*%d\r\n" % (3 + len(args)) + _bulk(b"EVAL") + _bulk(script) + _bulk(b"0")
