@@ -95,7 +95,10 @@ def test_a_cluster_call_keeps_to_its_deadline(redis_cluster: list[RedisServer]) 
             proxy.bytes_per_s = TRICKLE_B_S
         got = timed(store.batch_get, keys)
         assert [getattr(p, "reason", None) for p in got] == [MissReason.BACKEND_ERROR] * 24
-        assert store.stats().failed_ops == 1 and "Timeout" in str(store.stats().last_error)
+        # The deadline ends the call either inside a wait (redis-py's "Timeout reading") or
+        # as the next wait would begin (`DeadlinePassed`): whichever the trickle's timing hits.
+        error = str(store.stats().last_error)
+        assert store.stats().failed_ops == 1 and ("Timeout" in error or "DeadlinePassed" in error)
     finally:
         store.close()
         for proxy in proxies.values():
