@@ -166,6 +166,8 @@ class TreeCore:
         on_overlap: OverlapHook | None,
         inserted_len: int = 0,
         priority: int = 0,
+        leaf_tail: int = 0,
+        tail_from: int = 0,
     ) -> tuple[TreeNode, int, bool]:
         """Walks the first `num_units` (whole pages) of `key`, splitting where it diverges,
         calls `on_overlap` (None: nothing to do) for each node the key already covers, and
@@ -174,6 +176,10 @@ class TreeCore:
         Returns (target node ending the key, units already present, whether it is a new leaf).
         The new leaf carries no component data: the caller commits it. A `PathTailKey`'s walk
         starts below its anchor, whose path it reuses whole (`_reuse_anchor_path`).
+        `leaf_tail` > 0: a new leaf starting at unit `tail_from` or later and longer than
+        `leaf_tail` units comes as two nodes (`_tailed_leaf`); the target is the lower one,
+        holding the last `leaf_tail` units (a cache that caps what a leaf holds, SWA, would
+        split it so at once: this costs less than the split).
         """
         units, ps, ns = key.units, self.page_size, key.extra_key
         base = key.start  # units of the key before `units` (0 but for a path tail key)
@@ -209,14 +215,46 @@ class TreeCore:
                 on_overlap(child, at, p)
             off += p * UNIT_BYTES
             node = child
+        start = base + off // UNIT_BYTES
         if off == n_bytes:
-            return node, base + off // UNIT_BYTES, False
-        leaf = self._new_node(units[off:n_bytes], ns, node)
+            return node, start, False
+        # The walk stopped at `page`, the first page of the rest: the new node's child key.
+        child_key = page if ns is None else (ns, page)
+        if 0 < leaf_tail < (n_bytes - off) // UNIT_BYTES and start >= tail_from:
+            edge = units[off:n_bytes]
+            leaf = self._tailed_leaf(node, child_key, edge, ns, leaf_tail, priority)
+        else:
+            leaf = self._new_node(units[off:n_bytes], ns, node)
+            self._adopt(node, child_key, leaf)
         leaf.priority = priority
-        # The walk stopped at `page`, the first page of the rest: the leaf's child key.
-        self._adopt(node, page if ns is None else (ns, page), leaf)
         self.leaves.discard(node)
-        return leaf, base + off // UNIT_BYTES, True
+        return leaf, start, True
+
+    def _tailed_leaf(
+        self,
+        parent: TreeNode,
+        child_key: ChildKey,
+        edge: bytes,
+        ns: str | None,
+        tail: int,
+        priority: int,
+    ) -> TreeNode:
+        """Hangs `edge` under `parent` as an upper node and, below it, a leaf of its last
+        `tail` units, and returns the leaf: the ids, times and priority that `split(leaf of
+        edge, len - tail)` would give (neither holds data, so no split hook has any to move)."""
+        cut = len(edge) - tail * UNIT_BYTES
+        self._next_id += 1
+        self._time += 1
+        leaf = TreeNode(self._next_id, edge[cut:], ns, self.num_components, None, self._time)
+        upper = self._new_node(edge[:cut], ns, parent)
+        upper.creation_time = leaf.creation_time
+        upper.priority = priority
+        self._time += 1
+        leaf.last_access_time = self._time
+        leaf.parent = upper
+        upper.children = {leaf.child_key(self.page_size): leaf}
+        self._adopt(parent, child_key, upper)
+        return leaf
 
     def _reuse_anchor_path(
         self,

@@ -199,22 +199,25 @@ class UniradixTreeCore(HostStorage, TreeCoreViews):
         actions: list[Any] = []
         swa, floor = self.swa, params.prev_prefix_len
         # The full-only insert needs nothing per reused node (its duplicates are one range).
-        on_overlap = None if swa is None else swa.overlap_hook(value, params, result, actions)
+        if swa is None:
+            on_overlap, tail, tail_from = None, 0, 0
+        else:
+            on_overlap = swa.overlap_hook(value, params, result, actions)
+            # A new leaf past the request's SWA eviction floor keeps SWA on its last window
+            # only: the tree builds it as that window under an upper node (`commit_leaf`).
+            tail, tail_from = swa.window_tail, params.get_evicted_seqlen(SWA)
         target, present, is_new = self.tree.insert(
-            key, num_units, on_overlap, params.inserted_len, params.priority or 0
+            key, num_units, on_overlap, params.inserted_len, params.priority or 0, tail, tail_from
         )
         if swa is None and floor < present:
             # The request's slots for tokens the tree held, past its prefix: one range.
             actions.append(FreeDeviceKV(indices=[value[floor:present]]))
         if is_new:
             result.record_adopted_range(FULL, present, num_units)
-            target.data[0].value = to_slots(value, present)
-            self._nodes[target.id] = target
-            self._evictable += target.num_tokens
-            if self._events is not None:
-                self._events.stored(target, params.key, present, params.session_id)
-            if self.swa is not None:
-                self.swa.commit_leaf(target, present, params, result, actions)
+            self._commit_full(target, present, num_units, value, params)
+            if swa is not None:
+                upper = target.parent if present + target.num_tokens < num_units else None
+                swa.commit_leaf(target, present, params, result, actions, upper)
             # As SGLang's core: the new leaf counts a hit, once SWA has split it (its lowest
             # part only, measured from the walk's end).
             if present + target.num_tokens > params.inserted_len:
@@ -233,6 +236,28 @@ class UniradixTreeCore(HostStorage, TreeCoreViews):
             return InsertStepResult(actions=actions)
         self._refresh_after_insert(target)
         return InsertStepResult(actions=actions, result=result)
+
+    def _commit_full(
+        self, leaf: TreeNode, start: int, stop: int, value: torch.Tensor, params: Any
+    ) -> None:
+        """A new leaf (tokens `start:stop`, its upper node's too if the tree built it in two)
+        takes the request's slots; registered parent last, as a split would register it."""
+        slots = to_slots(value, start)
+        self._evictable += stop - start
+        if start + leaf.num_tokens == stop:
+            leaf.data[0].value = slots
+            self._nodes[leaf.id] = leaf
+            if self._events is not None:
+                self._events.stored(leaf, params.key, start, params.session_id)
+            return
+        upper = leaf.parent
+        assert upper is not None
+        cut = upper.num_tokens
+        upper.data[0].value, leaf.data[0].value = slots[:cut], slots[cut:]
+        self._nodes[leaf.id] = leaf
+        self._nodes[upper.id] = upper
+        if self._events is not None:
+            self._events.stored_tailed(upper, leaf, params.key, start, params.session_id)
 
     def _refresh_after_insert(self, target: TreeNode) -> None:
         if self.swa is not None and target.parent is not None:

@@ -56,15 +56,32 @@ class EventNodes:
         self.adopt(node, key, hashes)
         self.recorder.record_store(self.views[node.id], medium, session_id=session)
 
+    def stored_tailed(
+        self, upper: TreeNode, leaf: TreeNode, sglang_key: Any, start: int, session: Any
+    ) -> None:
+        """A new leaf the tree built as two nodes (`TreeCore.insert`'s `leaf_tail`): stored
+        as the one node it stands for, then split, as a core that caps a new leaf by a split
+        records it, so the events match."""
+        assert upper.parent is not None
+        stop = start + upper.num_tokens + leaf.num_tokens
+        tokens = array("q", sglang_key.raw_token_ids()[start:stop])
+        key = RadixKey(tokens, sglang_key.extra_key, cache_salt=sglang_key.cache_salt)
+        view = self.views[leaf.id] = self._new_view(upper.parent, key, None)
+        self.recorder.record_store(view, None, session_id=session)
+        self.split(upper, leaf, upper.num_tokens)
+
     def adopt(self, node: TreeNode, key: Any, hashes: list[str] | None = None) -> None:
         """Gives `node` (its parent has a view) a view of SGLang key `key`, unrecorded."""
         assert node.parent is not None
-        view = EventNode(key, self.views[node.parent.id])
+        self.views[node.id] = self._new_view(node.parent, key, hashes)
+
+    def _new_view(self, parent: TreeNode, key: Any, hashes: list[str] | None) -> EventNode:
+        view = EventNode(key, self.views[parent.id])
         if hashes is not None:
             view.hash_value = hashes
         elif self.hashing:
             view.hash_value = compute_node_hash_values(view, self.page_size)
-        self.views[node.id] = view
+        return view
 
     def restored(self, node: TreeNode, medium: Any, session: Any = None) -> None:
         """A node already in the tree gained a copy on `medium` (host tier: a backup, a

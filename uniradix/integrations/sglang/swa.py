@@ -256,16 +256,28 @@ class SwaTree(ComponentLedger, LruEvictionWalk):
         return int(live) - start
 
     def commit_leaf(
-        self, leaf: TreeNode, start: int, params: Any, result: Any, actions: list[Any]
+        self,
+        leaf: TreeNode,
+        start: int,
+        params: Any,
+        result: Any,
+        actions: list[Any],
+        upper: TreeNode | None = None,
     ) -> None:
-        """A new leaf (tokens `start:` of the key) gets SWA from the window start on."""
-        end = start + leaf.num_tokens
-        live = max(start, params.get_evicted_seqlen(SWA))
-        if live >= end:
-            return
-        if live > start:
-            self.tree.split(leaf, live - start)
-        older = self._cap_leaf(leaf)
+        """A new leaf (tokens `start:` of the key) gets SWA from the window start on.
+        `upper`: its parent, new too, when the tree built the leaf capped already (the
+        request's SWA all live: `TreeCore.insert`'s `leaf_tail`); the two hold tokens `start:`."""
+        if upper is not None:
+            older: TreeNode | None = upper
+            live, end = start, start + upper.num_tokens + leaf.num_tokens
+        else:
+            end = start + leaf.num_tokens
+            live = max(start, params.get_evicted_seqlen(SWA))
+            if live >= end:
+                return
+            if live > start:
+                self.tree.split(leaf, live - start)
+            older = self._cap_leaf(leaf)
         # The older part publishes first, so the leaf ends the more recent.
         if older is not None:
             actions.append(SWARebuild(older.id, self._full_tensor(older)))
