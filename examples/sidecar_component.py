@@ -28,7 +28,8 @@ import numpy as np
 from uniradix.components.base import TreeComponent
 from uniradix.components.registry import register_component
 from uniradix.memory.allocator import to_numpy
-from uniradix.tree.core import TreeCore, Validator
+from uniradix.tree.acceptance import Validator
+from uniradix.tree.core import TreeCore
 from uniradix.tree.lru import LRUList
 from uniradix.tree.node import TreeNode
 from uniradix.types import CacheSettings, FreeSlots, InsertContext, InsertParams, Slots

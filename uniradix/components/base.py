@@ -29,7 +29,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from uniradix.tree.core import MatchWalk, TreeCore, Validator
+from uniradix.tree.acceptance import Validator
+from uniradix.tree.core import MatchWalk, TreeCore
 from uniradix.tree.node import ComponentData, TreeNode
 from uniradix.types import (
     CacheSettings,

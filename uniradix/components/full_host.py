@@ -25,7 +25,8 @@ import numpy as np
 
 from uniradix.components.base import TreeComponent
 from uniradix.components.full import FullComponent
-from uniradix.tree.core import MatchWalk, TreeCore, Validator
+from uniradix.tree.acceptance import Validator
+from uniradix.tree.core import MatchWalk, TreeCore
 from uniradix.tree.leaves import EvictableLeaves
 from uniradix.tree.node import TreeNode
 from uniradix.types import CacheSettings, FreeSlots, InsertContext, MatchPrefixParams, Slots

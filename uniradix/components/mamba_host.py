@@ -14,7 +14,8 @@ from typing import Any
 
 from uniradix.components.aux_host import AuxHostComponent, LoadRoom
 from uniradix.components.mamba import MambaComponent
-from uniradix.tree.core import MatchWalk, Validator
+from uniradix.tree.acceptance import Validator
+from uniradix.tree.core import MatchWalk
 from uniradix.tree.node import TreeNode
 from uniradix.types import (
     FreeKind,

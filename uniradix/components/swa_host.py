@@ -17,7 +17,8 @@ import numpy as np
 
 from uniradix.components.aux_host import AuxHostComponent, LoadRoom
 from uniradix.components.swa import SWAComponent
-from uniradix.tree.core import MatchWalk, Validator
+from uniradix.tree.acceptance import Validator
+from uniradix.tree.core import MatchWalk
 from uniradix.tree.node import TreeNode
 from uniradix.types import (
     FreeKind,

@@ -14,12 +14,11 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from uniradix.key import UNIT_BYTES, ChildKey, RadixKey, common_prefix_len
+from uniradix.tree.acceptance import Validator, accepted_depth, accepted_one
 from uniradix.tree.leaves import EvictableLeaves
 from uniradix.tree.node import NO_CHILDREN, TreeNode
 from uniradix.tree.policy import PolicyKey
 
-Validator = Callable[[TreeNode], bool]
-_UNBOUNDED = float("inf")
 _new_tuple = tuple.__new__
 
 
@@ -116,31 +115,10 @@ class TreeCore:
             if len(windows) <= 1 and len(required) <= 1:
                 # SWA, Mamba or both: the general loop below without its generality;
                 # `tuple.__new__`: no NamedTuple `__new__` frame on every hybrid match
-                accepted = _accepted(path, windows, required)
+                accepted = accepted_one(path, windows, required)
                 return _new_tuple(MatchWalk, (path, accepted, off // UNIT_BYTES))
-        num_accepted = 0
-        # Units with data since the last node without it, per window (none yet: unbounded).
-        lives = [_UNBOUNDED] * len(windows)
-        for i, n in enumerate(path):
-            ok = True
-            for validate in validators:
-                ok = validate(n) and ok
-            data = n.data
-            for w, (index, window) in enumerate(windows):
-                if data[index].value is None:
-                    lives[w] = 0
-                    ok = False
-                else:
-                    lives[w] += n.num_tokens
-                    ok = ok and lives[w] >= window
-            if ok:
-                for index in required:
-                    if data[index].value is None:
-                        ok = False
-                        break
-            if ok:
-                num_accepted = i + 1
-        return MatchWalk(path, num_accepted, off // UNIT_BYTES)
+        accepted = accepted_depth(path, validators, required, windows)
+        return MatchWalk(path, accepted, off // UNIT_BYTES)
 
     def touch_path(self, path: Sequence[TreeNode]) -> None:
         """Marks `path` (root side first) accessed; deeper nodes get later times, so a parent
@@ -398,25 +376,3 @@ class TreeCore:
         self._next_id += 1
         self._time += 1  # `tick()` inline
         return TreeNode(self._next_id, key, extra_key, self.num_components, parent, self._time)
-
-
-def _accepted(
-    path: list[TreeNode], windows: Sequence[tuple[int, int]], required: Sequence[int]
-) -> int:
-    """`TreeCore.match`'s acceptance with at most one window and one required index and no
-    validators (every hybrid match of the SGLang core): the deepest usable node's depth."""
-    w_index, window = windows[0] if windows else (-1, 0)
-    r_index = required[0] if required else -1
-    live, num_accepted = _UNBOUNDED, 0
-    for i, n in enumerate(path):
-        data = n.data
-        if w_index >= 0:
-            if data[w_index].value is None:
-                live = 0
-                continue
-            live += n.num_tokens
-            if live < window:
-                continue
-        if r_index < 0 or data[r_index].value is not None:
-            num_accepted = i + 1
-    return num_accepted

@@ -2,7 +2,8 @@
 
 SGLang's `UnifiedRadixCache` drives a TreeCore through that interface only; this one keeps
 the tree in `uniradix.tree.core.TreeCore` (FULL as component 0, then SWA windows: `swa.py`,
-Mamba states: `mamba.py`; with HiCache on, the host tier: `host*.py`). What it does not
+Mamba states: `mamba.py`; the eviction walk: `device_eviction.py`; with HiCache on, the
+host tier: `host*.py`). What it does not
 cover is refused by name, at build (`check_supported`, `set_hicache_enabled`) or per method.
 
 Semantics follow SGLang's Python core, so both give the same results on the same calls:
@@ -32,13 +33,13 @@ from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import (
     InsertStepResult,
 )
 
-from uniradix.integrations.sglang.host_storage import HostStorage
-from uniradix.integrations.sglang.keys import to_slots, to_tensor, to_uniradix_key
+from uniradix.integrations.sglang.device_eviction import DeviceEviction
+from uniradix.integrations.sglang.keys import to_slots, to_uniradix_key
 from uniradix.integrations.sglang.mamba import MambaTree
 from uniradix.integrations.sglang.receipts import check_receipt
 from uniradix.integrations.sglang.refused import check_supported
-from uniradix.integrations.sglang.results import leaf_result, match_result, next_node_result
-from uniradix.integrations.sglang.swa import SWA_INDEX, SwaTree
+from uniradix.integrations.sglang.results import match_result
+from uniradix.integrations.sglang.swa import SwaTree
 from uniradix.integrations.sglang.views import TreeCoreViews
 from uniradix.tree.core import TreeCore
 from uniradix.tree.node import TreeNode
@@ -49,7 +50,7 @@ FULL, SWA, MAMBA = ComponentType.FULL, ComponentType.SWA, ComponentType.MAMBA
 _DEFERRABLE = (FreeDeviceKV, FreeDeviceKVFullOnly)
 
 
-class UniradixTreeCore(HostStorage, TreeCoreViews):
+class UniradixTreeCore(DeviceEviction, TreeCoreViews):
     """SGLang's unified cache (FULL, SWA, Mamba, with their host tier) on uniradix's tree."""
 
     supports_rotation_base = False
@@ -346,73 +347,6 @@ class UniradixTreeCore(HostStorage, TreeCoreViews):
 
     def dec_full_pin(self, node_id: int) -> None:
         self._lock_path(self._node(node_id), -1)
-
-    # ------------------------------------------------------------------ eviction
-    def evict_device_start(self, component_type: Any, request_cnt: int) -> None:
-        self._walk_quota = request_cnt
-        if component_type == SWA and self.swa is not None:
-            self.swa.evict_start(request_cnt)
-        elif component_type == MAMBA and self.mamba is not None:
-            self.mamba.evict_start(request_cnt)
-
-    def evict_device_next_node(self, component_type: Any, tracker: dict[Any, int]) -> Any:
-        result = next_node_result()
-        if component_type == FULL and tracker.get(FULL, 0) < self._walk_quota:
-            leaf = self.tree.leaves.pop()
-            if leaf is not None:
-                result.node_id, result.made_progress = leaf.id, True
-        else:
-            walk = self.swa if component_type == SWA else self.mamba
-            if walk is None:
-                return result
-            frees, done = result.device_frees, tracker.get(component_type, 0)
-            leaf = walk.evict_next(done, frees, result.tracker)
-            held = walk.deferred  # write-back: the controller backs its state up first
-            if leaf is not None:
-                result.node_id = leaf.id
-            if held is not None:
-                result.mamba_backup_node_id = held.id
-            result.made_progress = leaf is not None or held is not None or bool(result.tracker)
-        return result
-
-    def evict_device_leaf(self, node_id: int, is_write_back: bool) -> Any:
-        node = self._node(node_id)
-        if not self.tree.is_evictable_leaf(node):
-            raise ValueError(f"node {node_id} is not an evictable device leaf")
-        if self.enable_hicache:
-            return self._evict_device_leaf_host(node, is_write_back)
-        value = node.data[0].value
-        assert value is not None
-        result = leaf_result()
-        if self._events is not None:
-            self._events.removed(node)
-        full = to_tensor(value, self.device)
-        result.device_frees[FULL].append(full)
-        result.tracker[FULL] = len(value)
-        self._evictable -= node.num_tokens
-        if self.swa is not None and node.data[SWA_INDEX].value is not None:
-            # The full slots name the SWA peers to free (`SwaTree.drop`), as a tensor once.
-            result.tracker[SWA] = self.swa.release(node, full, SWA, result.device_frees)
-        if self.mamba is not None and node.data[self.mamba.index].value is not None:
-            result.tracker[MAMBA] = self.mamba.drop(node, result.device_frees)
-        node.data[0].value = None
-        self.tree.remove_leaf(node)
-        del self._nodes[node_id]
-        return result
-
-    def evict_device_end(self, component_type: Any) -> None:
-        self._walk_quota = 0
-        self._requeue_kept_leaves()
-        if component_type == SWA and self.swa is not None:
-            self.swa.evict_end()
-        elif component_type == MAMBA and self.mamba is not None:
-            self.mamba.evict_end()
-
-    def evict_excess_path_states(
-        self, tail_node_id: int, device_frees: Any, host_frees: Any, cache_actions: Any
-    ) -> None:
-        if self.mamba is not None:
-            self.mamba.evict_excess(self._node(tail_node_id), device_frees)
 
 
 def _has_barrier(actions: list[Any]) -> bool:

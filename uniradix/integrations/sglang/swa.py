@@ -45,7 +45,8 @@ from uniradix.integrations.sglang.keys import to_slots, to_tensor
 from uniradix.integrations.sglang.ledger import ComponentLedger
 from uniradix.integrations.sglang.mamba import MAMBA, MambaTree
 from uniradix.integrations.sglang.walk import LruEvictionWalk
-from uniradix.tree.core import OverlapHook, TreeCore, Validator
+from uniradix.tree.acceptance import Validator
+from uniradix.tree.core import OverlapHook, TreeCore
 from uniradix.tree.lru import LRUList
 from uniradix.tree.node import ComponentData, TreeNode
 
