@@ -66,7 +66,7 @@ def run(cfg, core: str, write_policy: str, n: int, seed: int, **kwargs):
     "cfg, write_policy, seed",
     [(c, policy, 7) for c in MAMBA_CONFIGS for policy in ("write_through", "write_back")]
     + [(MAMBA_CONFIGS[1], "write_through_selective", 3)]  # a seed with a request load-back
-    + [(c, "write_through", 7) for c in SWA_MAMBA_CONFIGS],
+    + [(c, policy, 7) for c in SWA_MAMBA_CONFIGS for policy in ("write_through", "write_back")],
     ids=lambda v: getattr(v, "label", v),
 )
 def test_mamba_hicache_plays_the_same_on_both_cores(cfg, write_policy, seed):

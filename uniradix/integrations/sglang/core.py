@@ -345,7 +345,10 @@ class UniradixTreeCore(HostStorage, TreeCoreViews):
             held = walk.deferred  # write-back: the controller backs its state up first
             if leaf is not None:
                 result.node_id = leaf.id
-            if held is not None:
+            if held is not None and component_type == SWA:
+                result.swa_backup_node_id = held.id
+                result.swa_backup_num_tokens = self._swa_backup_size(held)
+            elif held is not None:
                 result.mamba_backup_node_id = held.id
             result.made_progress = leaf is not None or held is not None or bool(result.tracker)
         return result

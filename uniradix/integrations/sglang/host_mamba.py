@@ -16,8 +16,7 @@ answers from both:
   a host leaf goes whole, any other node loses its state's host copy only;
 - a host lock pins the anchor's state copy (and keeps it out of that list);
 - under write-back, the Mamba eviction walk holds an inner state whose node has no host copy
-  back (SGLang's `InternalStateBackup`) until the controller has backed the node up
-  (`finish_mamba_state_eviction` then drops it); a device leaf's state is backed up with the
+  back for its backup (`host_held_back.py`); a device leaf's state is backed up with the
   leaf before its demote.
 
 With SWA too (FULL+SWA+Mamba) a match ends where both hold, an SWA tombstone takes the
@@ -32,9 +31,6 @@ from typing import Any
 
 from sglang.srt.mem_cache.hicache_storage import PoolName, PoolTransfer
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
-from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import (
-    EvictDeviceNextNodeResult,
-)
 
 from uniradix.integrations.sglang.host_lru import HostLru
 from uniradix.integrations.sglang.mamba import MambaTree
@@ -53,7 +49,7 @@ class MambaHostTier:
     _write_pending: dict[int, int]
     _load_pending: dict[int, int]
     _nodes: dict[int, TreeNode]
-    _write_back: bool
+    is_write_back: bool
 
     _node: Callable[[int], TreeNode]  # TreeCoreViews' look-up by id
     _host_match: Callable[..., Any]  # host_walks.py: the MatchResult of a bounded match
@@ -67,40 +63,6 @@ class MambaHostTier:
         on = self.enable_hicache
         mamba.on_drop = self._mamba_dropped if on else None
         mamba.on_store = self._mamba_stored if on else None
-        mamba.backup_first = self._mamba_backup_first if on else None
-
-    def _mamba_backup_first(self, node: TreeNode) -> bool:
-        """Write-back: an inner state whose node has no host copy at all is backed up (with
-        the node's full KV) before the Mamba eviction walk drops it."""
-        assert self.mamba is not None
-        return (
-            self._write_back
-            and node.data[self.mamba.index].host_value is None
-            and node.data[0].host_value is None
-            and node.data[0].value is not None
-        )
-
-    def finish_mamba_state_eviction(self, node_id: int) -> Any:
-        """The walk's held-back node, once the controller's backup ran: its state is dropped
-        (a host copy now listed), unless meanwhile it left, got locked, is being loaded back
-        or became an evictable leaf or lost its full KV (the walk offers it again then)."""
-        mamba = self.mamba
-        if mamba is None or mamba.deferred is None or mamba.deferred.id != node_id:
-            raise ValueError(f"finish_mamba_state_eviction: node {node_id} is not held back")
-        mamba.deferred = None
-        result = EvictDeviceNextNodeResult(made_progress=True)
-        node = self._nodes.get(node_id)
-        if node is None:
-            return result
-        data = node.data[mamba.index]
-        if data.value is None or data.lock_ref or node_id in self._load_pending:
-            return result
-        if node in self.tree.leaves or node.data[0].value is None:
-            mamba.resume_at(node)
-            return result
-        self._mamba_free_device(node, result, counted=True)
-        self.tree.update_leaf(node)
-        return result
 
     # ------------------------------------------------------------------ LRU hooks
     def _mamba_dropped(self, node: TreeNode) -> None:
@@ -207,7 +169,7 @@ class MambaHostTier:
     def _needs_mamba_backup(self, node: TreeNode) -> bool:
         """A backed-up node, not in flight, whose state is on the device only."""
         mamba = self.mamba
-        if mamba is None or self._write_back:
+        if mamba is None or self.is_write_back:
             return False
         data = node.data[mamba.index]
         return (

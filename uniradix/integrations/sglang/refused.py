@@ -77,7 +77,6 @@ _REFUSED = {
         "match_full_device_prefix",
     ),
     _AUX: (
-        "finish_swa_state_eviction",
         "swa_tombstone_ranges",
         "attach_swa_window",
         "adjust_component_size",
