@@ -111,12 +111,13 @@ def test_mamba_hicache_kv_events_are_the_same_on_both_cores(cfg):
     assert_same_events_on_both_cores(run, cfg, 80, 3)
 
 
-def test_mamba_storage_is_refused_by_name():
-    """L3 storage of a Mamba cache (its state pages) is not covered: refused when attached."""
+def test_swa_mamba_storage_is_refused_by_name():
+    """L3 storage of a Mamba cache is covered (`test_sglang_hicache_mamba_storage.py`); with
+    SWA too its window pages are not: refused when attached."""
     with cpu_hicache():
-        cache, _, _ = build_hicache_cache(PS4, "uniradix", "write_through")
+        cache, _, _ = build_hicache_cache(SWA_MAMBA_CONFIGS[0], "uniradix", "write_through")
         try:
-            with pytest.raises(NotImplementedError, match="L3 storage of a Mamba cache"):
+            with pytest.raises(NotImplementedError, match="L3 storage of an SWA cache"):
                 cache.tree_core.enable_storage = True
         finally:
             cache.release_host_resources()

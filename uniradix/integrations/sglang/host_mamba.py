@@ -19,9 +19,11 @@ answers from both:
   back for its backup (`host_held_back.py`); a device leaf's state is backed up with the
   leaf before its demote.
 
+With L3 storage, a backup to storage writes a node's state copy under its last page's hash,
+and a prefetch's state becomes the host copy of the node its insert ended at.
+
 With SWA too (FULL+SWA+Mamba) a match ends where both hold, an SWA tombstone takes the
-node's state and an SWA host eviction its state's host copy. L3 storage of a Mamba cache is
-refused by name.
+node's state and an SWA host eviction its state's host copy.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sglang.srt.mem_cache.hicache_storage import PoolName, PoolTransfer
+from sglang.srt.mem_cache.hicache_storage import PoolHitPolicy, PoolName, PoolTransfer
+from sglang.srt.mem_cache.unified_cache.cache_action import FreeComponentHostSlot
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 
 from uniradix.integrations.sglang.host_lru import HostLru
@@ -224,6 +227,46 @@ class MambaHostTier:
         device = transfers[0].device_indices if transfers else None
         if device is not None:
             self.mamba.set_value(node, device.clone())
+
+    # ------------------------------------------------------------------ L3 storage
+    def _mamba_storage_backup(self, node: TreeNode, hashes: list[str] | None) -> list[Any]:
+        """A backup to storage writes the node's state copy under its last page's hash."""
+        mamba = self.mamba
+        host = None if mamba is None else node.data[mamba.index].host_value
+        if host is None or not hashes:
+            return []
+        trailing = PoolHitPolicy.TRAILING_PAGES
+        return [
+            PoolTransfer(PoolName.MAMBA, host_indices=host, keys=[hashes[-1]], hit_policy=trailing)
+        ]
+
+    def _mamba_commit_prefetch(
+        self, transfers: list[Any], actions: list[Any], inserted: Any, pools: Any
+    ) -> None:
+        """A prefetch's state (staged in the Mamba host pool) becomes the host copy of the
+        node the prefetch's insert ended at, unless storage lacked it or that node holds one
+        already: then its slot is freed and the insert counts as `mamba_exist`."""
+        if not transfers:
+            return
+        assert self.mamba is not None
+        host = transfers[0].host_indices
+        loaded = pools is not None and pools.extra_pool_hit_pages.get(PoolName.MAMBA, 0) >= 1
+        node_id = None if inserted is None else inserted.inserted_host_node
+        node = None if node_id is None else self._node(node_id)
+        if (
+            host is None
+            or node is None
+            or not loaded
+            or node.data[self.mamba.index].host_value is not None
+        ):
+            actions.append(FreeComponentHostSlot([host], component_type=MAMBA))
+            if inserted is not None:
+                inserted.mamba_exist = True
+            return
+        node.data[self.mamba.index].host_value = host.clone()
+        self._mamba_dropped(node)  # listed while its state is on the host only
+        if inserted is not None:
+            inserted.mamba_exist = False
 
     def _mamba_check_host(self) -> None:
         """Every state listed for host eviction is on the host only."""

@@ -1,0 +1,108 @@
+"""SGLang's L3 storage of a FULL+Mamba cache on the uniradix core and on SGLang's Python core:
+SGLang's own `UnifiedRadixCache`, `HybridCacheController` and storage threads play the same
+requests on both with SGLang's file backend attached. Every request writes its KV and its
+final state; each backup to storage writes the node's state copy under its last page's hash
+(`build_storage_backup_spec`). Once both tiers are emptied, each request is matched,
+prefetched from storage (its state staged by `build_hicache_transfers`, committed onto the
+node the prefetch's insert ended at by `commit_hicache_transfers`), loaded back and matched
+again: the KV and the state it finds are checked against what the requests wrote, so they
+came back through storage. Compared call by call with the tree after every request."""
+
+from __future__ import annotations
+
+import random
+from array import array
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.integrations.sglang_env import load_sglang
+
+load_sglang(kits=True)
+
+from sglang.srt.mem_cache.base_prefix_cache import (  # noqa: E402
+    EvictParams,
+    InsertParams,
+    MatchPrefixParams,
+)
+from sglang.srt.mem_cache.hicache_storage import PoolName  # noqa: E402
+from sglang.srt.mem_cache.radix_cache import RadixKey  # noqa: E402
+
+from tests.integrations.sglang_hicache import (  # noqa: E402
+    load_back,
+    prefetch_from_storage,
+    settle_storage,
+)
+from tests.integrations.sglang_mamba_hicache import ALL, MAMBA, StateCheck, mamba_tree_state  # noqa: E402
+from tests.integrations.test_sglang_hicache_mamba import MAMBA_CONFIGS  # noqa: E402
+from tests.integrations.test_sglang_hicache_storage import storage_cache  # noqa: E402
+
+
+def requests(page_size: int, n: int, seed: int) -> list[list[int]]:
+    """Whole pages; half extend an earlier request, so prefetches start below host nodes."""
+    rng = random.Random(seed)
+    pages = lambda k: [rng.randrange(1000) for _ in range(page_size * k)]  # noqa: E731
+    out: list[list[int]] = []
+    for _ in range(n):
+        base = rng.choice(out) if out and rng.random() < 0.5 else []
+        out.append(base + pages(rng.randint(1, 3)))
+    return out
+
+
+def play(cache, allocator, cfg, n: int, seed: int) -> list[tuple]:
+    # Plain CPU memory (see `cpu_hicache`): SGLang's file backend reads a state page into a
+    # scratch page it would pin.
+    cache.host_pool_group.get_pool(PoolName.MAMBA).pin_memory = False
+    check, states = StateCheck(cache, cfg), cache.req_to_token_pool.mamba_allocator
+    out: list[tuple] = []
+
+    def match(tokens):
+        m = cache.match_prefix(MatchPrefixParams(key=RadixKey(array("q", tokens))))
+        return m, (m.device_prefix_len, m.host_hit_length, m.mamba_host_hit_length)
+
+    stream = requests(cfg.page_size, n, seed)
+    for tokens in stream:
+        m, figures = match(tokens)
+        done = m.device_prefix_len
+        prefix = cache.path_device_indices(m.last_device_node)[:done]
+        slots, state = allocator.alloc(len(tokens) - done), states.alloc(1)
+        check.write(slots, state, tokens, done)
+        key = RadixKey(array("q", tokens))
+        value = torch.cat([prefix, slots])
+        r = cache.insert(InsertParams(key=key, value=value, mamba_value=state))
+        if r.mamba_exist:
+            states.free(state)
+        settle_storage(cache)  # the backups and the storage writes they start
+        out.append(("insert", figures, r.prefix_len, mamba_tree_state(cache)))
+    evicted = cache.evict(EvictParams(num_tokens=ALL, mamba_num=ALL))
+    host = cache.evict_host(ALL, MAMBA), cache.evict_host(ALL)
+    out.append(("evict both tiers", evicted.num_tokens_evicted, host, mamba_tree_state(cache)))
+    for i, tokens in enumerate(stream):
+        m, before = match(tokens)
+        fetched = prefetch_from_storage(cache, f"r{i}", m, tokens)
+        m, after = match(tokens)
+        loaded = load_back(cache, m.best_match_node) if after[1] else False
+        m, end = match(tokens)
+        prefix = cache.path_device_indices(m.last_device_node)[: m.device_prefix_len]
+        kv_ok, state_ok = check.holds(prefix, m.last_device_node, tokens)
+        out.append(("serve", before, fetched, after, loaded, end, kv_ok, state_ok))
+        out.append(("tree", mamba_tree_state(cache)))
+    return out
+
+
+def run(cfg, core: str, directory: Path, n: int, seed: int) -> list[tuple]:
+    with storage_cache(cfg, core, "file", directory, "write_through") as (cache, allocator):
+        return play(cache, allocator, cfg, n, seed)
+
+
+@pytest.mark.parametrize("cfg", MAMBA_CONFIGS[:2], ids=lambda c: c.label)
+def test_mamba_storage_plays_the_same_on_both_cores(cfg, tmp_path):
+    expected = run(cfg, "python", tmp_path / "python", 12, seed=5)
+    trace = run(cfg, "uniradix", tmp_path / "uniradix", 12, seed=5)
+    served = [s for s in expected if s[0] == "serve"]
+    assert any(s[2] > 0 and s[3][2] for s in served), "no state prefetched from storage"
+    assert any(s[4] and s[5][0] > 0 for s in served), "nothing loaded back after a prefetch"
+    assert all(s[6] and s[7] for s in served), "a prefix's KV or state is not its requests'"
+    for want, got in zip(expected, trace, strict=True):
+        assert got == want, want[0]
