@@ -342,14 +342,11 @@ class UniradixTreeCore(HostStorage, TreeCoreViews):
                 return result
             frees, done = result.device_frees, tracker.get(component_type, 0)
             leaf = walk.evict_next(done, frees, result.tracker)
-            held = walk.deferred  # write-back: the controller backs its state up first
+            held = walk.deferred  # write-back: the controller backs its node up first
             if leaf is not None:
                 result.node_id = leaf.id
-            if held is not None and component_type == SWA:
-                result.swa_backup_node_id = held.id
-                result.swa_backup_num_tokens = self._swa_backup_size(held)
-            elif held is not None:
-                result.mamba_backup_node_id = held.id
+            if held is not None:
+                self._report_held_back(result, component_type, held)
             result.made_progress = leaf is not None or held is not None or bool(result.tracker)
         return result
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import (
     EvictDeviceNextNodeResult,
 )
@@ -24,6 +25,8 @@ from uniradix.integrations.sglang.swa import SWA_INDEX, SwaTree
 from uniradix.integrations.sglang.walk import LruEvictionWalk
 from uniradix.tree.core import TreeCore
 from uniradix.tree.node import TreeNode
+
+SWA = ComponentType.SWA
 
 
 class HeldBackEvictions:
@@ -48,6 +51,14 @@ class HeldBackEvictions:
         if self.mamba is not None:
             self.mamba.backup_first = self._mamba_backup_first if on else None
 
+    def _report_held_back(self, result: Any, component_type: Any, node: TreeNode) -> None:
+        """Names the held-back node in the walk's step, with the SWA host slots it needs."""
+        if component_type == SWA:
+            result.swa_backup_node_id = node.id
+            result.swa_backup_num_tokens = sum(n.num_tokens for n in self._swa_unbacked(node))
+        else:
+            result.mamba_backup_node_id = node.id
+
     @staticmethod
     def _unbacked_with_full(node: TreeNode) -> bool:
         data = node.data[0]
@@ -64,10 +75,6 @@ class HeldBackEvictions:
             and self._unbacked_with_full(node)
             and bool(self._swa_unbacked(node))
         )
-
-    def _swa_backup_size(self, node: TreeNode) -> int:
-        """The SWA host slots the held-back node's backup takes: its window's unbacked SWA."""
-        return sum(n.num_tokens for n in self._swa_unbacked(node))
 
     def finish_swa_state_eviction(self, node_id: int) -> Any:
         """The SWA walk's held-back node, once the controller's backup ran: its window is
