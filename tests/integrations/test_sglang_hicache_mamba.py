@@ -30,8 +30,6 @@ from sglang.test.kits.unified_radix_cache.config import CONFIGS  # noqa: E402
 
 from tests.integrations.sglang_hicache import (  # noqa: E402
     assert_same_events_on_both_cores,
-    build_hicache_cache,
-    cpu_hicache,
     load_back,
     run_hicache,
 )
@@ -109,18 +107,6 @@ def test_mamba_hicache_tree_is_the_same_on_both_cores(cfg):
 def test_mamba_hicache_kv_events_are_the_same_on_both_cores(cfg):
     """Device and host stores and removals (`medium` GPU / CPU), in the same order."""
     assert_same_events_on_both_cores(run, cfg, 80, 3)
-
-
-def test_swa_mamba_storage_is_refused_by_name():
-    """L3 storage of a Mamba cache is covered (`test_sglang_hicache_mamba_storage.py`); with
-    SWA too its window pages are not: refused when attached."""
-    with cpu_hicache():
-        cache, _, _ = build_hicache_cache(SWA_MAMBA_CONFIGS[0], "uniradix", "write_through")
-        try:
-            with pytest.raises(NotImplementedError, match="L3 storage of an SWA cache"):
-                cache.tree_core.enable_storage = True
-        finally:
-            cache.release_host_resources()
 
 
 def mamba_script(cache, allocator) -> list:

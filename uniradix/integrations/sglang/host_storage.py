@@ -1,4 +1,4 @@
-"""SGLang's L3 storage (HiCache storage backend) on the uniradix TreeCore: FULL and Mamba.
+"""SGLang's L3 storage (HiCache storage backend) on the uniradix TreeCore: FULL, SWA, Mamba.
 
 L3 storage keys a page by a hash chained from its parent page's (SGLang's
 `compute_node_hash_values`), kept per node. They live on the views `events.py` keeps beside
@@ -10,8 +10,8 @@ while the tree holds nodes hashes those first (`backfill_missing_hash_values`). 
 storage reads a node's host copy, tokens and hashes (`build_storage_backup_spec`), with a
 Mamba cache the node's state copy too; a prefetch of a Mamba cache stages one state
 (`build_hicache_transfers`) that becomes the host copy of the node its insert ended at
-(`commit_hicache_transfers`, `host_mamba.py`). Storage of an SWA cache (its window pages)
-and buffer mode stay refused by name. Semantics are those of
+(`commit_hicache_transfers`, `host_mamba.py`); with SWA, the node's SWA host pages and a
+prefetch's window (`host_swa_storage.py`). Buffer mode stays refused by name. Semantics are those of
 SGLang's Python core.
 """
 
@@ -31,6 +31,8 @@ from sglang.srt.mem_cache.utils import compute_node_hash_values
 
 from uniradix.integrations.sglang.events import EventNode, EventNodes
 from uniradix.integrations.sglang.host_mamba import MAMBA
+from uniradix.integrations.sglang.host_swa import SWA
+from uniradix.integrations.sglang.host_swa_storage import SwaStorage
 from uniradix.integrations.sglang.host_walks import HostWalks
 from uniradix.integrations.sglang.keys import to_slots, to_uniradix_key
 from uniradix.key import UNIT_BYTES
@@ -47,7 +49,7 @@ def sglang_namespace(namespace: str | None) -> tuple[str | None, str | None]:
     return extra or None, salt
 
 
-class HostStorage(HostWalks):
+class HostStorage(HostWalks, SwaStorage):
     """Page hashes on the tree and the TreeCore methods of SGLang's L3 storage path."""
 
     _storage: bool = False
@@ -61,11 +63,6 @@ class HostStorage(HostWalks):
     @enable_storage.setter
     def enable_storage(self, value: bool) -> None:
         # SGLang's cache sets it when a storage backend attaches (and at build, off).
-        if value and self.swa is not None:
-            raise NotImplementedError(
-                "uniradix TreeCore: L3 storage of an SWA cache (its SWA pages, "
-                "build_hicache_transfers) is not supported yet"
-            )
         if value and not self._storage:
             self._hash_views().hashing = True
         elif not value and self._storage and self._events is not None:
@@ -201,28 +198,34 @@ class HostStorage(HostWalks):
         if host is None:
             return None
         view = self._hash_views().views[node.id]
-        state = self._mamba_storage_backup(node, view.hash_value)
+        comp = {SWA: self._swa_storage_backup(node, view.hash_value)}
+        comp[MAMBA] = self._mamba_storage_backup(node, view.hash_value)
         return StorageBackupSpec(
             host_value=torch.from_numpy(host),
             token_ids=view.key.token_ids,
             hash_value=view.hash_value,
             prefix_keys=self.get_prefix_hash_values(node_id) if pass_prefix_keys else None,
-            comp_xfers={MAMBA: state} if state else {},
+            comp_xfers={c: transfers for c, transfers in comp.items() if transfers},
         )
 
     def build_hicache_transfers(
         self, component_type: Any, node_id: int, phase: Any, **kwargs: Any
     ) -> list[Any] | None:
-        """A prefetch's Mamba transfer: one state, its key named once storage is asked (a
-        placeholder, as SGLang's); the other component transfers are not covered."""
+        """A prefetch's SWA window pages or Mamba state, their keys named once storage is
+        asked (placeholders, as SGLang's); no other component transfer is asked of a core."""
         self._node(node_id)
-        if component_type != MAMBA or phase != CacheTransferPhase.PREFETCH or self.mamba is None:
+        held = (SWA, self.swa), (MAMBA, self.mamba)
+        if phase != CacheTransferPhase.PREFETCH or all(
+            c != component_type or t is None for c, t in held
+        ):
             raise NotImplementedError(
-                f"uniradix TreeCore: build_hicache_transfers({component_type}, {phase}) needs "
-                "SWA L3 storage or a component transfer outside SGLang's L3 prefetch, which "
-                "this core does not support yet"
+                f"uniradix TreeCore: build_hicache_transfers({component_type}, {phase}) is a "
+                "component transfer outside SGLang's L3 prefetch, not supported yet"
             )
-        if not kwargs.get("staging_tokens"):
+        staging = kwargs.get("staging_tokens", 0)
+        if component_type == SWA:
+            return self._swa_prefetch_transfer(staging)
+        if not staging:
             return None
         trailing = PoolHitPolicy.TRAILING_PAGES
         return [PoolTransfer(PoolName.MAMBA, keys=["__placeholder__"], hit_policy=trailing)]
@@ -243,13 +246,18 @@ class HostStorage(HostWalks):
         insert_result: Any = None,
         pool_storage_result: Any = None,
     ) -> None:
-        """A prefetch's component transfers: a Mamba cache's state (`host_mamba.py`)."""
-        self._node(node_id)
-        if set(comp_xfers) - {MAMBA} or (comp_xfers and phase != CacheTransferPhase.PREFETCH):
+        """A prefetch's component transfers: the SWA window (`host_swa_storage.py`), then the
+        Mamba state (`host_mamba.py`), as SGLang's controller orders them."""
+        anchor = self._node(node_id)
+        if set(comp_xfers) - {SWA, MAMBA} or (comp_xfers and phase != CacheTransferPhase.PREFETCH):
             raise NotImplementedError(
                 f"uniradix TreeCore: commit_hicache_transfers({phase}) got component "
-                f"transfers {sorted(str(c) for c in comp_xfers)}, which need SWA L3 storage, "
-                "not supported yet"
+                f"transfers {sorted(str(c) for c in comp_xfers)} outside SGLang's L3 "
+                "prefetch, not supported yet"
+            )
+        if SWA in comp_xfers:
+            self._swa_commit_prefetch(
+                anchor, comp_xfers[SWA], cache_actions, insert_result, pool_storage_result
             )
         if MAMBA in comp_xfers:
             self._mamba_commit_prefetch(
