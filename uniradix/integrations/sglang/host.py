@@ -1,4 +1,4 @@
-"""SGLang's host tier (HiCache) on the uniradix TreeCore, for FULL attention.
+"""SGLang's host tier (HiCache) on the uniradix TreeCore: full KV, with SWA and Mamba beside.
 
 With HiCache on, a node whose device slots were evicted stays in the tree while its host
 copy lives: component 0 keeps the device slots in `value` and SGLang's host pool indices in
@@ -8,9 +8,10 @@ its controller (`UnifiedRadixCache` with its `HybridCacheController`) gets the s
 from both: a backed-up device leaf is demoted, an unbacked one deleted (write-through) or
 handed back for a backup (write-back); a host lock pins a segment of host copies. Host
 eviction is in `host_eviction.py`, backups and load-backs in `host_transfers.py`, the match
-and insert walks of a HiCache cache in `host_walks.py`, L3 storage's page hashes in
-`host_storage.py`, SWA host windows in `host_swa.py`, Mamba host states in `host_mamba.py`,
-the SWA and Mamba evictions write-back holds back for a backup in `host_held_back.py`.
+and insert walks of a HiCache cache in `host_walks.py`, L3 storage's page hashes and
+transfers in `host_storage.py` (SWA windows: `host_swa_storage.py`), SWA host windows in
+`host_swa.py`, Mamba host states in `host_mamba.py`, the SWA and Mamba evictions
+write-back holds back for a backup in `host_held_back.py`.
 """
 
 from __future__ import annotations

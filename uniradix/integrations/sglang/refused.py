@@ -2,15 +2,14 @@
 
 `check_supported` runs when SGLang builds the cache, so an unsupported configuration fails
 at start-up with the reason instead of misbehaving while serving; so do the host-tier
-settings this core does not cover (`host_swa.py`, `host_storage.py`: SGLang's device-only
-SWA ring, L3 storage of an SWA cache). `RefusedTreeCoreMethods` gives the rest of SGLang's
-`UnifiedTreeCoreInterface` (buffer mode and its SWA steps, external linker, scheduling
-walks) bodies that raise `NotImplementedError` naming the method and what it needs; SGLang's
-controller calls none of them on a device-tier cache, on a FULL or FULL+Mamba HiCache cache
-with or without an L3 storage backend (page hashes and storage calls: `host_storage.py`),
-nor on a FULL+SWA or FULL+SWA+Mamba HiCache cache under any write policy (SWA host windows:
-`host_swa.py`; Mamba host states: `host_mamba.py`; write-back's held-back inner evictions:
-`host_held_back.py`).
+setting this core does not cover (`host_swa.py`: SGLang's device-only SWA ring).
+`RefusedTreeCoreMethods` gives the rest of SGLang's `UnifiedTreeCoreInterface` (buffer mode
+and its SWA steps, external linker, scheduling walks) bodies that raise
+`NotImplementedError` naming the method and what it needs; SGLang's controller calls none of
+them on a device-tier cache, nor on a HiCache cache of any supported components under any
+write policy, with or without an L3 storage backend (SWA host windows: `host_swa.py`; Mamba
+host states: `host_mamba.py`; write-back's held-back inner evictions: `host_held_back.py`;
+page hashes and storage calls: `host_storage.py`, `host_swa_storage.py`).
 """
 
 from __future__ import annotations
