@@ -32,12 +32,13 @@ from sglang.srt.mem_cache.hicache_storage import PoolName  # noqa: E402
 from sglang.srt.mem_cache.radix_cache import RadixKey  # noqa: E402
 
 from tests.integrations.sglang_hicache import (  # noqa: E402
+    component_tree_state,
     load_back,
     prefetch_from_storage,
     settle_storage,
 )
 from tests.integrations.sglang_hybrid_stream import _alloc  # noqa: E402
-from tests.integrations.sglang_mamba_hicache import ALL, MAMBA, StateCheck, mamba_tree_state  # noqa: E402
+from tests.integrations.sglang_mamba_hicache import ALL, MAMBA, StateCheck  # noqa: E402
 from tests.integrations.sglang_swa_hicache import SWA, KvCheck  # noqa: E402
 from tests.integrations.test_sglang_hicache_mamba import (  # noqa: E402
     MAMBA_CONFIGS,
@@ -59,16 +60,19 @@ def requests(page_size: int, n: int, seed: int) -> list[list[int]]:
 
 
 def play(cache, allocator, cfg, n: int, seed: int) -> list[tuple]:
-    # Plain CPU memory (see `cpu_hicache`): SGLang's file backend reads a state page into a
-    # scratch page it would pin.
+    # Plain CPU memory (see `cpu_hicache`): SGLang's file backend reads an SWA or Mamba page
+    # into a scratch page it would pin.
     for name in (PoolName.SWA, PoolName.MAMBA):
         if name in cache.host_pool_group.entry_map:
             cache.host_pool_group.get_pool(name).pin_memory = False
     mamba = MAMBA in cfg.components
-    swa = KvCheck(cache, cfg) if len(cfg.components) > 2 or not mamba else None
+    swa = KvCheck(cache, cfg) if SWA in cfg.components else None
     check = StateCheck(cache, cfg) if mamba else None
     states = cache.req_to_token_pool.mamba_allocator if mamba else None
     out: list[tuple] = []
+
+    def tree():  # which tiers hold each node's KV, SWA window and state, and their locks
+        return component_tree_state(cache, cfg.components)
 
     def match(tokens):
         m = cache.match_prefix(MatchPrefixParams(key=RadixKey(array("q", tokens))))
@@ -97,21 +101,26 @@ def play(cache, allocator, cfg, n: int, seed: int) -> list[tuple]:
         if r.mamba_exist and states is not None:
             states.free(state)
         settle_storage(cache)  # the backups and the storage writes they start
-        out.append(("insert", figures, r.prefix_len, mamba_tree_state(cache)))
+        out.append(("insert", figures, r.prefix_len, tree()))
     evicted = cache.evict(EvictParams(num_tokens=ALL, mamba_num=ALL))
     host = cache.evict_host(ALL, MAMBA), cache.evict_host(ALL)
-    out.append(("evict both tiers", evicted.num_tokens_evicted, host, mamba_tree_state(cache)))
+    out.append(("evict both tiers", evicted.num_tokens_evicted, host, tree()))
     for i, tokens in enumerate(stream):
         m, before = match(tokens)
         fetched = prefetch_from_storage(cache, f"r{i}", m, tokens)
         m, after = match(tokens)
-        loaded = load_back(cache, m.best_match_node) if after[1] else False
+        # Every third prefetch stays on the host: its window and state are host-only.
+        loaded = load_back(cache, m.best_match_node) if after[1] and i % 3 != 2 else False
         m, end = match(tokens)
         prefix = cache.path_device_indices(m.last_device_node)[: m.device_prefix_len]
         kv_ok = swa is None or swa.holds(prefix, tokens)
         state_ok = check is None or all(check.holds(prefix, m.last_device_node, tokens))
         out.append(("serve", before, fetched, after, loaded, end, kv_ok, state_ok))
-        out.append(("tree", mamba_tree_state(cache)))
+        out.append(("tree", tree()))
+    # The host-only windows and states the prefetches left, in their host LRU lists' order.
+    freed = cache.evict_host(cfg.page_size, SWA), cache.evict_host(1, MAMBA)
+    out.append(("evict host SWA and states", freed, tree()))
+    cache.sanity_check()
     return out
 
 
