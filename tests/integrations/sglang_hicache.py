@@ -238,13 +238,14 @@ def run_hicache(
 
 
 def assert_same_events_on_both_cores(
-    run: Callable[..., HiCacheRun], cfg: Any, n: int, seed: int
+    run: Callable[..., HiCacheRun], cfg: Any, n: int, seed: int, policy: str = "write_through"
 ) -> None:
-    """The KV events of the same write-through stream on SGLang's Python core and on the
-    uniradix core (`run(cfg, core, policy, n, seed, **kwargs)` playing it): device and host
-    stores and removals (`medium` GPU and CPU), equal and in the same order."""
+    """The KV events of the same stream (write-through unless `policy` says) on SGLang's
+    Python core and on the uniradix core (`run(cfg, core, policy, n, seed, **kwargs)`
+    playing it): device and host stores and removals (`medium` GPU and CPU), equal and in
+    the same order."""
     python, uniradix = (
-        run(cfg, core, "write_through", n, seed, enable_kv_cache_events=True).events
+        run(cfg, core, policy, n, seed, enable_kv_cache_events=True).events
         for core in ("python", "uniradix")
     )
     media = {str(getattr(e, "medium", None)) for e in python}

@@ -6,6 +6,8 @@ wrote, and the same final tree on both tiers of both components."""
 
 from __future__ import annotations
 
+from unittest import mock
+
 import pytest
 
 from tests.integrations.sglang_env import load_sglang
@@ -56,6 +58,35 @@ def test_swa_hicache_plays_the_same_on_both_cores(cfg, write_policy):
 
 
 @pytest.mark.parametrize("cfg", SWA_CONFIGS[:2], ids=lambda c: c.label)
-def test_swa_hicache_kv_events_are_the_same_on_both_cores(cfg):
+@pytest.mark.parametrize("write_policy", ["write_through", "write_back"])
+def test_swa_hicache_kv_events_are_the_same_on_both_cores(cfg, write_policy):
     """Device and host stores and removals (`medium` GPU / CPU), in the same order."""
-    assert_same_events_on_both_cores(run, cfg, 80, 3)
+    assert_same_events_on_both_cores(run, cfg, 80, 3, write_policy)
+
+
+def run_counting_held_back(cfg, core: str, n: int, seed: int):
+    """The write-back stream, with how often the SWA walk held a window back for a backup."""
+
+    def play(cache, allocator):
+        tree_core = cache.tree_core
+        finish = tree_core.finish_swa_state_eviction
+        with mock.patch.object(tree_core, "finish_swa_state_eviction", wraps=finish) as held:
+            trace = play_swa_hicache(cache, cfg, n, seed)
+        return [*trace, ("held back", held.call_count)]
+
+    return run_hicache(cfg, core, "write_back", play, swa_tree_state)
+
+
+@pytest.mark.parametrize("cfg", SWA_CONFIGS, ids=lambda c: c.label)
+def test_swa_hicache_write_back_plays_the_same_on_both_cores(cfg):
+    """Write-back: nothing reaches the host before eviction, so the SWA walk holds an inner
+    window with no host copy back until the controller has backed it up."""
+    expected, expected_tree, _, _ = run_counting_held_back(cfg, "python", 120, 7)
+    trace, tree, _, _ = run_counting_held_back(cfg, "uniradix", 120, 7)
+    played = [s for s in expected if s[0] not in ("skip", "evict", "evict host", "held back")]
+    assert any(s[1] for s in played), "no load-back"
+    assert all(s[2] for s in played), "a prefix's KV is not what its requests wrote"
+    assert expected[-1][1] > 0, "no SWA window held back for its backup"
+    assert any(not r[1] and r[2] for r in expected_tree), "no host-only node"
+    assert trace == expected
+    assert tree == expected_tree

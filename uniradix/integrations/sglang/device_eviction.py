@@ -41,11 +41,11 @@ class DeviceEviction(HostStorage):
                 return result
             frees, done = result.device_frees, tracker.get(component_type, 0)
             leaf = walk.evict_next(done, frees, result.tracker)
-            held = walk.deferred  # write-back: the controller backs its state up first
+            held = walk.deferred  # write-back: the controller backs its node up first
             if leaf is not None:
                 result.node_id = leaf.id
             if held is not None:
-                result.mamba_backup_node_id = held.id
+                self._report_held_back(result, component_type, held)
             result.made_progress = leaf is not None or held is not None or bool(result.tracker)
         return result
 

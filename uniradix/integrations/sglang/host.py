@@ -1,4 +1,4 @@
-"""SGLang's host tier (HiCache) on the uniradix TreeCore, for FULL attention.
+"""SGLang's host tier (HiCache) on the uniradix TreeCore: full KV, with SWA and Mamba beside.
 
 With HiCache on, a node whose device slots were evicted stays in the tree while its host
 copy lives: component 0 keeps the device slots in `value` and SGLang's host pool indices in
@@ -8,9 +8,10 @@ its controller (`UnifiedRadixCache` with its `HybridCacheController`) gets the s
 from both: a backed-up device leaf is demoted, an unbacked one deleted (write-through) or
 handed back for a backup (write-back); a host lock pins a segment of host copies. Host
 eviction is in `host_eviction.py`, backups and load-backs in `host_transfers.py`, the match
-and insert walks of a HiCache cache in `host_walks.py`, L3 storage's page hashes in
-`host_storage.py`, SWA host windows in `host_swa.py`, Mamba host states in `host_mamba.py`.
-SWA host windows under write-back are refused by name.
+and insert walks of a HiCache cache in `host_walks.py`, L3 storage's page hashes and
+transfers in `host_storage.py` (SWA windows: `host_swa_storage.py`), SWA host windows in
+`host_swa.py`, Mamba host states in `host_mamba.py`, the SWA and Mamba evictions
+write-back holds back for a backup in `host_held_back.py`.
 """
 
 from __future__ import annotations
@@ -37,8 +38,9 @@ from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import (
 )
 
 from uniradix.integrations.sglang.events import EventNodes
+from uniradix.integrations.sglang.host_held_back import HeldBackEvictions
 from uniradix.integrations.sglang.host_mamba import MAMBA, MambaHostTier
-from uniradix.integrations.sglang.host_swa import SWA, WRITE_BACK_REFUSED, SwaHostTier
+from uniradix.integrations.sglang.host_swa import SWA, SwaHostTier
 from uniradix.integrations.sglang.keys import to_tensor
 from uniradix.integrations.sglang.mamba import MambaTree
 from uniradix.integrations.sglang.receipts import check_receipt
@@ -51,7 +53,7 @@ FULL = ComponentType.FULL
 CPU, GPU = StorageMedium.CPU, StorageMedium.GPU
 
 
-class HostTier(SwaHostTier, MambaHostTier):
+class HostTier(SwaHostTier, MambaHostTier, HeldBackEvictions):
     """HiCache state and the TreeCore methods that move KV between device and host."""
 
     tree: TreeCore
@@ -86,14 +88,14 @@ class HostTier(SwaHostTier, MambaHostTier):
         self._kept_leaves: list[TreeNode] = []
         self._reset_swa_host()
         self._reset_mamba_host()
+        self._reset_held_back()
 
     def set_hicache_enabled(self) -> None:
-        if self.swa is not None and self.is_write_back:
-            raise NotImplementedError(WRITE_BACK_REFUSED)
         self.enable_hicache = True
         self.tree.host_only_nodes = True
         self._reset_swa_host()
         self._reset_mamba_host()
+        self._reset_held_back()
 
     def set_host_memory_buffer_only(self) -> None:
         raise NotImplementedError(

@@ -16,13 +16,14 @@ answers from both:
   a host leaf goes whole, any other node loses its state's host copy only;
 - a host lock pins the anchor's state copy (and keeps it out of that list);
 - under write-back, the Mamba eviction walk holds an inner state whose node has no host copy
-  back (SGLang's `InternalStateBackup`) until the controller has backed the node up
-  (`finish_mamba_state_eviction` then drops it); a device leaf's state is backed up with the
+  back for its backup (`host_held_back.py`); a device leaf's state is backed up with the
   leaf before its demote.
 
+With L3 storage, a backup to storage writes a node's state copy under its last page's hash,
+and a prefetch's state becomes the host copy of the node its insert ended at.
+
 With SWA too (FULL+SWA+Mamba) a match ends where both hold, an SWA tombstone takes the
-node's state and an SWA host eviction its state's host copy. L3 storage of a Mamba cache is
-refused by name.
+node's state and an SWA host eviction its state's host copy.
 """
 
 from __future__ import annotations
@@ -30,11 +31,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sglang.srt.mem_cache.hicache_storage import PoolName, PoolTransfer
+from sglang.srt.mem_cache.hicache_storage import PoolHitPolicy, PoolName, PoolTransfer
+from sglang.srt.mem_cache.unified_cache.cache_action import FreeComponentHostSlot
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
-from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import (
-    EvictDeviceNextNodeResult,
-)
 
 from uniradix.integrations.sglang.host_lru import HostLru
 from uniradix.integrations.sglang.mamba import MambaTree
@@ -53,7 +52,7 @@ class MambaHostTier:
     _write_pending: dict[int, int]
     _load_pending: dict[int, int]
     _nodes: dict[int, TreeNode]
-    _write_back: bool
+    is_write_back: bool
 
     _node: Callable[[int], TreeNode]  # TreeCoreViews' look-up by id
     _host_match: Callable[..., Any]  # host_walks.py: the MatchResult of a bounded match
@@ -67,40 +66,6 @@ class MambaHostTier:
         on = self.enable_hicache
         mamba.on_drop = self._mamba_dropped if on else None
         mamba.on_store = self._mamba_stored if on else None
-        mamba.backup_first = self._mamba_backup_first if on else None
-
-    def _mamba_backup_first(self, node: TreeNode) -> bool:
-        """Write-back: an inner state whose node has no host copy at all is backed up (with
-        the node's full KV) before the Mamba eviction walk drops it."""
-        assert self.mamba is not None
-        return (
-            self._write_back
-            and node.data[self.mamba.index].host_value is None
-            and node.data[0].host_value is None
-            and node.data[0].value is not None
-        )
-
-    def finish_mamba_state_eviction(self, node_id: int) -> Any:
-        """The walk's held-back node, once the controller's backup ran: its state is dropped
-        (a host copy now listed), unless meanwhile it left, got locked, is being loaded back
-        or became an evictable leaf or lost its full KV (the walk offers it again then)."""
-        mamba = self.mamba
-        if mamba is None or mamba.deferred is None or mamba.deferred.id != node_id:
-            raise ValueError(f"finish_mamba_state_eviction: node {node_id} is not held back")
-        mamba.deferred = None
-        result = EvictDeviceNextNodeResult(made_progress=True)
-        node = self._nodes.get(node_id)
-        if node is None:
-            return result
-        data = node.data[mamba.index]
-        if data.value is None or data.lock_ref or node_id in self._load_pending:
-            return result
-        if node in self.tree.leaves or node.data[0].value is None:
-            mamba.resume_at(node)
-            return result
-        self._mamba_free_device(node, result, counted=True)
-        self.tree.update_leaf(node)
-        return result
 
     # ------------------------------------------------------------------ LRU hooks
     def _mamba_dropped(self, node: TreeNode) -> None:
@@ -207,7 +172,7 @@ class MambaHostTier:
     def _needs_mamba_backup(self, node: TreeNode) -> bool:
         """A backed-up node, not in flight, whose state is on the device only."""
         mamba = self.mamba
-        if mamba is None or self._write_back:
+        if mamba is None or self.is_write_back:
             return False
         data = node.data[mamba.index]
         return (
@@ -262,6 +227,46 @@ class MambaHostTier:
         device = transfers[0].device_indices if transfers else None
         if device is not None:
             self.mamba.set_value(node, device.clone())
+
+    # ------------------------------------------------------------------ L3 storage
+    def _mamba_storage_backup(self, node: TreeNode, hashes: list[str] | None) -> list[Any]:
+        """A backup to storage writes the node's state copy under its last page's hash."""
+        mamba = self.mamba
+        host = None if mamba is None else node.data[mamba.index].host_value
+        if host is None or not hashes:
+            return []
+        trailing = PoolHitPolicy.TRAILING_PAGES
+        return [
+            PoolTransfer(PoolName.MAMBA, host_indices=host, keys=[hashes[-1]], hit_policy=trailing)
+        ]
+
+    def _mamba_commit_prefetch(
+        self, transfers: list[Any], actions: list[Any], inserted: Any, pools: Any
+    ) -> None:
+        """A prefetch's state (staged in the Mamba host pool) becomes the host copy of the
+        node the prefetch's insert ended at, unless storage lacked it or that node holds one
+        already: then its slot is freed and the insert counts as `mamba_exist`."""
+        if not transfers:
+            return
+        assert self.mamba is not None
+        host = transfers[0].host_indices
+        loaded = pools is not None and pools.extra_pool_hit_pages.get(PoolName.MAMBA, 0) >= 1
+        node_id = None if inserted is None else inserted.inserted_host_node
+        node = None if node_id is None else self._node(node_id)
+        if (
+            host is None
+            or node is None
+            or not loaded
+            or node.data[self.mamba.index].host_value is not None
+        ):
+            actions.append(FreeComponentHostSlot([host], component_type=MAMBA))
+            if inserted is not None:
+                inserted.mamba_exist = True
+            return
+        node.data[self.mamba.index].host_value = host.clone()
+        self._mamba_dropped(node)  # listed while its state is on the host only
+        if inserted is not None:
+            inserted.mamba_exist = False
 
     def _mamba_check_host(self) -> None:
         """Every state listed for host eviction is on the host only."""

@@ -1,4 +1,4 @@
-"""SGLang's L3 storage (HiCache storage backend) on the uniradix TreeCore, for FULL attention.
+"""SGLang's L3 storage (HiCache storage backend) on the uniradix TreeCore: FULL, SWA, Mamba.
 
 L3 storage keys a page by a hash chained from its parent page's (SGLang's
 `compute_node_hash_values`), kept per node. They live on the views `events.py` keeps beside
@@ -7,9 +7,11 @@ events and the storage keys stay the same values, as in SGLang's Python core. Wi
 on (`enable_storage`), a node is hashed when it is stored; a prefetched host path
 (`insert_host`) takes the hashes storage gave; a split divides them; a backend attached
 while the tree holds nodes hashes those first (`backfill_missing_hash_values`). A backup to
-storage reads a node's host copy, tokens and hashes (`build_storage_backup_spec`). Storage
-of SWA and Mamba caches (their pages: `build_hicache_transfers`, non-empty
-`commit_hicache_transfers`) and buffer mode stay refused by name. Semantics are those of
+storage reads a node's host copy, tokens and hashes (`build_storage_backup_spec`), with a
+Mamba cache the node's state copy too; a prefetch of a Mamba cache stages one state
+(`build_hicache_transfers`) that becomes the host copy of the node its insert ended at
+(`commit_hicache_transfers`, `host_mamba.py`); with SWA, the node's SWA host pages and a
+prefetch's window (`host_swa_storage.py`). Buffer mode stays refused by name. Semantics are those of
 SGLang's Python core.
 """
 
@@ -21,11 +23,16 @@ from typing import Any
 import torch
 from sglang.srt.disaggregation.kv_events import StorageMedium
 from sglang.srt.mem_cache.base_prefix_cache import InsertResult
+from sglang.srt.mem_cache.hicache_storage import PoolHitPolicy, PoolName, PoolTransfer
 from sglang.srt.mem_cache.radix_cache import RadixKey as SGLangKey
+from sglang.srt.mem_cache.unified_cache.components import CacheTransferPhase
 from sglang.srt.mem_cache.unified_cache.unified_tree_core import StorageBackupSpec
 from sglang.srt.mem_cache.utils import compute_node_hash_values
 
 from uniradix.integrations.sglang.events import EventNode, EventNodes
+from uniradix.integrations.sglang.host_mamba import MAMBA
+from uniradix.integrations.sglang.host_swa import SWA
+from uniradix.integrations.sglang.host_swa_storage import SwaStorage
 from uniradix.integrations.sglang.host_walks import HostWalks
 from uniradix.integrations.sglang.keys import to_slots, to_uniradix_key
 from uniradix.key import UNIT_BYTES
@@ -42,7 +49,7 @@ def sglang_namespace(namespace: str | None) -> tuple[str | None, str | None]:
     return extra or None, salt
 
 
-class HostStorage(HostWalks):
+class HostStorage(HostWalks, SwaStorage):
     """Page hashes on the tree and the TreeCore methods of SGLang's L3 storage path."""
 
     _storage: bool = False
@@ -56,12 +63,6 @@ class HostStorage(HostWalks):
     @enable_storage.setter
     def enable_storage(self, value: bool) -> None:
         # SGLang's cache sets it when a storage backend attaches (and at build, off).
-        for name, cache in (("swa", "an SWA"), ("mamba", "a Mamba")):
-            if value and getattr(self, name, None) is not None:
-                raise NotImplementedError(
-                    f"uniradix TreeCore: L3 storage of {cache} cache (its {name.upper()} "
-                    "pages, build_hicache_transfers) is not supported yet"
-                )
         if value and not self._storage:
             self._hash_views().hashing = True
         elif not value and self._storage and self._events is not None:
@@ -190,20 +191,44 @@ class HostStorage(HostWalks):
 
     # ------------------------------------------------------------------ storage transfers
     def build_storage_backup_spec(self, node_id: int, pass_prefix_keys: bool) -> Any:
-        """What a backup to storage writes: the node's host copy, tokens and page hashes
-        (None: no host copy to write from)."""
+        """What a backup to storage writes: the node's host copy, tokens and page hashes,
+        and its Mamba state copy (None: no host copy to write from)."""
         node = self._node(node_id)
         host = node.data[0].host_value
         if host is None:
             return None
         view = self._hash_views().views[node.id]
+        comp = {SWA: self._swa_storage_backup(node, view.hash_value)}
+        comp[MAMBA] = self._mamba_storage_backup(node, view.hash_value)
         return StorageBackupSpec(
             host_value=torch.from_numpy(host),
             token_ids=view.key.token_ids,
             hash_value=view.hash_value,
             prefix_keys=self.get_prefix_hash_values(node_id) if pass_prefix_keys else None,
-            comp_xfers={},
+            comp_xfers={c: transfers for c, transfers in comp.items() if transfers},
         )
+
+    def build_hicache_transfers(
+        self, component_type: Any, node_id: int, phase: Any, **kwargs: Any
+    ) -> list[Any] | None:
+        """A prefetch's SWA window pages or Mamba state, their keys named once storage is
+        asked (placeholders, as SGLang's); no other component transfer is asked of a core."""
+        self._node(node_id)
+        held = (SWA, self.swa), (MAMBA, self.mamba)
+        if phase != CacheTransferPhase.PREFETCH or all(
+            c != component_type or t is None for c, t in held
+        ):
+            raise NotImplementedError(
+                f"uniradix TreeCore: build_hicache_transfers({component_type}, {phase}) is a "
+                "component transfer outside SGLang's L3 prefetch, not supported yet"
+            )
+        staging = kwargs.get("staging_tokens", 0)
+        if component_type == SWA:
+            return self._swa_prefetch_transfer(staging)
+        if not staging:
+            return None
+        trailing = PoolHitPolicy.TRAILING_PAGES
+        return [PoolTransfer(PoolName.MAMBA, keys=["__placeholder__"], hit_policy=trailing)]
 
     def prefetch_anchor_info(self, node_id: int) -> tuple[str | None, str | None]:
         node = self._node(node_id)
@@ -212,13 +237,29 @@ class HostStorage(HostWalks):
         return sglang_namespace(node.extra_key)
 
     def commit_hicache_transfers(
-        self, node_id: int, phase: Any, comp_xfers: Any, **kwargs: Any
+        self,
+        node_id: int,
+        phase: Any,
+        comp_xfers: Any,
+        *,
+        cache_actions: list[Any],
+        insert_result: Any = None,
+        pool_storage_result: Any = None,
     ) -> None:
-        """A FULL cache's prefetch has no component transfers to commit."""
-        self._node(node_id)
-        if comp_xfers:
+        """A prefetch's component transfers: the SWA window (`host_swa_storage.py`), then the
+        Mamba state (`host_mamba.py`), as SGLang's controller orders them."""
+        anchor = self._node(node_id)
+        if set(comp_xfers) - {SWA, MAMBA} or (comp_xfers and phase != CacheTransferPhase.PREFETCH):
             raise NotImplementedError(
-                f"uniradix TreeCore: commit_hicache_transfers got component transfers "
-                f"{sorted(str(c) for c in comp_xfers)}, which need SWA and Mamba L3 "
-                "storage transfers, not supported yet"
+                f"uniradix TreeCore: commit_hicache_transfers({phase}) got component "
+                f"transfers {sorted(str(c) for c in comp_xfers)} outside SGLang's L3 "
+                "prefetch, not supported yet"
+            )
+        if SWA in comp_xfers:
+            self._swa_commit_prefetch(
+                anchor, comp_xfers[SWA], cache_actions, insert_result, pool_storage_result
+            )
+        if MAMBA in comp_xfers:
+            self._mamba_commit_prefetch(
+                comp_xfers[MAMBA], cache_actions, insert_result, pool_storage_result
             )

@@ -16,7 +16,10 @@ pool indices). Semantics are those of SGLang's Python core (`UnifiedTreeCore` wi
 - a host lock pins the SWA window ending at the node (its host copies), as a device lock
   pins its device values, and keeps those nodes out of the SWA host LRU list;
 - a match may end at a node whose window holds SWA on either tier (`best_match_node`); the
-  device match needs it on the device (`last_device_node`).
+  device match needs it on the device (`last_device_node`);
+- under write-back, the SWA eviction walk holds an inner window whose node has no host copy
+  back for its backup (`host_held_back.py`); a device leaf's window is backed up with the
+  leaf before its demote.
 """
 
 from __future__ import annotations
@@ -41,12 +44,6 @@ from uniradix.tree.node import ComponentData, TreeNode
 
 SWA = ComponentType.SWA
 _HOST_UUID = "host_uuid"
-# Write-back backs an SWA window up inside SGLang's SWA eviction walk (an internal-state
-# backup finished by `finish_swa_state_eviction`), which this core does not implement.
-WRITE_BACK_REFUSED = (
-    "uniradix TreeCore: SWA host windows under hicache_write_policy=write_back are not "
-    "supported yet (write_through and write_through_selective are)"
-)
 _NEEDS_POOL = (
     "uniradix TreeCore: HiCache on an SWA cache needs SGLang's SWA host pool; SGLang's "
     "device-only SWA ring (has_swa_host_pool=False) is not supported yet"
@@ -64,7 +61,7 @@ class SwaHostTier:
     _write_pending: dict[int, int]
     _load_pending: dict[int, int]
     _has_swa_host_pool = False
-    _write_back = False
+    is_write_back: bool
 
     _node: Callable[[int], TreeNode]  # TreeCoreViews' look-up by id
 
@@ -81,17 +78,6 @@ class SwaHostTier:
             on = self.enable_hicache
             swa.on_drop = self._swa_dropped if on else None
             swa.on_store = self._swa_stored if on else None
-
-    @property
-    def is_write_back(self) -> bool:
-        return self._write_back
-
-    @is_write_back.setter
-    def is_write_back(self, value: bool) -> None:
-        # SGLang's cache sets it right after `set_hicache_enabled`.
-        if value and getattr(self, "swa", None) is not None and self.enable_hicache:
-            raise NotImplementedError(WRITE_BACK_REFUSED)
-        self._write_back = bool(value)
 
     @property
     def has_swa_host_pool(self) -> bool:

@@ -125,6 +125,7 @@ class HostTransfers(HostEviction):
             assert desc.data[0].host_value is not None and desc.data[0].value is None
             result.host_frees[FULL].append(torch.from_numpy(desc.data[0].host_value))
             desc.data[0].host_value = None
+            self._swa_free_host(desc, result, counted=False)
             self._mamba_free_host(desc, result, counted=False)
             self._delete(desc)
         if self._events is not None:

@@ -2,15 +2,14 @@
 
 `check_supported` runs when SGLang builds the cache, so an unsupported configuration fails
 at start-up with the reason instead of misbehaving while serving; so do the host-tier
-settings this core does not cover (`host_swa.py`, `host.py`, `host_storage.py`: SWA windows
-under write-back, SGLang's device-only SWA ring, L3 storage of an SWA or Mamba cache).
-`RefusedTreeCoreMethods` gives the rest of SGLang's `UnifiedTreeCoreInterface` (the SWA
-write-back walk's steps, SWA and Mamba storage transfers, buffer mode, external linker,
-scheduling walks) bodies that raise `NotImplementedError` naming the method and what it
-needs; SGLang's controller calls none of them on a device-tier cache, on a FULL HiCache cache
-with or without an L3 storage backend (its page hashes and storage calls: `host_storage.py`),
-on a FULL+SWA or FULL+SWA+Mamba HiCache cache under write-through, nor on a FULL+Mamba
-HiCache cache (Mamba host states: `host_mamba.py`).
+setting this core does not cover (`host_swa.py`: SGLang's device-only SWA ring).
+`RefusedTreeCoreMethods` gives the rest of SGLang's `UnifiedTreeCoreInterface` (buffer mode
+and its SWA steps, external linker, scheduling walks) bodies that raise
+`NotImplementedError` naming the method and what it needs; SGLang's controller calls none of
+them on a device-tier cache, nor on a HiCache cache of any supported components under any
+write policy, with or without an L3 storage backend (SWA host windows: `host_swa.py`; Mamba
+host states: `host_mamba.py`; write-back's held-back inner evictions: `host_held_back.py`;
+page hashes and storage calls: `host_storage.py`, `host_swa_storage.py`).
 """
 
 from __future__ import annotations
@@ -27,10 +26,7 @@ from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import (
 _FULL, _SWA, _MAMBA = ComponentType.FULL, ComponentType.SWA, ComponentType.MAMBA
 SUPPORTED_COMPONENTS = ((_FULL,), (_FULL, _SWA), (_FULL, _MAMBA), (_FULL, _SWA, _MAMBA))
 _BUFFER = "SGLang's buffer-mode host tier (hicache_host_memory_mode=buffer_only)"
-_AUX = (
-    "SGLang's host tier for SWA windows under write-back, L3 storage of SWA or Mamba pages, "
-    "or custom component sizes"
-)
+_AUX = "SGLang's buffer-mode SWA steps or custom component sizes"
 _WALK = "tree walks for scheduling and the KV canary"
 _LINKER = "SGLang's external cache linker"
 
@@ -77,11 +73,9 @@ _REFUSED = {
         "match_full_device_prefix",
     ),
     _AUX: (
-        "finish_swa_state_eviction",
         "swa_tombstone_ranges",
         "attach_swa_window",
         "adjust_component_size",
-        "build_hicache_transfers",
     ),
     _LINKER: (
         "build_external_linker_offload_transfers",

@@ -1,0 +1,146 @@
+"""SGLang's L3 storage of FULL+SWA, FULL+Mamba and FULL+SWA+Mamba caches on the uniradix core
+and on SGLang's Python core: SGLang's own `UnifiedRadixCache`, `HybridCacheController` and
+storage threads play the same requests on both with SGLang's file backend attached. Every
+request writes its KV (full and sliding-window layers) and its final state; each backup to
+storage writes the node's SWA host pages and state copy under its page hashes
+(`build_storage_backup_spec`). Once both tiers are emptied, each request is matched,
+prefetched from storage (the window and the state staged by `build_hicache_transfers`,
+committed onto the prefetched path by `commit_hicache_transfers`), loaded back and matched
+again: the KV, the last window's SWA KV and the state it finds are checked against what the
+requests wrote, so they came back through storage. Compared call by call with the tree
+after every request."""
+
+from __future__ import annotations
+
+import random
+from array import array
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.integrations.sglang_env import load_sglang
+
+load_sglang(kits=True)
+
+from sglang.srt.mem_cache.base_prefix_cache import (  # noqa: E402
+    EvictParams,
+    InsertParams,
+    MatchPrefixParams,
+)
+from sglang.srt.mem_cache.hicache_storage import PoolName  # noqa: E402
+from sglang.srt.mem_cache.radix_cache import RadixKey  # noqa: E402
+
+from tests.integrations.sglang_hicache import (  # noqa: E402
+    component_tree_state,
+    load_back,
+    prefetch_from_storage,
+    settle_storage,
+)
+from tests.integrations.sglang_hybrid_stream import _alloc  # noqa: E402
+from tests.integrations.sglang_mamba_hicache import ALL, MAMBA, StateCheck  # noqa: E402
+from tests.integrations.sglang_swa_hicache import SWA, KvCheck  # noqa: E402
+from tests.integrations.test_sglang_hicache_mamba import (  # noqa: E402
+    MAMBA_CONFIGS,
+    SWA_MAMBA_CONFIGS,
+)
+from tests.integrations.test_sglang_hicache_storage import storage_cache  # noqa: E402
+from tests.integrations.test_sglang_hicache_swa import SWA_CONFIGS  # noqa: E402
+
+
+def requests(page_size: int, n: int, seed: int) -> list[list[int]]:
+    """Whole pages; half extend an earlier request, so prefetches start below host nodes."""
+    rng = random.Random(seed)
+    pages = lambda k: [rng.randrange(1000) for _ in range(page_size * k)]  # noqa: E731
+    out: list[list[int]] = []
+    for _ in range(n):
+        base = rng.choice(out) if out and rng.random() < 0.5 else []
+        out.append(base + pages(rng.randint(1, 3)))
+    return out
+
+
+def play(cache, allocator, cfg, n: int, seed: int) -> list[tuple]:
+    # Plain CPU memory (see `cpu_hicache`): SGLang's file backend reads an SWA or Mamba page
+    # into a scratch page it would pin.
+    for name in (PoolName.SWA, PoolName.MAMBA):
+        if name in cache.host_pool_group.entry_map:
+            cache.host_pool_group.get_pool(name).pin_memory = False
+    mamba = MAMBA in cfg.components
+    swa = KvCheck(cache, cfg) if SWA in cfg.components else None
+    check = StateCheck(cache, cfg) if mamba else None
+    states = cache.req_to_token_pool.mamba_allocator if mamba else None
+    out: list[tuple] = []
+
+    def tree():  # which tiers hold each node's KV, SWA window and state, and their locks
+        return component_tree_state(cache, cfg.components)
+
+    def match(tokens):
+        m = cache.match_prefix(MatchPrefixParams(key=RadixKey(array("q", tokens))))
+        figures = m.device_prefix_len, m.host_hit_length, m.mamba_host_hit_length
+        return m, (*figures, m.swa_host_hit_length)
+
+    stream = requests(cfg.page_size, n, seed)
+    for tokens in stream:
+        m, figures = match(tokens)
+        done = m.device_prefix_len
+        prefix = cache.path_device_indices(m.last_device_node)[:done]
+        slots = _alloc(allocator, len(tokens) - done, cfg.page_size)
+        assert slots is not None, "the kit's pools hold every request"
+        state = states.alloc(1) if states is not None else None
+        if check is not None:
+            check.write(slots, state, tokens, done)
+        if swa is not None:
+            swa.write(slots, tokens[done:])
+        key = RadixKey(array("q", tokens))
+        value = torch.cat([prefix, slots])
+        params = InsertParams(key=key, value=value, prev_prefix_len=done, mamba_value=state,
+                              swa_branching_seqlen=m.swa_branching_seqlen)  # fmt: skip
+        lock = cache.lock(m.last_device_node)
+        r = cache.insert(params)
+        cache.unlock(lock)
+        if r.mamba_exist and states is not None:
+            states.free(state)
+        settle_storage(cache)  # the backups and the storage writes they start
+        out.append(("insert", figures, r.prefix_len, tree()))
+    evicted = cache.evict(EvictParams(num_tokens=ALL, mamba_num=ALL))
+    host = cache.evict_host(ALL, MAMBA), cache.evict_host(ALL)
+    out.append(("evict both tiers", evicted.num_tokens_evicted, host, tree()))
+    for i, tokens in enumerate(stream):
+        m, before = match(tokens)
+        fetched = prefetch_from_storage(cache, f"r{i}", m, tokens)
+        m, after = match(tokens)
+        # Every third prefetch stays on the host: its window and state are host-only.
+        loaded = load_back(cache, m.best_match_node) if after[1] and i % 3 != 2 else False
+        m, end = match(tokens)
+        prefix = cache.path_device_indices(m.last_device_node)[: m.device_prefix_len]
+        kv_ok = swa is None or swa.holds(prefix, tokens)
+        state_ok = check is None or all(check.holds(prefix, m.last_device_node, tokens))
+        out.append(("serve", before, fetched, after, loaded, end, kv_ok, state_ok))
+        out.append(("tree", tree()))
+    # The host-only windows and states the prefetches left, in their host LRU lists' order.
+    freed = cache.evict_host(cfg.page_size, SWA), cache.evict_host(1, MAMBA)
+    out.append(("evict host SWA and states", freed, tree()))
+    cache.sanity_check()
+    return out
+
+
+def run(cfg, core: str, directory: Path, n: int, seed: int) -> list[tuple]:
+    with storage_cache(cfg, core, "file", directory, "write_through") as (cache, allocator):
+        return play(cache, allocator, cfg, n, seed)
+
+
+@pytest.mark.parametrize(
+    "cfg", SWA_CONFIGS[:2] + MAMBA_CONFIGS[:2] + SWA_MAMBA_CONFIGS[:1], ids=lambda c: c.label
+)
+def test_aux_storage_plays_the_same_on_both_cores(cfg, tmp_path):
+    expected = run(cfg, "python", tmp_path / "python", 12, seed=5)
+    trace = run(cfg, "uniradix", tmp_path / "uniradix", 12, seed=5)
+    served = [s for s in expected if s[0] == "serve"]
+    if MAMBA in cfg.components:
+        assert any(s[2] > 0 and s[3][2] for s in served), "no state prefetched from storage"
+    if SWA in cfg.components:
+        assert any(s[2] > 0 and s[3][3] for s in served), "no SWA window prefetched from storage"
+    assert any(s[4] and s[5][0] > 0 for s in served), "nothing loaded back after a prefetch"
+    assert all(s[6] and s[7] for s in served), "a prefix's KV or state is not its requests'"
+    for want, got in zip(expected, trace, strict=True):
+        assert got == want, want[0]
