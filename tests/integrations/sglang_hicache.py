@@ -237,6 +237,22 @@ def run_hicache(
             cache.release_host_resources()
 
 
+def scripted_in_lock_step(
+    cfg: Any,
+    write_policy: str,
+    script: Callable[[Any, Any], list[tuple]],
+    state: Callable[[Any], list[tuple]],
+) -> list[tuple]:
+    """A scripted run (steps of `(name, result, tree)`) on SGLang's Python core and on the
+    uniradix core, equal step by step; returns the Python core's steps."""
+    python, uniradix = (
+        run_hicache(cfg, core, write_policy, script, state).trace for core in ("python", "uniradix")
+    )
+    for expected, got in zip(python, uniradix, strict=True):
+        assert got == expected, expected[0]
+    return python
+
+
 def assert_same_events_on_both_cores(
     run: Callable[..., HiCacheRun], cfg: Any, n: int, seed: int, policy: str = "write_through"
 ) -> None:

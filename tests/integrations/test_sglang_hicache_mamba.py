@@ -32,6 +32,7 @@ from tests.integrations.sglang_hicache import (  # noqa: E402
     assert_same_events_on_both_cores,
     load_back,
     run_hicache,
+    scripted_in_lock_step,
 )
 from tests.integrations.sglang_hybrid_stream import Pools  # noqa: E402
 from tests.integrations.sglang_mamba_hicache import (  # noqa: E402
@@ -181,14 +182,9 @@ def mamba_script(cache, allocator) -> list:
 
 @pytest.mark.parametrize("write_policy", ["write_through", "write_through_selective", "write_back"])
 def test_mamba_host_methods_in_lock_step(write_policy):
-    runs = {
-        core: run_hicache(PS4, core, write_policy, mamba_script, mamba_tree_state).trace
-        for core in ("python", "uniradix")
-    }
-    for expected, got in zip(runs["python"], runs["uniradix"], strict=True):
-        assert got == expected, expected[0]
-    steps = dict((name, result) for name, result, _ in runs["python"])
-    trees = dict((name, tree) for name, _, tree in runs["python"])
+    trace = scripted_in_lock_step(PS4, write_policy, mamba_script, mamba_tree_state)
+    steps = dict((name, result) for name, result, _ in trace)
+    trees = dict((name, tree) for name, _, tree in trace)
     assert steps["compatible"] is True
     assert steps["evict all"][1] > 0
     assert steps["match a"] == ((0, 3 * PS4.page_size, 1), True)

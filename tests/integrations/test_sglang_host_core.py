@@ -28,7 +28,7 @@ from tests.integrations.sglang_hicache import (  # noqa: E402
     build_hicache_cache,
     cpu_hicache,
     load_back,
-    run_hicache,
+    scripted_in_lock_step,
 )
 from tests.integrations.test_sglang_hicache import tree_state  # noqa: E402
 
@@ -106,13 +106,8 @@ def script(cache, allocator) -> list:
 
 @pytest.mark.parametrize("write_policy", ["write_through", "write_through_selective", "write_back"])
 def test_host_methods_in_lock_step(write_policy):
-    runs = {
-        core: run_hicache(CFG, core, write_policy, script, tree_state).trace
-        for core in ("python", "uniradix")
-    }
-    for expected, got in zip(runs["python"], runs["uniradix"], strict=True):
-        assert got == expected, expected[0]
-    steps = dict((name, result) for name, result, _ in runs["python"])
+    trace = scripted_in_lock_step(CFG, write_policy, script, tree_state)
+    steps = dict((name, result) for name, result, _ in trace)
     assert steps["host evict, a pinned"] > 0 and steps["match a"][1] > 0
     assert steps["load back prefetched"][0]
     if write_policy == "write_through_selective":
