@@ -1,9 +1,12 @@
 """SGLang's L3 storage of FULL+SWA, FULL+Mamba and FULL+SWA+Mamba caches on the uniradix core
 and on SGLang's Python core: SGLang's own `UnifiedRadixCache`, `HybridCacheController` and
-storage threads play the same requests on both with SGLang's file backend attached. Every
-request writes its KV (full and sliding-window layers) and its final state; each backup to
-storage writes the node's SWA host pages and state copy under its page hashes
-(`build_storage_backup_spec`). Once both tiers are emptied, each request is matched,
+storage threads play the same requests on both with an L3 backend attached: SGLang's file
+backend, or `UniradixHiCacheStorage` (SGLang's dynamic factory) on a file store or on a real
+Redis; under write-through and write-back. Every request writes its KV (full and
+sliding-window layers) and its final state; each backup to storage writes the node's SWA host
+pages and state copy under its page hashes (`build_storage_backup_spec`): under write-through
+after each insert, under write-back once the device eviction has backed the node up to the
+host. Once both tiers are emptied, each request is matched,
 prefetched from storage (the window and the state staged by `build_hicache_transfers`,
 committed onto the prefetched path by `commit_hicache_transfers`), loaded back and matched
 again: the KV, the last window's SWA KV and the state it finds are checked against what the
@@ -12,13 +15,19 @@ after every request."""
 
 from __future__ import annotations
 
+import itertools
+import os
 import random
+import shutil
 from array import array
+from collections.abc import Iterator
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import torch
 
+from benchmarks.redis_servers import RedisProcess
 from tests.integrations.sglang_env import load_sglang
 
 load_sglang(kits=True)
@@ -103,6 +112,7 @@ def play(cache, allocator, cfg, n: int, seed: int) -> list[tuple]:
         settle_storage(cache)  # the backups and the storage writes they start
         out.append(("insert", figures, r.prefix_len, tree()))
     evicted = cache.evict(EvictParams(num_tokens=ALL, mamba_num=ALL))
+    settle_storage(cache)  # write-back: the evicted nodes' host backups go to storage here
     host = cache.evict_host(ALL, MAMBA), cache.evict_host(ALL)
     out.append(("evict both tiers", evicted.num_tokens_evicted, host, tree()))
     for i, tokens in enumerate(stream):
@@ -124,17 +134,37 @@ def play(cache, allocator, cfg, n: int, seed: int) -> list[tuple]:
     return out
 
 
-def run(cfg, core: str, directory: Path, n: int, seed: int) -> list[tuple]:
-    with storage_cache(cfg, core, "file", directory, "write_through") as (cache, allocator):
-        return play(cache, allocator, cfg, n, seed)
+def run(cfg, core: str, backend: str, directory: Path, policy: str, redis=None) -> list[tuple]:
+    if redis is not None:  # one server for the module: each core starts on an empty one
+        redis.client().flushall()
+    with storage_cache(cfg, core, backend, directory, policy) as (cache, allocator):
+        return play(cache, allocator, cfg, 12, seed=5)
 
 
-@pytest.mark.parametrize(
-    "cfg", SWA_CONFIGS[:2] + MAMBA_CONFIGS[:2] + SWA_MAMBA_CONFIGS[:1], ids=lambda c: c.label
-)
-def test_aux_storage_plays_the_same_on_both_cores(cfg, tmp_path):
-    expected = run(cfg, "python", tmp_path / "python", 12, seed=5)
-    trace = run(cfg, "uniradix", tmp_path / "uniradix", 12, seed=5)
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisProcess]:
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server missing: scripts/setup.sh installs it")
+    server = RedisProcess(tmp_path_factory.mktemp("redis")).start()
+    yield server
+    server.stop()
+
+
+CONFIGS = SWA_CONFIGS[:2] + MAMBA_CONFIGS[:2] + SWA_MAMBA_CONFIGS[:1]
+BACKENDS = ("file", "uniradix", "uniradix-redis")
+# SGLang's file backend and `UniradixHiCacheStorage` on a file store and on Redis; under
+# write-through (each insert backed up to the host, then to storage) and write-back (the
+# device eviction backs nodes up to the host, and those backups go to storage).
+CASES = list(itertools.product(CONFIGS, BACKENDS, ("write_through", "write_back")))
+
+
+@pytest.mark.parametrize(("cfg", "backend", "policy"), CASES, ids=lambda v: getattr(v, "label", v))
+def test_aux_storage_plays_the_same_on_both_cores(cfg, backend, policy, tmp_path, request):
+    redis = request.getfixturevalue("redis_server") if backend == "uniradix-redis" else None
+    url = {"UNIRADIX_TEST_REDIS": f"redis://127.0.0.1:{redis.port}/0"} if redis else {}
+    with mock.patch.dict(os.environ, url):
+        expected = run(cfg, "python", backend, tmp_path / "python", policy, redis)
+        trace = run(cfg, "uniradix", backend, tmp_path / "uniradix", policy, redis)
     served = [s for s in expected if s[0] == "serve"]
     if MAMBA in cfg.components:
         assert any(s[2] > 0 and s[3][2] for s in served), "no state prefetched from storage"
