@@ -33,7 +33,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
-from typing import TypeVar
 from urllib.parse import unquote, urlsplit
 
 import redis
@@ -66,6 +65,7 @@ from uniradix.storage.redis_wire import (
     encode_names,
     key_commands,
     multi_key_command,
+    pick,
     pipelined,
     script_command,
     set_commands,
@@ -202,7 +202,7 @@ class RedisBackend(StorageBackend):
         stop = next((i for i in range(first, len(names)) if whole[i] not in (1, _SOME)), len(names))
         asked = [i for i in range(first, stop) if whole[i] == _SOME]
         sub = [names[i] for i in asked]
-        replies = cluster.run(sub, lambda idx: key_commands(b"EXISTS", _pick(sub, idx)))
+        replies = cluster.run(sub, lambda idx: key_commands(b"EXISTS", pick(sub, idx)))
         return next((i for i, n in zip(asked, replies, strict=True) if n != 1), stop)
 
     def _store_get(self, text_names: list[str]) -> list[StoredPage | None]:
@@ -210,7 +210,7 @@ class RedisBackend(StorageBackend):
         with self._deadline(getattr(self._call, "get_bytes", 0)):
             cluster = self._cluster
             if cluster is None:
-                replies = self._run(names, lambda idx: key_commands(b"GET", _pick(names, idx)))
+                replies = self._run(names, lambda idx: key_commands(b"GET", pick(names, idx)))
             else:  # one MGET per slot
                 replies = cluster.run(names, MultiKeyCommands(b"MGET", names), _each_value)
         return [_stored(reply) for reply in replies]
@@ -226,7 +226,7 @@ class RedisBackend(StorageBackend):
 
         def pack(idx: Sequence[int]) -> list[bytes | memoryview]:
             return set_commands(
-                _pick(names, idx), _pick(headers, idx), _pick(payloads, idx), self.ttl_ms
+                pick(names, idx), pick(headers, idx), pick(payloads, idx), self.ttl_ms
             )
 
         num_bytes = sum(memoryview(p).nbytes for p in payloads) + sum(map(len, headers))
@@ -242,7 +242,7 @@ class RedisBackend(StorageBackend):
     def _store_delete(self, text_names: list[str]) -> int:
         names = encode_names(text_names)
         with self._deadline():
-            replies = self._run(names, lambda idx: key_commands(b"UNLINK", _pick(names, idx)))
+            replies = self._run(names, lambda idx: key_commands(b"UNLINK", pick(names, idx)))
         return sum(r for r in replies if isinstance(r, int))
 
     def _run(self, names: list[bytes], pack: Packer) -> list[Reply]:
@@ -269,17 +269,6 @@ class RedisBackend(StorageBackend):
     def _store_close(self) -> None:
         if self._client_obj is not None:
             self._client_obj.close()
-
-
-T = TypeVar("T")
-
-
-def _pick(items: Sequence[T], indices: Sequence[int]) -> Sequence[T]:
-    if len(indices) == len(items):  # every page on one master (or one server)
-        return items
-    if isinstance(indices, range):  # a run of a chain's pages (`redis_slots`)
-        return items[indices.start : indices.stop]
-    return [items[i] for i in indices]
 
 
 _EXISTS_PREFIX = b"""#!lua flags=allow-cross-slot-keys,no-writes

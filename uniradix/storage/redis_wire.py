@@ -11,7 +11,7 @@ connection, and the replies read back in order.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 from redis._parsers import hiredis as _hiredis
@@ -77,6 +77,19 @@ def multi_key_command(command: bytes, names: Sequence[bytes]) -> list[bytes | me
     return [b"*%d\r\n" % (1 + len(names)) + _bulk(command) + _each(b"", names)]
 
 
+T = TypeVar("T")
+
+
+def pick(items: Sequence[T], positions: Sequence[int]) -> Sequence[T]:
+    """The items at `positions` of one batch: the batch itself when they are all of it, a
+    slice for a run (a `range`, as a chain's pages come), else a new list."""
+    if len(positions) == len(items):
+        return items
+    if isinstance(positions, range):
+        return items[positions.start : positions.stop]
+    return [items[i] for i in positions]
+
+
 class MultiKeyCommands:
     """`COMMAND name...` for a part of one batch of names (a cluster slot's `MGET` or
     `EXISTS`). When every name has one length, the names are packed once for the batch and
@@ -99,9 +112,7 @@ class MultiKeyCommands:
             start, stop, width = positions.start, positions.stop, self._width
             count = b"*%d\r\n" % (1 + stop - start)
             return [count + self._head, self._block[start * width : stop * width]]
-        names = self.names
-        picked = names if len(positions) == len(names) else [names[i] for i in positions]
-        return multi_key_command(self.command, picked)
+        return multi_key_command(self.command, pick(self.names, positions))
 
 
 def script_command(script: bytes, args: Sequence[bytes]) -> list[bytes | memoryview]:
