@@ -42,11 +42,10 @@ class MambaTree(ComponentLedger, LruEvictionWalk):
         self.index = index
         self.grid = grid  # depths a state may sit at: multiples of this (SGLang's checkpoint grid)
         self.cap = cap  # states kept on one root path; negative: no cap
-        # The host tier's hooks (`host_mamba.py`): a node's state left / reached the device;
-        # an inner state the eviction walk backs up before it drops it (write-back).
+        # The host tier's hooks (`host_mamba.py`): a node's state left / reached the device; the
+        # walk's `backup_first` (write-back) is set there too.
         self.on_drop: Callable[[TreeNode], None] | None = None
         self.on_store: Callable[[TreeNode], None] | None = None
-        self.backup_first: Callable[[TreeNode], bool] | None = None
 
     def reset(self, tree: TreeCore) -> None:
         self.tree = tree
@@ -113,9 +112,6 @@ class MambaTree(ComponentLedger, LruEvictionWalk):
             self.unpin(node, node.data[self.index], "Mamba")
 
     # ------------------------------------------------------------------ eviction
-    def defer(self, node: TreeNode) -> bool:
-        return self.backup_first is not None and self.backup_first(node)
-
     def tombstone(
         self, node: TreeNode, device_frees: dict[Any, list[torch.Tensor]], tracker: dict[Any, int]
     ) -> None:

@@ -93,11 +93,10 @@ class SwaTree(ComponentLedger, LruEvictionWalk):
         self.window_tail = -(-window // page_size) * page_size
         self._uuids = itertools.count(1)
         self.mamba: MambaTree | None = None  # set by the core of a FULL+SWA+Mamba cache
-        # The host tier's hooks (`host_swa.py`): a node's SWA left / reached the device;
-        # an inner window the eviction walk backs up before it drops it (write-back).
+        # The host tier's hooks (`host_swa.py`): a node's SWA left / reached the device; the
+        # walk's `backup_first` (write-back) is set there too.
         self.on_drop: Callable[[TreeNode], None] | None = None
         self.on_store: Callable[[TreeNode], None] | None = None
-        self.backup_first: Callable[[TreeNode], bool] | None = None
 
     def reset(self, tree: TreeCore) -> None:
         self.tree = tree
@@ -293,9 +292,6 @@ class SwaTree(ComponentLedger, LruEvictionWalk):
         return self.tree.split(leaf, leaf.num_tokens - self.window_tail)
 
     # ------------------------------------------------------------------ eviction
-    def defer(self, node: TreeNode) -> bool:
-        return self.backup_first is not None and self.backup_first(node)
-
     def tombstone(
         self, node: TreeNode, device_frees: dict[Any, list[torch.Tensor]], tracker: dict[Any, int]
     ) -> None:

@@ -6,12 +6,13 @@ holding the component is either an evictable leaf, handed to the controller (whi
 the whole node), or an inner node, which loses the component's value here (a tombstone). The
 cursor survives between steps, so a node the controller removed meanwhile restarts the walk
 from the least recent end. A component may hold an inner node back for a backup first
-(`defer`: SGLang's `InternalStateBackup`); the controller finishes it once the backup ran.
+(`backup_first`: SGLang's `InternalStateBackup`); the controller finishes it once the backup ran.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -29,10 +30,9 @@ class LruEvictionWalk(ABC):
     _cursor: TreeNode | None = None
     _quota = 0
     deferred: TreeNode | None = None  # an inner node held back until its backup ran
-
-    def defer(self, node: TreeNode) -> bool:
-        """Whether the inner `node` waits for a backup before it loses its value."""
-        return False
+    # The host tier's hook (write-back): whether an inner node waits for a backup before it
+    # loses its value.
+    backup_first: Callable[[TreeNode], bool] | None = None
 
     @abstractmethod
     def tombstone(
@@ -58,7 +58,7 @@ class LruEvictionWalk(ABC):
         self._cursor = lru.least_recent_unlocked(node)
         if node in self.tree.leaves:
             return node
-        if self.defer(node):
+        if self.backup_first is not None and self.backup_first(node):
             self.deferred = node
             return None
         self.tombstone(node, device_frees, tracker)
