@@ -237,6 +237,15 @@ def run_hicache(
             cache.release_host_resources()
 
 
+def end_request(cache: Any, lock: Any, i: int) -> None:
+    """Request `i` done: its lock released, then the host tier's KV events (every other
+    request) and the core's own checks."""
+    cache.unlock(lock)
+    if i % 2:
+        cache.check_hicache_events()
+    cache.tree_core.sanity_check([], [])
+
+
 def scripted_in_lock_step(
     cfg: Any,
     write_policy: str,

@@ -28,7 +28,7 @@ from sglang.srt.mem_cache.hicache_storage import PoolName
 from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 
-from tests.integrations.sglang_hicache import component_tree_state, load_back
+from tests.integrations.sglang_hicache import component_tree_state, end_request, load_back
 from tests.integrations.sglang_hybrid_stream import Pools, _alloc, leave_window
 from tests.integrations.sglang_swa_hicache import stream
 
@@ -149,10 +149,7 @@ def play_mamba_hicache(cache: Any, cfg: Any, n: int, seed: int) -> list[tuple]:
         r = cache.insert(params)
         if r.mamba_exist:  # the node kept its own state
             pools.mamba.free(state)
-        cache.unlock(lock)
-        if i % 2:
-            cache.check_hicache_events()
-        core.sanity_check([], [])
+        end_request(cache, lock, i)
         trace.append(
             (
                 first,

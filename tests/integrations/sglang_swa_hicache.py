@@ -23,7 +23,7 @@ from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, Ma
 from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 
-from tests.integrations.sglang_hicache import component_tree_state, load_back
+from tests.integrations.sglang_hicache import component_tree_state, end_request, load_back
 from tests.integrations.sglang_hybrid_stream import Pools, _alloc, leave_window
 
 FULL, SWA = ComponentType.FULL, ComponentType.SWA
@@ -121,10 +121,7 @@ def play_swa_hicache(cache: Any, cfg: Any, n: int, seed: int) -> list[tuple]:
                               swa_branching_seqlen=m.swa_branching_seqlen)  # fmt: skip
         leave_window(cache, pools, rng, lock, params, len(tokens), window, ps)
         r = cache.insert(params)
-        cache.unlock(lock)
-        if i % 2:
-            cache.check_hicache_events()
-        core.sanity_check([], [])
+        end_request(cache, lock, i)
         trace.append(
             (
                 first,
