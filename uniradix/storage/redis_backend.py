@@ -31,6 +31,7 @@ keys (pages of this key format and of earlier ones).
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from urllib.parse import unquote, urlsplit
@@ -193,26 +194,32 @@ class RedisBackend(StorageBackend):
         # of such slots before the first surely absent one are asked one by one: two round
         # trips in all, as on one server.
         names = encode_names(text_names)
-        whole = cluster.run(names, MultiKeyCommands(b"EXISTS", names), _all_or_none)
-        if whole.count(1) == len(names):
-            return len(names)
-        first = next(i for i, n in enumerate(whole) if n != 1)
-        if whole[first] != _SOME:
-            return first  # absent, or an error reply (still redirected): a miss from here
-        stop = next((i for i in range(first, len(names)) if whole[i] not in (1, _SOME)), len(names))
-        asked = [i for i in range(first, stop) if whole[i] == _SOME]
+        absent = len(names)  # the first page surely not stored (none: the batch's end)
+        partly: list[Sequence[int]] = []
+        for pages, stored in cluster.run_slots(names, MultiKeyCommands(b"EXISTS", names)):
+            if stored != len(pages):
+                if isinstance(stored, int) and stored > 0:
+                    partly.append(pages)
+                else:  # none stored, or an error reply (still redirected): a miss from here
+                    absent = min(absent, pages[0])
+        if not partly:
+            return absent
+        asked = sorted(i for pages in partly for i in pages if i < absent)
         sub = [names[i] for i in asked]
         replies = cluster.run(sub, lambda idx: key_commands(b"EXISTS", pick(sub, idx)))
-        return next((i for i, n in zip(asked, replies, strict=True) if n != 1), stop)
+        return next((i for i, n in zip(asked, replies, strict=True) if n != 1), absent)
 
     def _store_get(self, text_names: list[str]) -> list[StoredPage | None]:
         names = encode_names(text_names)
+        replies: list[Reply] = [None] * len(names)
         with self._deadline(getattr(self._call, "get_bytes", 0)):
             cluster = self._cluster
             if cluster is None:
                 replies = self._run(names, lambda idx: key_commands(b"GET", pick(names, idx)))
-            else:  # one MGET per slot
-                replies = cluster.run(names, MultiKeyCommands(b"MGET", names), _each_value)
+            else:  # one MGET per slot: its reply, the slot's pages' values (or its error)
+                for pages, values in cluster.run_slots(names, MultiKeyCommands(b"MGET", names)):
+                    got = values if isinstance(values, list) else [values] * len(pages)
+                    deque(map(replies.__setitem__, pages, got), maxlen=0)
         return [_stored(reply) for reply in replies]
 
     def _store_set(
@@ -277,21 +284,6 @@ for i, name in ipairs(ARGV) do
 end
 return #ARGV"""
 """How many of the names given, from the first, are stored (one server: one round trip)."""
-
-_SOME = -1
-"""A page's `EXISTS` reply when its slot's pages are only partly stored: not known yet."""
-
-
-def _all_or_none(reply: Reply, num_pages: int) -> list[Reply]:
-    """Each page's `EXISTS` reply from its slot's multi-key `EXISTS` (the count stored)."""
-    assert isinstance(reply, int)
-    return [1 if reply == num_pages else 0 if reply == 0 else _SOME] * num_pages
-
-
-def _each_value(reply: Reply, num_pages: int) -> list[Reply]:
-    """Each page's value from its slot's `MGET` (a key of another type reads as absent)."""
-    assert isinstance(reply, list) and len(reply) == num_pages
-    return reply
 
 
 def _stored(reply: Reply) -> StoredPage | None:

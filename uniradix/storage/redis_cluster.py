@@ -24,8 +24,9 @@ hangs: a master that stops answering costs at most the call's timeout (not retri
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from itertools import chain
+from typing import Any
 
 import numpy as np
 import redis
@@ -40,12 +41,10 @@ from redis.exceptions import (
 from uniradix.storage.redis_slots import SLOTS, group_by_master, key_slot
 from uniradix.storage.redis_wire import Reply, Sent, receive, send
 
-__all__ = ["REDIRECTED", "ClusterBatches", "Packer", "Spread", "key_slot"]
+__all__ = ["REDIRECTED", "ClusterBatches", "Packer", "key_slot"]
 
 Packer = Callable[[Sequence[int]], Sequence[bytes | memoryview]]
 """Packs the commands for the pages at these indices of the batch, in that order."""
-Spread = Callable[[Reply, int], list[Reply]]
-"""The replies of a slot's `num_pages` pages, from its one reply (`ClusterBatches.run`)."""
 
 REDIRECTED = (AskError, TryAgainError)  # `MovedError` is an `AskError`
 """Replies meaning "not on this master now": a miss once the retry is spent."""
@@ -73,48 +72,64 @@ class ClusterBatches:
             [],
         )
 
-    def run(
-        self, names: Sequence[bytes], pack: Packer, spread: Spread | None = None
-    ) -> list[Reply]:
-        """One reply per name, in order (see `redis_wire.Reply`); a reply that is still a
-        redirection after the one retry is left as it is (`REDIRECTED`): the caller's miss.
-        Raises the store failure when a master stays unreachable or the cluster stays down.
-        With `spread`, `pack` makes one command for the pages of one slot (a multi-key
-        command), whose one reply `spread` turns into the pages' replies (an error reply:
-        each page's)."""
+    def run(self, names: Sequence[bytes], pack: Packer) -> list[Reply]:
+        """One reply per name, in order (see `redis_wire.Reply`), from one command per name; a
+        reply that is still a redirection after the one retry is left as it is
+        (`REDIRECTED`): the caller's miss. Raises the store failure when a master stays
+        unreachable or the cluster stays down."""
         replies: list[Reply] = [None] * len(names)
-        if not names:
-            return replies
+        for pages, got in self._retried(names, pack, by_slot=False):
+            if len(pages) == len(replies):  # the batch on one master: no Python per page
+                replies = got
+            else:
+                deque(map(replies.__setitem__, pages, got), maxlen=0)
+        return replies
+
+    def run_slots(self, names: Sequence[bytes], pack: Packer) -> list[tuple[Sequence[int], Reply]]:
+        """One multi-key command per slot (`pack` makes it from the slot's pages): each slot's
+        pages (indices into `names`, in batch order) with its one reply, kept as `run` keeps
+        them. A lookup of a chain's pages is a few slots: no Python work per page."""
+        return [
+            (slot, reply)
+            for slots, got in self._retried(names, pack, by_slot=True)
+            for slot, reply in zip(slots, got, strict=True)
+        ]
+
+    def _retried(
+        self, names: Sequence[bytes], pack: Packer, by_slot: bool
+    ) -> Iterator[tuple[Sequence[Any], list[Reply]]]:
+        """Each master's units (its pages, or with `by_slot` its slots' lists of pages) with
+        their replies; what was redirected or lost on the way is sent again, once, after a
+        refresh of the slot map. Raises a master's failure not worth a retry, any failure of
+        the retry, and a `ClusterDownError` still answered after it."""
         todo = list(range(len(names)))
-        errors = False  # any error reply kept
         for attempt in range(2):
             retry: list[int] = []
-            for indices, outcome, has_error in self._send(names, todo, pack, spread):
+            for units, outcome in self._send(names, todo, pack, by_slot) if todo else ():
                 if isinstance(outcome, BaseException):
                     if attempt or not isinstance(outcome, _NODE_LOST):
                         raise outcome
-                    retry.extend(indices)
-                    continue
-                if not has_error:  # the usual case: every reply kept, no Python per page
-                    if len(indices) == len(names):  # the batch on one master
-                        replies = outcome
-                    else:
-                        deque(map(replies.__setitem__, indices, outcome), maxlen=0)
-                    continue
-                errors = True
-                for i, reply in zip(indices, outcome, strict=True):
-                    if attempt == 0 and isinstance(reply, _STALE_MAP):
-                        retry.append(i)
-                    else:
-                        replies[i] = reply
+                    retry += chain.from_iterable(units) if by_slot else units
+                elif not any(isinstance(reply, _STALE_MAP) for reply in outcome):
+                    yield units, outcome  # the usual case
+                elif attempt:
+                    down = [r for r in outcome if isinstance(r, ClusterDownError)]
+                    if down:
+                        raise down[0]
+                    yield units, outcome  # still redirected: the caller's miss
+                else:
+                    stale = [isinstance(reply, _STALE_MAP) for reply in outcome]
+                    for unit, moved in zip(units, stale, strict=True):
+                        if moved:
+                            retry += unit if by_slot else [unit]
+                    yield (
+                        [u for u, moved in zip(units, stale, strict=True) if not moved],
+                        [r for r, moved in zip(outcome, stale, strict=True) if not moved],
+                    )
             if not retry:
-                break
+                return
             self.refresh()
             todo = sorted(retry)
-        for reply in replies if errors else ():
-            if isinstance(reply, ClusterDownError):
-                raise reply
-        return replies
 
     def refresh(self) -> None:
         """Reads the slot map again from a reachable node (raises when none answers)."""
@@ -122,45 +137,34 @@ class ClusterBatches:
         self.client.nodes_manager.initialize()
 
     def _send(
-        self, names: Sequence[bytes], todo: list[int], pack: Packer, spread: Spread | None
-    ) -> list[tuple[Sequence[int], list[Reply] | BaseException, bool]]:
-        """Each master's pages (indices into `names`), their replies and whether one is an
-        error reply, or the failure of that master's pipeline: every master's commands go
-        out, then the replies are read. With `spread`, a master's pages come slot by slot,
-        one command per slot (a master's commands sent as one buffer: they are small)."""
-        groups = self._by_master(names, todo, by_slot=spread is not None)
+        self, names: Sequence[bytes], todo: list[int], pack: Packer, by_slot: bool
+    ) -> list[tuple[Sequence[Any], list[Reply] | BaseException]]:
+        """Each master's units (its pages, or with `by_slot` its slots' lists of pages, one
+        command per slot) with a reply per unit, or the failure of that master's pipeline:
+        every master's commands go out, then the replies are read (a master's commands sent
+        as one buffer in slot mode: they are small)."""
+        groups = self._by_master(names, todo, by_slot)
         sent: list[Sent | BaseException] = []
         for node, slots in groups:
             try:
-                if spread is None:
-                    chunks = pack(slots[0])
-                else:
-                    chunks = [b"".join([c for idx in slots for c in pack(idx)])]
+                chunks: Sequence[bytes | memoryview] = (
+                    [b"".join([c for idx in slots for c in pack(idx)])]
+                    if by_slot
+                    else pack(slots[0])
+                )
                 sent.append(send(self.client.get_redis_connection(node), chunks))
             except (RedisError, OSError) as exc:  # the caller decides: retry, or fail
                 sent.append(exc)
-        out: list[tuple[Sequence[int], list[Reply] | BaseException, bool]] = []
+        out: list[tuple[Sequence[Any], list[Reply] | BaseException]] = []
         for (_, slots), pending in zip(groups, sent, strict=True):
-            indices = slots[0] if len(slots) == 1 else list(chain.from_iterable(slots))
+            units: Sequence[Any] = slots if by_slot else slots[0]
             if isinstance(pending, BaseException):
-                out.append((indices, pending, True))
+                out.append((units, pending))
                 continue
             try:
-                got = receive(pending, len(slots) if spread else len(indices))
+                out.append((units, receive(pending, len(units))))
             except (RedisError, OSError) as exc:
-                out.append((indices, exc, True))
-                continue
-            has_error = any(isinstance(reply, Exception) for reply in got)
-            if spread is None:
-                out.append((indices, got, has_error))
-                continue
-            replies: list[Reply] = []
-            for idx, reply in zip(slots, got, strict=True):
-                if isinstance(reply, Exception):
-                    replies += [reply] * len(idx)
-                else:
-                    replies += spread(reply, len(idx))
-            out.append((indices, replies, has_error))
+                out.append((units, exc))
         return out
 
     def _by_master(

@@ -66,7 +66,7 @@ def _tail_tags(names: Sequence[bytes], joined: bytes) -> np.ndarray | None:
     if (
         not (grid[:, start] == _OPEN).all()
         or not (grid[:, width - 1] == _CLOSE).all()
-        or joined.count(b"{") != count  # so no `{` before the tag's
+        or np.count_nonzero(grid == _OPEN) != count  # so no `{` before the tag's
         or (tag == _CLOSE).any()
     ):
         return None
