@@ -58,12 +58,13 @@ BACKENDS = ("file", "uniradix")
 
 def storage_args(backend: str, directory: Path, page_size: int) -> dict[str, object]:
     """SGLang's server arguments attaching `backend` on `directory` (prefetch from one page
-    on); `uniradix-redis`: `UniradixHiCacheStorage` on the Redis of `UNIRADIX_TEST_REDIS`."""
+    on); `uniradix-redis` and `uniradix-cluster`: `UniradixHiCacheStorage` on the Redis or
+    the Redis Cluster whose URL is `UNIRADIX_TEST_REDIS`."""
     extra: dict[str, object] = {"prefetch_threshold": page_size}
     name = backend
     if backend.startswith("uniradix"):  # `--hicache-storage-backend dynamic`, as a user would
         name = "dynamic"
-        redis = backend == "uniradix-redis"
+        redis = backend != "uniradix"
         extra.update(
             backend_name="uniradix",
             module_path="uniradix.integrations.sglang.storage",
