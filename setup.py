@@ -17,6 +17,7 @@ NAMES = (
     "row_copy",
     "sha256",
     "slot_checks",
+    "tree_walk",
 )
 SOURCES = [f"{CSRC}/{name}.c" for name in NAMES]
 COMPILE_ARGS = [] if sys.platform == "win32" else ["-O3", "-std=c11"]

@@ -18,6 +18,8 @@ with the GIL released):
 - `whole_pages` and `count_equal`: an insert's value checked for whole pages
   (`uniradix.slots`) and its duplicate slots counted against the tree's own
   (`cache.insert_slots`), one pass each where numpy makes temporary arrays;
+- `walk_edges`: the radix tree's match walk (`tree.walk`) over a buffer read in place (an
+  engine's token-id array needs no `bytes` copy);
 - `msgpack_ints`: a msgpack array of 64-bit integers read in place, for the KV events'
   tokens and hashes (`events.packed`), where msgspec needs a Python int per value.
 
@@ -30,11 +32,13 @@ compute the same bytes. Callers read `HAVE_NATIVE` at each call, so a test can s
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import ModuleType
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
+from typing_extensions import Buffer
 
 _module: ModuleType | None
 try:
@@ -197,3 +201,15 @@ def _as_bytes(t: torch.Tensor) -> np.ndarray:
     if t.shape[1] == 1 and t.stride(1) != 1:  # a 1-wide row: any stride is contiguous
         t = t.as_strided(t.shape, (t.stride(0), 1))
     return t.detach().view(torch.uint8).numpy()
+
+
+def _not_built(*args: object) -> NoReturn:
+    raise RuntimeError("uniradix._native was not built (see docs/native.md)")
+
+
+walk_edges: Callable[[object, Buffer, int, int, object], tuple[list[Any], int, Any]] = (
+    _module.walk_edges if _module is not None else _not_built
+)
+"""`uniradix.tree.walk.walk_edges` computed natively over any buffer of packed units, read in
+place: the C function itself, with no wrapper (a match runs on every request; the C side
+checks its arguments)."""

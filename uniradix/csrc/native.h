@@ -36,6 +36,9 @@ PyObject *native_whole_pages(PyObject *module, PyObject *const *args, Py_ssize_t
 /* msgpack_ints.c */
 PyObject *native_msgpack_ints(PyObject *module, PyObject *args);
 
+/* tree_walk.c */
+PyObject *native_walk_edges(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+
 /* row_copy.c */
 PyObject *native_copy_row_runs(PyObject *module, PyObject *args);
 

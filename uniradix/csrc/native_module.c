@@ -12,6 +12,7 @@
  *   distinct) and push onto its free stack in one pass;
  * - slot_checks.c: whole_pages, the page test of an insert's value, and count_equal, an
  *   insert's duplicate slots against the tree's own;
+ * - tree_walk.c: walk_edges, the radix tree's match walk over a buffer read in place;
  * - msgpack_ints.c: msgpack_ints, a msgpack array of 64-bit integers (the KV events'
  *   tokens and hashes) read in place, msgspec's bytes without a Python int per value.
  *
@@ -55,6 +56,9 @@ static PyMethodDef methods[] = {
     {"count_equal", native_count_equal, METH_VARARGS,
      "count_equal(a, b) -> int: at how many positions two 1-D int64 buffers of one length "
      "hold the same value."},
+    {"walk_edges", (PyCFunction)(void (*)(void))native_walk_edges, METH_FASTCALL,
+     "walk_edges(root, units, num_bytes, page_bytes, namespace) -> (path, offset, diverged): "
+     "the tree's match walk over the first num_bytes of a buffer (see uniradix.tree.walk)."},
     {"whole_pages", (PyCFunction)(void (*)(void))native_whole_pages, METH_FASTCALL,
      "whole_pages(slots, page_size) -> bool: whether a 1-D int64 buffer, a multiple of "
      "page_size long, is whole pages (see uniradix.slots.whole_pages)."},

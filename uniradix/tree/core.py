@@ -13,11 +13,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple, Protocol
 
+from typing_extensions import Buffer
+
+from uniradix import native
 from uniradix.key import UNIT_BYTES, ChildKey, RadixKey, common_prefix_len
 from uniradix.tree.acceptance import Validator, accepted_depth, accepted_one
 from uniradix.tree.leaves import EvictableLeaves
 from uniradix.tree.node import NO_CHILDREN, TreeNode
 from uniradix.tree.policy import PolicyKey
+from uniradix.tree.walk import walk_edges
 
 _new_tuple = tuple.__new__
 
@@ -89,26 +93,39 @@ class TreeCore:
         `index` (or has no node without it above: SWA, checked here at no call per node)."""
         if key.start:
             raise ValueError(f"a match needs every unit of the key, got {key!r:.80}")
-        units, ps, ns = key.units, self.page_size, key.extra_key
+        return self.match_units(key.units, key.extra_key, num_units, validators, required, windows)
+
+    def match_units(
+        self,
+        units: Buffer,
+        extra_key: str | None,
+        num_units: int,
+        validators: Sequence[Validator],
+        required: Sequence[int] = (),
+        windows: Sequence[tuple[int, int]] = (),
+    ) -> MatchWalk:
+        """`match` of a key given as its units in any buffer of packed units (a key's bytes,
+        or an engine's `array('q')` of token ids, which the native walk reads in place) and
+        its namespace."""
+        ps = self.page_size
         n_bytes = num_units * UNIT_BYTES
-        page_bytes = ps * UNIT_BYTES
-        node, off, path = self.root, 0, []
-        while off < n_bytes:
-            page = units[off : off + page_bytes]
-            child = node.children.get(page if ns is None else (ns, page))
-            if child is None:
-                break
-            edge = child.key
-            if units.startswith(edge, off, n_bytes):
-                path.append(child)
-                off += len(edge)
-                node = child
-                continue
-            p = common_prefix_len(edge, units[off : min(off + len(edge), n_bytes)])
+        if native.HAVE_NATIVE:
+            path, off, diverged = native.walk_edges(
+                self.root, units, n_bytes, ps * UNIT_BYTES, extra_key
+            )
+        else:
+            units = units if type(units) is bytes else bytes(units)
+            path, off, diverged = walk_edges(self.root, units, n_bytes, ps * UNIT_BYTES, extra_key)
+        if diverged is not None:
+            edge = diverged.key
+            stop = min(off + len(edge), n_bytes)
+            rest = (
+                units[off:stop] if type(units) is bytes else memoryview(units).cast("B")[off:stop]
+            )
+            p = common_prefix_len(edge, bytes(rest))
             p -= p % ps
-            path.append(self.split(child, p))
+            path.append(self.split(diverged, p))
             off += p * UNIT_BYTES
-            break
         if not validators:
             if not windows and not required:
                 return _new_tuple(MatchWalk, (path, len(path), off // UNIT_BYTES))

@@ -34,7 +34,7 @@ from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import (
 )
 
 from uniradix.integrations.sglang.device_eviction import DeviceEviction
-from uniradix.integrations.sglang.keys import to_slots, to_uniradix_key
+from uniradix.integrations.sglang.keys import key_units, to_slots, to_uniradix_key
 from uniradix.integrations.sglang.mamba import MambaTree
 from uniradix.integrations.sglang.receipts import check_receipt
 from uniradix.integrations.sglang.refused import check_supported
@@ -140,14 +140,14 @@ class UniradixTreeCore(DeviceEviction, TreeCoreViews):
     def match_prefix(self, params: Any) -> Any:
         if self.enable_hicache:
             return self._match_host(params)
-        key, num_units = to_uniradix_key(params.key, self.page_size)
+        units, ns, num_units = key_units(params.key, self.page_size)
         if num_units == 0:
             return self._empty
         swa, mamba = self.swa, self.mamba
         # SWA with gates on is checked inside the walk (`_swa_windows`), with no call per node.
         validators = () if swa is None or self._swa_windows else (swa.validator(),)
-        path, num_accepted, full_len = self.tree.match(
-            key, num_units, validators, self._required, self._swa_windows
+        path, num_accepted, full_len = self.tree.match_units(
+            units, ns, num_units, validators, self._required, self._swa_windows
         )
         if not path:
             return self._empty

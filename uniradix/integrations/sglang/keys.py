@@ -25,21 +25,25 @@ def namespace(sglang_key: Any) -> str | None:
     return f"{extra or ''}\x00salt:{salt}"
 
 
-def to_uniradix_key(sglang_key: Any, page_size: int) -> tuple[RadixKey, int]:
-    """The key as uniradix's tree walks it, and its length in whole pages (units).
-
-    SGLang's ids are an `array('q')` already: their bytes are uniradix's units as they are
-    (`uniradix.key` packs tokens the same way), a fifth of the cost of repacking them. Reads
-    SGLang's `RadixKey` fields itself (`raw_token_ids` and `namespace` inline): this runs on
-    every match and insert."""
+def key_units(sglang_key: Any, page_size: int) -> tuple[array[int], str | None, int]:
+    """The key's token ids as packed units (SGLang's `array('q')` is packed as uniradix packs
+    tokens: no copy), its namespace and its length in whole pages (units). A match reads
+    them in place (`TreeCore.match_units`). Reads SGLang's `RadixKey` fields itself
+    (`raw_token_ids` and `namespace` inline): this runs on every match and insert."""
     ids, limit = sglang_key.token_ids, sglang_key.limit
     if limit is not None and limit < len(ids):
         ids = ids[:limit]
     if type(ids) is not array or ids.typecode != "q":
         ids = array("q", ids)
-    num_units = len(ids) - len(ids) % page_size
     extra = sglang_key.extra_key
     ns = (extra or None) if sglang_key.cache_salt is None else namespace(sglang_key)
+    return ids, ns, len(ids) - len(ids) % page_size
+
+
+def to_uniradix_key(sglang_key: Any, page_size: int) -> tuple[RadixKey, int]:
+    """The key as uniradix's tree inserts it (`bytes` of its units), and its length in
+    whole pages (units)."""
+    ids, ns, num_units = key_units(sglang_key, page_size)
     key = _new_key(RadixKey)
     key.units, key.extra_key, key.is_bigram = ids.tobytes(), ns, False
     return key, num_units

@@ -1,0 +1,39 @@
+"""The match walk: from the root, down the children whose whole edge the key's units
+continue with.
+
+The native module runs the same walk in one call (`uniradix.native.walk_edges`), reading the
+units in place from any buffer: an engine's `array('q')` of token ids then needs no `bytes`
+copy of the whole request, which on a long prompt cost more than the walk itself. This is
+its pure-Python twin, for builds without the module; both leave the tree as it is and
+hand back the child whose edge the units leave part way, for the caller to split.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from uniradix.tree.node import TreeNode
+
+Walk = tuple[list[TreeNode], int, TreeNode | None]
+"""The nodes matched whole (root side first), the bytes they cover, and the child whose
+edge the units leave part way (None: no child continues the units, or the units ended)."""
+
+
+def walk_edges(
+    root: TreeNode, units: bytes, num_bytes: int, page_bytes: int, namespace: Any
+) -> Walk:
+    """The walk over the first `num_bytes` (whole pages) of `units`; a child is found under
+    its first page, with the namespace when there is one."""
+    path: list[TreeNode] = []
+    node, offset = root, 0
+    while offset < num_bytes:
+        page = units[offset : offset + page_bytes]
+        child = node.children.get(page if namespace is None else (namespace, page))
+        if child is None:
+            break
+        if not units.startswith(child.key, offset, num_bytes):
+            return path, offset, child
+        path.append(child)
+        offset += len(child.key)
+        node = child
+    return path, offset, None
