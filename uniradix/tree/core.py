@@ -10,7 +10,8 @@ present, and leaves are evictable only when no component holds a lock on them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import chain
 from typing import Any, NamedTuple, Protocol
 
 from typing_extensions import Buffer
@@ -117,15 +118,9 @@ class TreeCore:
             units = units if type(units) is bytes else bytes(units)
             path, off, diverged = walk_edges(self.root, units, n_bytes, ps * UNIT_BYTES, extra_key)
         if diverged is not None:
-            edge = diverged.key
-            stop = min(off + len(edge), n_bytes)
-            rest = (
-                units[off:stop] if type(units) is bytes else memoryview(units).cast("B")[off:stop]
-            )
-            p = common_prefix_len(edge, bytes(rest))
-            p -= p % ps
-            path.append(self.split(diverged, p))
-            off += p * UNIT_BYTES
+            split_len = self._common_units(diverged, units, off, n_bytes)
+            path.append(self.split(diverged, split_len))
+            off += split_len * UNIT_BYTES
         if not validators:
             if not windows and not required:
                 return _new_tuple(MatchWalk, (path, len(path), off // UNIT_BYTES))
@@ -170,56 +165,81 @@ class TreeCore:
 
         Returns (target node ending the key, units already present, whether it is a new leaf).
         The new leaf carries no component data: the caller commits it. A `PathTailKey`'s walk
-        starts below its anchor, whose path it reuses whole (`_reuse_anchor_path`).
+        starts below its anchor, whose path it reuses whole (`_anchor_path`).
         `leaf_tail` > 0: a new leaf starting at unit `tail_from` or later and longer than
         `leaf_tail` units comes as two nodes (`_tailed_leaf`); the target is the lower one,
         holding the last `leaf_tail` units (a cache that caps what a leaf holds, SWA, would
         split it so at once: this costs less than the split).
         """
-        units, ps, ns = key.units, self.page_size, key.extra_key
-        base = key.start  # units of the key before `units` (0 but for a path tail key)
-        if base:
-            node = self._reuse_anchor_path(key, num_units, on_overlap, inserted_len, priority)
-        else:
-            node = self.root
+        anchor = self._anchor_path(key, num_units) if key.start else None
+        return self.insert_units(
+            key.units,
+            key.extra_key,
+            num_units,
+            on_overlap,
+            inserted_len,
+            priority,
+            leaf_tail,
+            tail_from,
+            anchor,
+        )
+
+    def insert_units(
+        self,
+        units: Buffer,
+        extra_key: str | None,
+        num_units: int,
+        on_overlap: OverlapHook | None,
+        inserted_len: int = 0,
+        priority: int = 0,
+        leaf_tail: int = 0,
+        tail_from: int = 0,
+        anchor: list[TreeNode] | None = None,
+    ) -> tuple[TreeNode, int, bool]:
+        """`insert` of a key given as its units in any buffer of packed units (as
+        `match_units`: an engine's `array('q')` is read in place, and only the new leaf's
+        units are copied) and its namespace. `anchor`: the path (root side first) the key's
+        units start below, reused whole."""
+        ns, page_bytes = extra_key, self.page_size * UNIT_BYTES
+        base = sum(n.num_tokens for n in anchor) if anchor else 0
         n_bytes = (num_units - base) * UNIT_BYTES
-        page_bytes = ps * UNIT_BYTES
-        off = 0
-        while off < n_bytes:
-            page = units[off : off + page_bytes]
-            child = node.children.get(page if ns is None else (ns, page))
-            if child is None:
-                break
-            edge = child.key
-            if units.startswith(edge, off, n_bytes):
-                p = len(edge) // UNIT_BYTES
-            else:
-                p = common_prefix_len(edge, units[off : min(off + len(edge), n_bytes)])
-            if p * UNIT_BYTES < len(edge):
-                p -= p % ps
-                child = self.split(child, p)
+        start_node = anchor[-1] if anchor else self.root
+        if native.HAVE_NATIVE:
+            path, off, diverged = native.walk_edges(start_node, units, n_bytes, page_bytes, ns)
+        else:
+            units = units if type(units) is bytes else bytes(units)
+            path, off, diverged = walk_edges(start_node, units, n_bytes, page_bytes, ns)
+        covered: Iterable[TreeNode] = path if anchor is None else anchor + path
+        if diverged is not None:
+            # Split once the nodes above are done, as a walk meeting it in turn would.
+            split_len = self._common_units(diverged, units, off, n_bytes)
+            covered = chain(covered, _split_after(self, diverged, split_len))
+            off += split_len * UNIT_BYTES
+        node, at = start_node, 0
+        for child in covered:  # what the key covers: times, priority, hits, the hook
+            p = child.num_tokens
             self._time += 1  # `tick()` inline: runs per node per insert
             child.last_access_time = self._time
             if priority > child.priority:
                 child.priority = priority
-            at = base + off // UNIT_BYTES
             if at + p > inserted_len:
                 child.hit_count += 1
             self.leaves.refresh(child)
             if on_overlap is not None:
                 on_overlap(child, at, p)
-            off += p * UNIT_BYTES
+            at += p
             node = child
         start = base + off // UNIT_BYTES
         if off == n_bytes:
             return node, start, False
-        # The walk stopped at `page`, the first page of the rest: the new node's child key.
-        child_key = page if ns is None else (ns, page)
+        edge = bytes(
+            units[off:n_bytes] if type(units) is bytes else _bytes_view(units)[off:n_bytes]
+        )
+        child_key = edge[:page_bytes] if ns is None else (ns, edge[:page_bytes])
         if 0 < leaf_tail < (n_bytes - off) // UNIT_BYTES and start >= tail_from:
-            edge = units[off:n_bytes]
             leaf = self._tailed_leaf(node, child_key, edge, ns, leaf_tail, priority)
         else:
-            leaf = self._new_node(units[off:n_bytes], ns, node)
+            leaf = self._new_node(edge, ns, node)
             self._adopt(node, child_key, leaf)
         leaf.priority = priority
         self.leaves.discard(node)
@@ -251,17 +271,9 @@ class TreeCore:
         self._adopt(parent, child_key, upper)
         return leaf
 
-    def _reuse_anchor_path(
-        self,
-        key: RadixKey,
-        num_units: int,
-        on_overlap: OverlapHook | None,
-        inserted_len: int,
-        priority: int,
-    ) -> TreeNode:
-        """Does to each node of a path tail key's anchor path, root side first, what `insert`
-        does to a node its key covers whole, comparing no units (they are the anchor's path
-        by the key's definition). Returns the anchor."""
+    def _anchor_path(self, key: RadixKey, num_units: int) -> list[TreeNode]:
+        """The path (root side first) of a path tail key's anchor, which `insert` reuses
+        whole, comparing no units (they are the anchor's path by the key's definition)."""
         anchor = getattr(key, "anchor", None)
         path: list[TreeNode] = []
         node = anchor
@@ -274,21 +286,17 @@ class TreeCore:
                 f"path tail key of start={key.start} and {num_units} units: its anchor "
                 f"{anchor!r} is not a node of this tree {key.start} units deep"
             )
-        assert isinstance(anchor, TreeNode)
-        off = 0
-        for child in reversed(path):
-            p = child.num_tokens
-            self._time += 1
-            child.last_access_time = self._time
-            if priority > child.priority:
-                child.priority = priority
-            if off + p > inserted_len:
-                child.hit_count += 1
-            self.leaves.refresh(child)
-            if on_overlap is not None:
-                on_overlap(child, off, p)
-            off += p
-        return anchor
+        path.reverse()
+        return path
+
+    def _common_units(self, child: TreeNode, units: Buffer, off: int, n_bytes: int) -> int:
+        """Whole pages of `child`'s edge that the units from byte `off` (up to `n_bytes`)
+        share: where a walk that leaves the edge part way splits it."""
+        edge = child.key
+        stop = min(off + len(edge), n_bytes)
+        rest = units[off:stop] if type(units) is bytes else _bytes_view(units)[off:stop]
+        shared = common_prefix_len(edge, bytes(rest))
+        return shared - shared % self.page_size
 
     # ------------------------------------------------------------------ structure
     def split(self, child: TreeNode, split_len: int) -> TreeNode:
@@ -393,3 +401,15 @@ class TreeCore:
         self._next_id += 1
         self._time += 1  # `tick()` inline
         return TreeNode(self._next_id, key, extra_key, self.num_components, parent, self._time)
+
+
+def _bytes_view(units: Buffer) -> memoryview:
+    """The units' buffer as bytes (an `array('q')`'s view counts 8-byte items)."""
+    return memoryview(units).cast("B")
+
+
+def _split_after(tree: TreeCore, child: TreeNode, split_len: int) -> Iterator[TreeNode]:
+    """The node `tree.split(child, split_len)` makes, split only when asked for: after the
+    nodes above it had their turn (their hooks may split them, and the ids, times and
+    events must come in the walk's order)."""
+    yield tree.split(child, split_len)

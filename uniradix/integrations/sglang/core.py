@@ -34,7 +34,7 @@ from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import (
 )
 
 from uniradix.integrations.sglang.device_eviction import DeviceEviction
-from uniradix.integrations.sglang.keys import key_units, to_slots, to_uniradix_key
+from uniradix.integrations.sglang.keys import key_units, to_slots
 from uniradix.integrations.sglang.mamba import MambaTree
 from uniradix.integrations.sglang.receipts import check_receipt
 from uniradix.integrations.sglang.refused import check_supported
@@ -183,13 +183,13 @@ class UniradixTreeCore(DeviceEviction, TreeCoreViews):
             raise RuntimeError("concurrent insert walks")
         if self.enable_hicache:
             return self._begin_insert_host(params)
-        key, num_units = to_uniradix_key(params.key, self.page_size)
+        units, ns, num_units = key_units(params.key, self.page_size)
         root = self.tree.root.id
         if num_units == 0:
             done = InsertResult(prefix_len=0, mamba_exist=True, last_device_node=root)
             return InsertStepResult(actions=[], result=done)
         if params.value is None:  # SGLang's own tests insert keys alone: slots = token ids
-            value = torch.tensor(key.tolist()[:num_units], dtype=torch.int64)
+            value = torch.tensor(units.tolist()[:num_units], dtype=torch.int64)
         else:
             value = params.value
             if value.shape[0] > num_units:  # a slice costs more than the check
@@ -207,8 +207,15 @@ class UniradixTreeCore(DeviceEviction, TreeCoreViews):
             # A new leaf past the request's SWA eviction floor keeps SWA on its last window
             # only: the tree builds it as that window under an upper node (`commit_leaf`).
             tail, tail_from = swa.window_tail, params.get_evicted_seqlen(SWA)
-        target, present, is_new = self.tree.insert(
-            key, num_units, on_overlap, params.inserted_len, params.priority or 0, tail, tail_from
+        target, present, is_new = self.tree.insert_units(
+            units,
+            ns,
+            num_units,
+            on_overlap,
+            params.inserted_len,
+            params.priority or 0,
+            tail,
+            tail_from,
         )
         if swa is None and floor < present:
             # The request's slots for tokens the tree held, past its prefix: one range.
