@@ -16,6 +16,7 @@ import pytest
 import redis
 from redis.crc import key_slot
 
+from benchmarks.redis_servers import free_port
 from uniradix.key import RadixKey
 from uniradix.storage import KeySpace, MissReason, PageKey, open_backend
 from uniradix.storage.redis_backend import RedisBackend
@@ -103,6 +104,37 @@ def test_stored_prefix_stops_at_the_first_absent_page(
     store.close()
 
 
+def test_a_one_slot_lookup_finds_the_stored_prefix(redis_cluster: list[RedisServer]) -> None:
+    # One group of a chain's pages: one tag, one slot, one EXISTS (the short path); where
+    # the slot's pages are only partly stored, the batch runner asks page by page.
+    store = cluster_store(redis_cluster)
+    assert store.clear()
+    keys, data = pages(60, seed=6)
+    assert len({key_slot(k.name.encode()) for k in keys}) == 1
+    assert store.batch_exists(keys) == 0
+    assert store.batch_set(keys, data) == 60 and store.batch_exists(keys) == 60
+    for gap in (0, 1, 33, 59):
+        store.delete([keys[gap]])
+        assert store.batch_exists(keys) == gap
+        assert store.batch_set([keys[gap]], [data[gap]]) == 1
+    store.close()
+
+
+def test_a_one_slot_lookup_survives_a_lost_connection(
+    redis_cluster: list[RedisServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The short path's master unreachable (here: a client of a port nothing listens on):
+    # the batch runner takes over (it refreshes the slot map when its own master is lost).
+    store = cluster_store(redis_cluster)
+    assert store.clear()
+    keys, data = pages(50, seed=7)
+    assert store.batch_set(keys, data) == 50
+    gone = redis.Redis(host="127.0.0.1", port=free_port(), socket_connect_timeout=1)
+    monkeypatch.setattr(ClusterBatches, "one_slot_master", lambda self, names: gone)
+    assert store.batch_exists(keys) == 50 and store.stats().failed_ops == 0
+    store.close()
+
+
 def test_a_lookup_is_one_command_per_slot(redis_cluster: list[RedisServer]) -> None:
     store = cluster_store(redis_cluster)
     assert store.clear()
@@ -159,6 +191,26 @@ def test_moved_slot_refreshes_the_map_and_retries_once(
     assert store._batches is not None and store._batches.refreshes == 1
     assert [bytes(p) for p in store.batch_get(keys, 256)] == data  # type: ignore[arg-type]
     assert store.stats().failed_ops == 0 and store._batches.refreshes == 1
+    store.close()
+
+
+def test_a_one_slot_lookup_of_a_moved_slot_refreshes_the_map(
+    own_cluster: list[RedisServer],
+) -> None:
+    # The group's slot given to another master: the short path's EXISTS is answered MOVED,
+    # and the batch runner refreshes the map and asks the new master (which holds nothing).
+    store = cluster_store(own_cluster)
+    keys, data = pages(40, seed=8)
+    assert store.batch_set(keys, data) == 40 and store.batch_exists(keys) == 40
+    slot = key_slot(keys[0].name.encode())
+    source = owner(own_cluster, slot)
+    target = next(n for n in own_cluster if n is not source)
+    for key in keys:  # the slot must be empty to be given away
+        source.client().delete(key.name)
+    _move_slot(own_cluster, slot, target)
+    assert store.batch_exists(keys) == 0 and cluster_batches(store).refreshes == 1
+    assert store.batch_set(keys, data) == 40 and store.batch_exists(keys) == 40
+    assert target.client().dbsize() == 40 and store.stats().failed_ops == 0
     store.close()
 
 

@@ -53,7 +53,7 @@ from uniradix.storage.backend import (
 )
 from uniradix.storage.breaker import CircuitBreaker
 from uniradix.storage.page_format import Payload
-from uniradix.storage.redis_cluster import REDIRECTED, ClusterBatches, Packer
+from uniradix.storage.redis_cluster import NODE_LOST, REDIRECTED, ClusterBatches, Packer
 from uniradix.storage.redis_deadline import (
     BoundedConnection,
     BoundedSSLConnection,
@@ -194,6 +194,15 @@ class RedisBackend(StorageBackend):
         # of such slots before the first surely absent one are asked one by one: two round
         # trips in all, as on one server.
         names = encode_names(text_names)
+        master = cluster.one_slot_master(names)
+        if master is not None:  # one slot (a group of a chain's pages): one command
+            try:
+                stored = pipelined(master, multi_key_command(b"EXISTS", names), 1)[0]
+            except NODE_LOST:
+                stored = None  # the batch runner below refreshes the map and retries
+            if stored == len(names) or stored == 0:
+                return int(stored)
+            # Partly stored, a redirection or a lost master: the general path below.
         absent = len(names)  # the first page surely not stored (none: the batch's end)
         partly: list[Sequence[int]] = []
         for pages, stored in cluster.run_slots(names, MultiKeyCommands(b"EXISTS", names)):

@@ -38,10 +38,10 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from uniradix.storage.redis_slots import SLOTS, group_by_master, key_slot
+from uniradix.storage.redis_slots import SLOTS, group_by_master, key_slot, shared_tag, tag_slot
 from uniradix.storage.redis_wire import Reply, Sent, receive, send
 
-__all__ = ["REDIRECTED", "ClusterBatches", "Packer", "key_slot"]
+__all__ = ["NODE_LOST", "REDIRECTED", "ClusterBatches", "Packer", "key_slot"]
 
 Packer = Callable[[Sequence[int]], Sequence[bytes | memoryview]]
 """Packs the commands for the pages at these indices of the batch, in that order."""
@@ -52,7 +52,7 @@ _STALE_MAP = (*REDIRECTED, ClusterDownError)
 # A master that refused or dropped the connection (killed, restarted, replaced): the map may
 # be stale, worth one refresh. A timeout is not retried: a master that stopped answering
 # would cost its timeout again.
-_NODE_LOST = (redis.exceptions.ConnectionError, OSError)
+NODE_LOST = (redis.exceptions.ConnectionError, OSError)
 
 
 class ClusterBatches:
@@ -107,7 +107,7 @@ class ClusterBatches:
             retry: list[int] = []
             for units, outcome in self._send(names, todo, pack, by_slot) if todo else ():
                 if isinstance(outcome, BaseException):
-                    if attempt or not isinstance(outcome, _NODE_LOST):
+                    if attempt or not isinstance(outcome, NODE_LOST):
                         raise outcome
                     retry += chain.from_iterable(units) if by_slot else units
                 elif not any(isinstance(reply, _STALE_MAP) for reply in outcome):
@@ -167,11 +167,33 @@ class ClusterBatches:
                 out.append((units, exc))
         return out
 
+    def one_slot_master(self, names: Sequence[bytes]) -> redis.Redis | None:
+        """The client of the master holding the batch when every name ends in one hash tag
+        (a lookup of one group of a chain's pages): its one command needs none of a batch's
+        grouping. None otherwise, or when the slot has no master in the map."""
+        tag = shared_tag(names)
+        if tag is None:
+            return None
+        _, masters, owner_list = self._current_table()
+        master = owner_list[tag_slot(tag)]
+        return None if master < 0 else self.client.get_redis_connection(masters[master])
+
     def _by_master(
         self, names: Sequence[bytes], todo: list[int], by_slot: bool
     ) -> list[tuple[ClusterNode, list[Sequence[int]]]]:
         """Each master with its pages (indices into `names`, in batch order): one list, or
         with `by_slot` one list per slot."""
+        owner, masters, owner_list = self._current_table()
+        whole = len(todo) == len(names)
+        picked = names if whole else [names[i] for i in todo]
+        groups = group_by_master(owner, owner_list, picked, by_slot)
+        if whole:
+            return [(masters[m], lists) for m, lists in groups]
+        return [(masters[m], [[todo[i] for i in g] for g in lists]) for m, lists in groups]
+
+    def _current_table(self) -> tuple[np.ndarray, list[ClusterNode], list[int]]:
+        """slot -> index of its master (-1: none), as an array and as a list, and the masters,
+        from the client's slot map (rebuilt when a refresh replaced the map)."""
         slots = self.client.nodes_manager.slots_cache
         built, owner, masters, owner_list = self._table
         if slots is not built:  # a new map (a refresh): a new table
@@ -181,9 +203,4 @@ class ClusterBatches:
             owner_list = [position[slots[s][0].name] if slots.get(s) else -1 for s in range(SLOTS)]
             owner = np.array(owner_list, dtype=np.int64)
             self._table = (slots, owner, masters, owner_list)
-        whole = len(todo) == len(names)
-        picked = names if whole else [names[i] for i in todo]
-        groups = group_by_master(owner, owner_list, picked, by_slot)
-        if whole:
-            return [(masters[m], lists) for m, lists in groups]
-        return [(masters[m], [[todo[i] for i in g] for g in lists]) for m, lists in groups]
+        return owner, masters, owner_list

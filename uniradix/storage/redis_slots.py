@@ -28,6 +28,11 @@ def key_slot(name: bytes) -> int:
     return crc_hqx(_hashed_part(name), 0) % SLOTS
 
 
+def tag_slot(tag: bytes) -> int:
+    """The cluster slot of every key whose hash tag is `tag` (without its braces)."""
+    return crc_hqx(tag, 0) % SLOTS
+
+
 def _hashed_part(name: bytes) -> bytes:
     """What a cluster hashes of a key: the first {hash tag} when not empty, else all of it."""
     start = name.find(b"{")
@@ -75,7 +80,7 @@ def _tail_tags(names: Sequence[bytes], joined: bytes) -> np.ndarray | None:
     return padded.view(np.uint64)
 
 
-def _shared_tag(names: Sequence[bytes]) -> bytes | None:
+def shared_tag(names: Sequence[bytes]) -> bytes | None:
     """The hash tag (without braces) when every name ends in the same `{tag}` and has no
     other `{`, so every name lies in its slot; None otherwise. No Python work per name."""
     if not names:
@@ -99,12 +104,12 @@ def group_by_master(
     none, as an array and as a list), each master's in one group or, with `by_slot`, one
     per slot, every group in batch order (a run of a chain's pages: a `range`). Raises
     `SlotNotCoveredError` for a name whose slot has no master."""
-    tag = _shared_tag(names)
+    tag = shared_tag(names)
     if tag is not None:  # one group of a chain's pages (a lookup of up to 64): one slot
-        tag_slot = crc_hqx(tag, 0) % SLOTS
-        if owner_list[tag_slot] < 0:
-            raise SlotNotCoveredError(f"slot {tag_slot} of {names[0]!r} has no master")
-        return [(owner_list[tag_slot], [range(len(names))])]
+        tagged = tag_slot(tag)
+        if owner_list[tagged] < 0:
+            raise SlotNotCoveredError(f"slot {tagged} of {names[0]!r} has no master")
+        return [(owner_list[tagged], [range(len(names))])]
     if len(names) < VECTOR_FROM:  # numpy's cost per call is more than a short loop's
         groups: dict[int, dict[int, list[int]]] = {}
         known: dict[bytes, int] = {}
