@@ -4,12 +4,13 @@ which mutates the tree."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import TreePathNodeInfo
 
 from uniradix.integrations.sglang.keys import to_tensor
 from uniradix.integrations.sglang.mamba import MambaTree
@@ -150,6 +151,60 @@ class TreeCoreViews(RefusedTreeCoreMethods):
         if self.mamba is None:
             return torch.empty(0, dtype=torch.int64, device=self.device)
         return self._flatten(self.mamba.index)
+
+    # ------------------------------------------------------------------ scheduling walks
+    def dfs_weight_order(self, node_ids: Sequence[int]) -> list[int]:
+        """The indices of `node_ids` (a waiting queue's last nodes), depth first through the
+        tree: heavier subtrees first (a subtree weighs the requests ending in it), ties in
+        the children's order, a node's own requests after its subtree's. SGLang's
+        `dfs-weight` scheduling policy: requests sharing a prefix run together. Only the
+        paths to the given nodes are walked, not the whole tree."""
+        ending: dict[TreeNode, list[int]] = {}
+        for index, node_id in enumerate(node_ids):
+            ending.setdefault(self._node(node_id), []).append(index)
+        weight: dict[TreeNode, int] = {}
+        for end, indices in ending.items():
+            node: TreeNode | None = end
+            while node is not None:
+                weight[node] = weight.get(node, 0) + len(indices)
+                node = node.parent
+        order: list[int] = []
+        stack = [(self.tree.root, False)]
+        while stack:
+            node, below_done = stack.pop()
+            if below_done:
+                order += ending.get(node, ())
+                continue
+            stack.append((node, True))
+            heavier_first = sorted(
+                (c for c in node.children.values() if c in weight), key=lambda c: -weight[c]
+            )
+            stack += [(child, False) for child in reversed(heavier_first)]
+        return order
+
+    def collect_path_info(self, end_node_ids: Sequence[int]) -> tuple[tuple[Any, ...], ...]:
+        """Each node's root path (root excluded, root side first): per node its id, its
+        parent's, its tokens' span from the root, its device slots' count (None: not on the
+        device) and its children's count. An unknown id raises KeyError."""
+        paths = []
+        for node_id in end_node_ids:
+            path: list[TreeNode] = []
+            node = self._node(node_id)
+            while node.parent is not None:
+                path.append(node)
+                node = node.parent
+            start, infos = 0, []
+            for node in reversed(path):
+                value = node.data[0].value
+                end = start + node.num_tokens
+                parent = node.parent.id if node.parent is not None else node.id
+                slots = None if value is None else len(value)
+                infos.append(
+                    TreePathNodeInfo(node.id, parent, start, end, slots, len(node.children))
+                )
+                start = end
+            paths.append(tuple(infos))
+        return tuple(paths)
 
     def sanity_check(self, ongoing_write_through: Any, ongoing_load_back: Any) -> None:
         evictable = protected = 0
