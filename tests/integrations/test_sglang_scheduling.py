@@ -1,11 +1,14 @@
-"""The scheduling walks of SGLang's TreeCore interface on the uniradix core, against SGLang's
-Python core on the same request stream: `dfs_weight_order` (SGLang's `dfs-weight` schedule
-policy orders its waiting queue by it) gives the same order, and `collect_path_info` the same
-root paths, for waiting queues of requests' last matched nodes taken all along the stream
-(full attention at pages 1 and 16, FULL+SWA and FULL+Mamba at page 1)."""
+"""The tree walks of SGLang's TreeCore interface on the uniradix core, against SGLang's Python
+core on the same request stream: `dfs_weight_order` (SGLang's `dfs-weight` schedule policy
+orders its waiting queue by it) gives the same order, and `collect_path_info` the same root
+paths, for waiting queues of requests' last matched nodes taken all along the stream; the
+KV canary's sweep (`walk_for_kv_canary`) the same rows under each of its filters, taken
+while a request holds its prefix (full attention at pages 1 and 16, FULL+SWA and FULL+Mamba
+at page 1)."""
 
 from __future__ import annotations
 
+import os
 import random
 from array import array
 
@@ -16,22 +19,34 @@ from tests.integrations.sglang_env import load_sglang
 load_sglang()
 
 import torch  # noqa: E402
-from sglang.srt.mem_cache.base_prefix_cache import InsertParams, MatchPrefixParams  # noqa: E402
+from sglang.srt.mem_cache.base_prefix_cache import (  # noqa: E402
+    EvictParams,
+    InsertParams,
+    MatchPrefixParams,
+)
 from sglang.srt.mem_cache.radix_cache import RadixKey  # noqa: E402
 
-from tests.integrations.sglang_hybrid_stream import Pools, _alloc  # noqa: E402
-from tests.integrations.test_sglang_core import build, stream  # noqa: E402
+from benchmarks.peer.sglang_driver import SWA_WINDOW, build_cache  # noqa: E402
+from tests.integrations.sglang_hybrid_stream import Pools, _alloc, stream  # noqa: E402
+from tests.integrations.test_sglang_core import build  # noqa: E402
+
+# Requests of up to several SWA windows (locks of the full KV reach above the window's),
+# on a pool that a third of the stream fills: evictions run.
+POOL_TOKENS = 4096
 
 
 def play(cache, page_size: int, n: int = 90, seed: int = 3) -> list[tuple]:
-    """Serves the stream; every 6 requests, a waiting queue of 10 earlier keys (repeats
-    included) is matched and ordered, and its nodes' root paths are read."""
+    """Serves the stream; every 6 requests, the KV canary sweeps the tree while the request
+    holds its prefix, then a waiting queue of 10 earlier keys (repeats included) is matched
+    and ordered, and its nodes' root paths are read."""
     pools, core = Pools(cache), cache.tree_core
     rng = random.Random(seed)
     seen: list[list[int]] = []
     out: list[tuple] = []
-    for i, tokens in enumerate(stream(page_size, n, seed)):
+    for i, tokens in enumerate(stream(page_size, SWA_WINDOW, n, seed)):
         seen.append(tokens)
+        if pools.swa and i % 5 == 4:  # SWA leaves inner nodes: tombstones the canary skips
+            cache.evict(EvictParams(swa_num_tokens=page_size * rng.randint(8, 64)))
         key = RadixKey(array("q", tokens))
         m = cache.match_prefix(MatchPrefixParams(key=key))
         prefix = cache.path_device_indices(m.last_device_node)[: m.device_prefix_len]
@@ -40,7 +55,8 @@ def play(cache, page_size: int, n: int = 90, seed: int = 3) -> list[tuple]:
         pools.make_room(cache, need)
         new = _alloc(pools.kv, need, page_size)
         state = None if pools.mamba is None or new is None else pools.mamba.alloc(1)
-        if new is not None and (pools.mamba is None or state is not None):
+        inserted = new is not None and (pools.mamba is None or state is not None)
+        if inserted:
             value = torch.cat([prefix, new])
             params = InsertParams(
                 key=key, value=value, prev_prefix_len=m.device_prefix_len, mamba_value=state
@@ -50,6 +66,11 @@ def play(cache, page_size: int, n: int = 90, seed: int = 3) -> list[tuple]:
                 pools.mamba.free(state)
         elif new is not None:
             pools.kv.free(new)
+        if i % 6 == 5:  # while this request holds its prefix and what it inserted
+            held = cache.inc_lock_ref(r.last_device_node) if inserted else None
+            out.append(canary_walks(core))
+            if held is not None:
+                cache.dec_lock_ref(r.last_device_node, held.to_dec_params())
         cache.dec_lock_ref(m.last_device_node, lock.to_dec_params())
         if i % 6 == 5:
             queue = [rng.choice(seen) for _ in range(10)]
@@ -74,17 +95,43 @@ def play(cache, page_size: int, n: int = 90, seed: int = 3) -> list[tuple]:
     return out
 
 
+def cache(core: str, config: str, page_size: int):
+    os.environ["SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND"] = core
+    try:
+        return build_cache(config, page_size, POOL_TOKENS)
+    finally:
+        os.environ["SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND"] = "python"
+
+
+def canary_walks(core) -> tuple:
+    """The KV-canary walk under each of its filters (unlocked only: the last two), as lists
+    (slots, positions, previous slots)."""
+    walks = []
+    for unlocked_only in (False, True):
+        for swa_resident_only in (False, True):
+            w = core.walk_for_kv_canary(unlocked_only, swa_resident_only)
+            walks.append(
+                (w.slot_indices.tolist(), w.positions.tolist(), w.prev_slot_indices.tolist())
+            )
+    return tuple(walks)
+
+
 @pytest.mark.parametrize(
     ("config", "page_size"),
     [("full", 1), ("full", 16), ("full+swa", 1), ("full+mamba", 1)],
 )
-def test_scheduling_walks_agree_with_the_python_core(config: str, page_size: int) -> None:
-    expected = play(build("python", page_size, config), page_size)
-    got = play(build("uniradix", page_size, config), page_size)
-    assert len(expected) == 15
+def test_tree_walks_agree_with_the_python_core(config: str, page_size: int) -> None:
+    expected = play(cache("python", config, page_size), page_size)
+    got = play(cache("uniradix", config, page_size), page_size)
+    walks, queues = expected[0::2], expected[1::2]
+    assert len(queues) == 15
     # The queues share prefixes: orders that are not the input order, paths of several nodes.
-    assert any(order != sorted(order) for order, _ in expected)
-    assert any(len(path) > 1 for _, shapes in expected for path in shapes)
+    assert any(order != sorted(order) for order, _ in queues)
+    assert any(len(path) > 1 for _, shapes in queues for path in shapes)
+    # Some sweeps leave out locked nodes (fewer rows than the full sweep); all find slots.
+    assert any(len(w[2][0]) < len(w[0][0]) for w in walks) and all(w[0][0] for w in walks)
+    if config == "full+swa":  # and some leave out SWA tombstones
+        assert any(len(w[1][0]) < len(w[0][0]) for w in walks)
     assert got == expected
 
 

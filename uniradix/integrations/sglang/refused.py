@@ -4,7 +4,7 @@
 at start-up with the reason instead of misbehaving while serving; so do the host-tier
 setting this core does not cover (`host_swa.py`: SGLang's device-only SWA ring).
 `RefusedTreeCoreMethods` gives the rest of SGLang's `UnifiedTreeCoreInterface` (buffer mode
-and its SWA steps, external linker, the KV canary's walk) bodies that raise
+and its SWA steps, external linker) bodies that raise
 `NotImplementedError` naming the method and what it needs; SGLang's controller calls none of
 them on a device-tier cache, nor on a HiCache cache of any supported components under any
 write policy, with or without an L3 storage backend (SWA host windows: `host_swa.py`; Mamba
@@ -27,7 +27,7 @@ _FULL, _SWA, _MAMBA = ComponentType.FULL, ComponentType.SWA, ComponentType.MAMBA
 SUPPORTED_COMPONENTS = ((_FULL,), (_FULL, _SWA), (_FULL, _MAMBA), (_FULL, _SWA, _MAMBA))
 _BUFFER = "SGLang's buffer-mode host tier (hicache_host_memory_mode=buffer_only)"
 _AUX = "SGLang's buffer-mode SWA steps or custom component sizes"
-_WALK = "tree walks for the KV canary and buffer mode's device-prefix match"
+_WALK = "buffer mode's device-prefix match"
 _LINKER = "SGLang's external cache linker"
 
 
@@ -66,7 +66,7 @@ def _refused(method: str, needs: str) -> Callable[..., NoReturn]:
 _REFUSED = {
     "SGLang's Python tree nodes": ("node_by_id",),
     _BUFFER: ("snapshot_buffer_backup", "validate_buffer_backup"),
-    _WALK: ("walk_for_kv_canary", "match_full_device_prefix"),
+    _WALK: ("match_full_device_prefix",),
     _AUX: (
         "swa_tombstone_ranges",
         "attach_swa_window",

@@ -10,7 +10,10 @@ from typing import Any
 import numpy as np
 import torch
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
-from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import TreePathNodeInfo
+from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import (
+    RadixCacheWalkResult,
+    TreePathNodeInfo,
+)
 
 from uniradix.integrations.sglang.keys import to_tensor
 from uniradix.integrations.sglang.mamba import MambaTree
@@ -206,6 +209,40 @@ class TreeCoreViews(RefusedTreeCoreMethods):
             paths.append(tuple(infos))
         return tuple(paths)
 
+    def walk_for_kv_canary(self, unlocked_only: bool, swa_resident_only: bool) -> Any:
+        """Every FULL device slot as a row (slot, position on its path, the slot before it
+        there; -1 first), depth first in the children's order: SGLang's KV-canary sweep.
+        `unlocked_only` leaves out the nodes a request holds (by their SWA lock when the SWA
+        filter applies, else the full one); `swa_resident_only`, on an SWA cache, the nodes
+        without SWA. A node left out still counts for its descendants' positions and the
+        slot before their first."""
+        swa_only = swa_resident_only and self.swa is not None
+        lock_index = SWA_INDEX if swa_only else 0
+        slots: list[np.ndarray] = []
+        positions: list[np.ndarray] = []
+        before: list[np.ndarray] = []
+        stack = [(self.tree.root, 0, -1)]
+        while stack:
+            node, depth, last = stack.pop()
+            value = node.data[0].value
+            if value is not None and len(value):
+                if (
+                    node.parent is not None
+                    and not (unlocked_only and node.data[lock_index].lock_ref)
+                    and not (swa_only and node.data[SWA_INDEX].value is None)
+                ):
+                    slots.append(value)
+                    positions.append(np.arange(depth, depth + len(value)))
+                    before.append(np.concatenate(([last], value[:-1])))
+                last = int(value[-1])
+            below = depth + node.num_tokens  # the root's key is empty
+            stack += [(child, below, last) for child in reversed(node.children.values())]
+        return RadixCacheWalkResult(
+            slot_indices=_int64(slots),
+            positions=_int64(positions),
+            prev_slot_indices=_int64(before),
+        )
+
     def sanity_check(self, ongoing_write_through: Any, ongoing_load_back: Any) -> None:
         evictable = protected = 0
         nodes = list(self.tree.nodes())
@@ -239,3 +276,10 @@ class TreeCoreViews(RefusedTreeCoreMethods):
             locks = [d.lock_ref for d in node.data]
             print(f"{'  ' * depth}{node.id} tokens={node.num_tokens} lock_refs={locks}")
             stack.extend((c, depth + 1) for c in node.children.values())
+
+
+def _int64(parts: list[np.ndarray]) -> torch.Tensor:
+    """The parts end to end as one int64 tensor (empty: none)."""
+    if not parts:
+        return torch.empty(0, dtype=torch.int64)
+    return torch.from_numpy(np.concatenate(parts).astype(np.int64, copy=False))
