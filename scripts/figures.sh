@@ -70,6 +70,9 @@ if want perf; then
     $PY -m benchmarks.side_by_side --parts scale --cores rust --out "$R/side_by_side_scale"
     $PY benchmarks/bench_ops.py --host-tokens 400000
     $PY -m benchmarks.bench_free
+    step "SGLang's cache on the uniradix TreeCore against its Rust core (docs/sglang.md)"
+    $PY benchmarks/sglang_cores.py --workloads chat,fewshot --configs full,full+swa,full+mamba \
+        --scale 0.3 --out "$R/sglang_cores.md"
 fi
 
 if want engine; then
