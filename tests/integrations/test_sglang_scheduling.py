@@ -3,8 +3,9 @@ core on the same request stream: `dfs_weight_order` (SGLang's `dfs-weight` sched
 orders its waiting queue by it) gives the same order, and `collect_path_info` the same root
 paths, for waiting queues of requests' last matched nodes taken all along the stream; the
 KV canary's sweep (`walk_for_kv_canary`) the same rows under each of its filters, taken
-while a request holds its prefix (full attention at pages 1 and 16, FULL+SWA and FULL+Mamba
-at page 1)."""
+while a request holds its prefix, and the read-only device-prefix match
+(`match_full_device_prefix`) the same tokens matched and pinned (full attention at pages 1
+and 16, FULL+SWA and FULL+Mamba at page 1)."""
 
 from __future__ import annotations
 
@@ -74,6 +75,9 @@ def play(cache, page_size: int, n: int = 90, seed: int = 3) -> list[tuple]:
         cache.dec_lock_ref(m.last_device_node, lock.to_dec_params())
         if i % 6 == 5:
             queue = [rng.choice(seen) for _ in range(10)]
+            # Read only, before the queue's matches split nodes: tokens matched and pinned.
+            device = [core.match_full_device_prefix(RadixKey(array("q", q))) for q in queue]
+            out.append(tuple((matched, pinned) for matched, _, pinned in device))
             nodes = [
                 cache.match_prefix(MatchPrefixParams(key=RadixKey(array("q", q)))).last_device_node
                 for q in queue
@@ -123,16 +127,30 @@ def canary_walks(core) -> tuple:
 def test_tree_walks_agree_with_the_python_core(config: str, page_size: int) -> None:
     expected = play(cache("python", config, page_size), page_size)
     got = play(cache("uniradix", config, page_size), page_size)
-    walks, queues = expected[0::2], expected[1::2]
+    walks, device, queues = expected[0::3], expected[1::3], expected[2::3]
     assert len(queues) == 15
     # The queues share prefixes: orders that are not the input order, paths of several nodes.
     assert any(order != sorted(order) for order, _ in queues)
     assert any(len(path) > 1 for _, shapes in queues for path in shapes)
     # Some sweeps leave out locked nodes (fewer rows than the full sweep); all find slots.
     assert any(len(w[2][0]) < len(w[0][0]) for w in walks) and all(w[0][0] for w in walks)
+    # Device-prefix matches that end inside a node (pinned past matched) and at its end.
+    pairs = [pair for probe in device for pair in probe]
+    assert any(p > m > 0 for m, p in pairs) and any(p == m > 0 for m, p in pairs)
     if config == "full+swa":  # and some leave out SWA tombstones
         assert any(len(w[1][0]) < len(w[0][0]) for w in walks)
     assert got == expected
+
+
+def test_device_prefix_match_leaves_the_tree_as_it_is() -> None:
+    cache = build("uniradix", 1)
+    core = cache.tree_core
+    play(cache, 1, n=30)
+    nodes, time = dict(core._nodes), core.tree._time
+    for tokens in stream(1, SWA_WINDOW, 30, seed=3):
+        matched, node_id, pinned = core.match_full_device_prefix(RadixKey(array("q", tokens)))
+        assert 0 <= matched <= pinned <= len(tokens) + core._node(node_id).num_tokens
+    assert core._nodes == nodes and core.tree._time == time
 
 
 def test_unknown_node_is_a_key_error() -> None:

@@ -22,7 +22,7 @@ from uniradix.tree.acceptance import Validator, accepted_depth, accepted_one
 from uniradix.tree.leaves import EvictableLeaves
 from uniradix.tree.node import NO_CHILDREN, TreeNode
 from uniradix.tree.policy import PolicyKey
-from uniradix.tree.walk import walk_edges
+from uniradix.tree.walk import Walk, walk_edges
 
 _new_tuple = tuple.__new__
 
@@ -108,17 +108,13 @@ class TreeCore:
         """`match` of a key given as its units in any buffer of packed units (a key's bytes,
         or an engine's `array('q')` of token ids, which the native walk reads in place) and
         its namespace."""
-        ps = self.page_size
         n_bytes = num_units * UNIT_BYTES
-        if native.HAVE_NATIVE:
-            path, off, diverged = native.walk_edges(
-                self.root, units, n_bytes, ps * UNIT_BYTES, extra_key
-            )
-        else:
-            units = units if type(units) is bytes else bytes(units)
-            path, off, diverged = walk_edges(self.root, units, n_bytes, ps * UNIT_BYTES, extra_key)
+        walk = native.walk_edges if native.HAVE_NATIVE else walk_edges
+        path, off, diverged = walk(
+            self.root, units, n_bytes, self.page_size * UNIT_BYTES, extra_key
+        )
         if diverged is not None:
-            split_len = self._common_units(diverged, units, off, n_bytes)
+            split_len = self.common_units(diverged, units, off, n_bytes)
             path.append(self.split(diverged, split_len))
             off += split_len * UNIT_BYTES
         if not validators:
@@ -204,15 +200,12 @@ class TreeCore:
         base = sum(n.num_tokens for n in anchor) if anchor else 0
         n_bytes = (num_units - base) * UNIT_BYTES
         start_node = anchor[-1] if anchor else self.root
-        if native.HAVE_NATIVE:
-            path, off, diverged = native.walk_edges(start_node, units, n_bytes, page_bytes, ns)
-        else:
-            units = units if type(units) is bytes else bytes(units)
-            path, off, diverged = walk_edges(start_node, units, n_bytes, page_bytes, ns)
+        walk = native.walk_edges if native.HAVE_NATIVE else walk_edges
+        path, off, diverged = walk(start_node, units, n_bytes, page_bytes, ns)
         covered: Iterable[TreeNode] = path if anchor is None else anchor + path
         if diverged is not None:
             # Split once the nodes above are done, as a walk meeting it in turn would.
-            split_len = self._common_units(diverged, units, off, n_bytes)
+            split_len = self.common_units(diverged, units, off, n_bytes)
             covered = chain(covered, _split_after(self, diverged, split_len))
             off += split_len * UNIT_BYTES
         node, at = start_node, 0
@@ -289,7 +282,15 @@ class TreeCore:
         path.reverse()
         return path
 
-    def _common_units(self, child: TreeNode, units: Buffer, off: int, n_bytes: int) -> int:
+    def walk_units(self, units: Buffer, extra_key: str | None, num_units: int) -> Walk:
+        """The walk alone (`tree.walk`): the nodes whose whole edge the units continue, the
+        bytes they cover and the child left part way; the tree is left as it is."""
+        walk = native.walk_edges if native.HAVE_NATIVE else walk_edges
+        return walk(
+            self.root, units, num_units * UNIT_BYTES, self.page_size * UNIT_BYTES, extra_key
+        )
+
+    def common_units(self, child: TreeNode, units: Buffer, off: int, n_bytes: int) -> int:
         """Whole pages of `child`'s edge that the units from byte `off` (up to `n_bytes`)
         share: where a walk that leaves the edge part way splits it."""
         edge = child.key

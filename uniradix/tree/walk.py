@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from typing_extensions import Buffer
+
 from uniradix.tree.node import TreeNode
 
 Walk = tuple[list[TreeNode], int, TreeNode | None]
@@ -20,10 +22,13 @@ edge the units leave part way (None: no child continues the units, or the units 
 
 
 def walk_edges(
-    root: TreeNode, units: bytes, num_bytes: int, page_bytes: int, namespace: Any
+    root: TreeNode, units: Buffer, num_bytes: int, page_bytes: int, namespace: Any
 ) -> Walk:
     """The walk over the first `num_bytes` (whole pages) of `units`; a child is found under
-    its first page, with the namespace when there is one."""
+    its first page, with the namespace when there is one. Units not in `bytes` are copied
+    into it (the native walk reads any buffer in place)."""
+    if type(units) is not bytes:
+        units = bytes(units)
     path: list[TreeNode] = []
     node, offset = root, 0
     while offset < num_bytes:

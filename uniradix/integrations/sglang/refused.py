@@ -27,7 +27,6 @@ _FULL, _SWA, _MAMBA = ComponentType.FULL, ComponentType.SWA, ComponentType.MAMBA
 SUPPORTED_COMPONENTS = ((_FULL,), (_FULL, _SWA), (_FULL, _MAMBA), (_FULL, _SWA, _MAMBA))
 _BUFFER = "SGLang's buffer-mode host tier (hicache_host_memory_mode=buffer_only)"
 _AUX = "SGLang's buffer-mode SWA steps or custom component sizes"
-_WALK = "buffer mode's device-prefix match"
 _LINKER = "SGLang's external cache linker"
 
 
@@ -66,7 +65,6 @@ def _refused(method: str, needs: str) -> Callable[..., NoReturn]:
 _REFUSED = {
     "SGLang's Python tree nodes": ("node_by_id",),
     _BUFFER: ("snapshot_buffer_backup", "validate_buffer_backup"),
-    _WALK: ("match_full_device_prefix",),
     _AUX: (
         "swa_tombstone_ranges",
         "attach_swa_window",

@@ -15,10 +15,11 @@ from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import (
     TreePathNodeInfo,
 )
 
-from uniradix.integrations.sglang.keys import to_tensor
+from uniradix.integrations.sglang.keys import key_units, to_tensor
 from uniradix.integrations.sglang.mamba import MambaTree
 from uniradix.integrations.sglang.refused import RefusedTreeCoreMethods
 from uniradix.integrations.sglang.swa import SWA_INDEX, SwaTree
+from uniradix.key import UNIT_BYTES
 from uniradix.tree.core import TreeCore
 from uniradix.tree.node import TreeNode
 
@@ -154,6 +155,23 @@ class TreeCoreViews(RefusedTreeCoreMethods):
         if self.mamba is None:
             return torch.empty(0, dtype=torch.int64, device=self.device)
         return self._flatten(self.mamba.index)
+
+    def match_full_device_prefix(self, key: Any) -> tuple[int, int, int]:
+        """A match of the full KV on the device alone, read only (no split, no access time,
+        whatever SWA or Mamba hold): tokens matched (whole pages), the deepest node reached
+        and the tokens of its root path (a match ending inside a node counts all of it)."""
+        units, ns, num_units = key_units(key, self.page_size)
+        path, off, diverged = self.tree.walk_units(units, ns, num_units)
+        node, matched = self.tree.root, 0
+        for child in path:
+            if child.data[0].value is None:
+                return matched, node.id, matched
+            node, matched = child, matched + child.num_tokens
+        if diverged is not None and diverged.data[0].value is not None:
+            shared = self.tree.common_units(diverged, units, off, num_units * UNIT_BYTES)
+            if shared:
+                return matched + shared, diverged.id, matched + diverged.num_tokens
+        return matched, node.id, matched
 
     # ------------------------------------------------------------------ scheduling walks
     def dfs_weight_order(self, node_ids: Sequence[int]) -> list[int]:
