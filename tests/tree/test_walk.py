@@ -1,7 +1,7 @@
 """The match walk (`uniradix.tree.walk`): the native walk and its pure-Python twin find the
 same nodes, offset and diverging child on random trees, from a key's bytes or from an
-engine's `array('q')`; and a match or an insert given the array (`match_units`,
-`insert_units`) leaves the tree exactly as one given the key's `RadixKey` does."""
+engine's `array('q')`; and a match or an insert given the array (`TreeCore.match` and
+`insert` with the units alone) leaves the tree exactly as one given the key's `RadixKey` does."""
 
 from __future__ import annotations
 
@@ -108,14 +108,16 @@ def test_units_from_an_array_leave_the_tree_as_a_key_does(
         num_units = len(tokens)
         if step % 2:
             want = by_key.match(RadixKey(tokens, ns), num_units, ())
-            got = by_units.match_units(array("q", tokens), ns, num_units, ())
+            got = by_units.match(array("q", tokens), num_units, (), extra_key=ns)
             assert [n.id for n in got.path] == [n.id for n in want.path]
             assert got[1:] == want[1:]
         else:
             want_hooks: list[tuple[int, int, int]] = []
             got_hooks: list[tuple[int, int, int]] = []
             want_ins = by_key.insert(RadixKey(tokens, ns), num_units, recorder(want_hooks))
-            got_ins = by_units.insert_units(array("q", tokens), ns, num_units, recorder(got_hooks))
+            got_ins = by_units.insert(
+                array("q", tokens), num_units, recorder(got_hooks), extra_key=ns
+            )
             assert (got_ins[0].id, *got_ins[1:]) == (want_ins[0].id, *want_ins[1:])
             assert got_hooks == want_hooks
         assert snapshot(by_units) == snapshot(by_key)

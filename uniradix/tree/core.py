@@ -16,13 +16,12 @@ from typing import Any, NamedTuple, Protocol
 
 from typing_extensions import Buffer
 
-from uniradix import native
-from uniradix.key import UNIT_BYTES, ChildKey, RadixKey, common_prefix_len
+from uniradix.key import UNIT_BYTES, ChildKey, RadixKey
 from uniradix.tree.acceptance import Validator, accepted_depth, accepted_one
 from uniradix.tree.leaves import EvictableLeaves
 from uniradix.tree.node import NO_CHILDREN, TreeNode
 from uniradix.tree.policy import PolicyKey
-from uniradix.tree.walk import Walk, walk_edges
+from uniradix.tree.walk import shared_pages, unit_bytes, walker
 
 _new_tuple = tuple.__new__
 
@@ -80,41 +79,35 @@ class TreeCore:
     # ------------------------------------------------------------------ match
     def match(
         self,
-        key: RadixKey,
+        key: RadixKey | Buffer,
         num_units: int,
         validators: Sequence[Validator],
         required: Sequence[int] = (),
         windows: Sequence[tuple[int, int]] = (),
+        extra_key: str | None = None,
     ) -> MatchWalk:
         """Walks the first `num_units` (whole pages) of `key` from the root. Splits a node
         where the key ends or diverges inside it. Every validator sees every path node in
         order (they may be stateful); the match is usable up to the deepest node all of them
         accepted that also holds data of every component index in `required` and, for each
         `(index, window)` of `windows`, ends `window` units of the path that all hold data of
-        `index` (or has no node without it above: SWA, checked here at no call per node)."""
-        if key.start:
-            raise ValueError(f"a match needs every unit of the key, got {key!r:.80}")
-        return self.match_units(key.units, key.extra_key, num_units, validators, required, windows)
-
-    def match_units(
-        self,
-        units: Buffer,
-        extra_key: str | None,
-        num_units: int,
-        validators: Sequence[Validator],
-        required: Sequence[int] = (),
-        windows: Sequence[tuple[int, int]] = (),
-    ) -> MatchWalk:
-        """`match` of a key given as its units in any buffer of packed units (a key's bytes,
-        or an engine's `array('q')` of token ids, which the native walk reads in place) and
-        its namespace."""
+        `index` (or has no node without it above: SWA, checked here at no call per node).
+        `key` may also be its units alone, in any buffer of packed units, with `extra_key` its
+        namespace: an engine's `array('q')` of token ids, which the native walk reads in
+        place (no `bytes` copy of the request)."""
+        units: Buffer
+        if isinstance(key, RadixKey):
+            if key.start:
+                raise ValueError(f"a match needs every unit of the key, got {key!r:.80}")
+            units, extra_key = key.units, key.extra_key
+        else:
+            units = key
         n_bytes = num_units * UNIT_BYTES
-        walk = native.walk_edges if native.HAVE_NATIVE else walk_edges
-        path, off, diverged = walk(
+        path, off, diverged = walker()(
             self.root, units, n_bytes, self.page_size * UNIT_BYTES, extra_key
         )
         if diverged is not None:
-            split_len = self.common_units(diverged, units, off, n_bytes)
+            split_len = shared_pages(diverged, units, off, n_bytes, self.page_size)
             path.append(self.split(diverged, split_len))
             off += split_len * UNIT_BYTES
         if not validators:
@@ -147,13 +140,14 @@ class TreeCore:
     # ------------------------------------------------------------------ insert
     def insert(
         self,
-        key: RadixKey,
+        key: RadixKey | Buffer,
         num_units: int,
         on_overlap: OverlapHook | None,
         inserted_len: int = 0,
         priority: int = 0,
         leaf_tail: int = 0,
         tail_from: int = 0,
+        extra_key: str | None = None,
     ) -> tuple[TreeNode, int, bool]:
         """Walks the first `num_units` (whole pages) of `key`, splitting where it diverges,
         calls `on_overlap` (None: nothing to do) for each node the key already covers, and
@@ -161,51 +155,30 @@ class TreeCore:
 
         Returns (target node ending the key, units already present, whether it is a new leaf).
         The new leaf carries no component data: the caller commits it. A `PathTailKey`'s walk
-        starts below its anchor, whose path it reuses whole (`_anchor_path`).
+        starts below its anchor, whose path it reuses whole (`_anchor_path`). `key` may be its
+        units alone with `extra_key`, as for `match`: only the new leaf's units are copied.
         `leaf_tail` > 0: a new leaf starting at unit `tail_from` or later and longer than
         `leaf_tail` units comes as two nodes (`_tailed_leaf`); the target is the lower one,
         holding the last `leaf_tail` units (a cache that caps what a leaf holds, SWA, would
         split it so at once: this costs less than the split).
         """
-        anchor = self._anchor_path(key, num_units) if key.start else None
-        return self.insert_units(
-            key.units,
-            key.extra_key,
-            num_units,
-            on_overlap,
-            inserted_len,
-            priority,
-            leaf_tail,
-            tail_from,
-            anchor,
-        )
-
-    def insert_units(
-        self,
-        units: Buffer,
-        extra_key: str | None,
-        num_units: int,
-        on_overlap: OverlapHook | None,
-        inserted_len: int = 0,
-        priority: int = 0,
-        leaf_tail: int = 0,
-        tail_from: int = 0,
-        anchor: list[TreeNode] | None = None,
-    ) -> tuple[TreeNode, int, bool]:
-        """`insert` of a key given as its units in any buffer of packed units (as
-        `match_units`: an engine's `array('q')` is read in place, and only the new leaf's
-        units are copied) and its namespace. `anchor`: the path (root side first) the key's
-        units start below, reused whole."""
+        units: Buffer
+        anchor = None
+        if isinstance(key, RadixKey):
+            units, extra_key = key.units, key.extra_key
+            if key.start:
+                anchor = self._anchor_path(key, num_units)
+        else:
+            units = key
         ns, page_bytes = extra_key, self.page_size * UNIT_BYTES
         base = sum(n.num_tokens for n in anchor) if anchor else 0
         n_bytes = (num_units - base) * UNIT_BYTES
         start_node = anchor[-1] if anchor else self.root
-        walk = native.walk_edges if native.HAVE_NATIVE else walk_edges
-        path, off, diverged = walk(start_node, units, n_bytes, page_bytes, ns)
+        path, off, diverged = walker()(start_node, units, n_bytes, page_bytes, ns)
         covered: Iterable[TreeNode] = path if anchor is None else anchor + path
         if diverged is not None:
             # Split once the nodes above are done, as a walk meeting it in turn would.
-            split_len = self.common_units(diverged, units, off, n_bytes)
+            split_len = shared_pages(diverged, units, off, n_bytes, self.page_size)
             covered = chain(covered, _split_after(self, diverged, split_len))
             off += split_len * UNIT_BYTES
         node, at = start_node, 0
@@ -225,9 +198,7 @@ class TreeCore:
         start = base + off // UNIT_BYTES
         if off == n_bytes:
             return node, start, False
-        edge = bytes(
-            units[off:n_bytes] if type(units) is bytes else _bytes_view(units)[off:n_bytes]
-        )
+        edge = unit_bytes(units, off, n_bytes)
         child_key = edge[:page_bytes] if ns is None else (ns, edge[:page_bytes])
         if 0 < leaf_tail < (n_bytes - off) // UNIT_BYTES and start >= tail_from:
             leaf = self._tailed_leaf(node, child_key, edge, ns, leaf_tail, priority)
@@ -281,23 +252,6 @@ class TreeCore:
             )
         path.reverse()
         return path
-
-    def walk_units(self, units: Buffer, extra_key: str | None, num_units: int) -> Walk:
-        """The walk alone (`tree.walk`): the nodes whose whole edge the units continue, the
-        bytes they cover and the child left part way; the tree is left as it is."""
-        walk = native.walk_edges if native.HAVE_NATIVE else walk_edges
-        return walk(
-            self.root, units, num_units * UNIT_BYTES, self.page_size * UNIT_BYTES, extra_key
-        )
-
-    def common_units(self, child: TreeNode, units: Buffer, off: int, n_bytes: int) -> int:
-        """Whole pages of `child`'s edge that the units from byte `off` (up to `n_bytes`)
-        share: where a walk that leaves the edge part way splits it."""
-        edge = child.key
-        stop = min(off + len(edge), n_bytes)
-        rest = units[off:stop] if type(units) is bytes else _bytes_view(units)[off:stop]
-        shared = common_prefix_len(edge, bytes(rest))
-        return shared - shared % self.page_size
 
     # ------------------------------------------------------------------ structure
     def split(self, child: TreeNode, split_len: int) -> TreeNode:
@@ -402,11 +356,6 @@ class TreeCore:
         self._next_id += 1
         self._time += 1  # `tick()` inline
         return TreeNode(self._next_id, key, extra_key, self.num_components, parent, self._time)
-
-
-def _bytes_view(units: Buffer) -> memoryview:
-    """The units' buffer as bytes (an `array('q')`'s view counts 8-byte items)."""
-    return memoryview(units).cast("B")
 
 
 def _split_after(tree: TreeCore, child: TreeNode, split_len: int) -> Iterator[TreeNode]:

@@ -10,10 +10,13 @@ hand back the child whose edge the units leave part way, for the caller to split
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from typing_extensions import Buffer
 
+from uniradix import native
+from uniradix.key import common_prefix_len
 from uniradix.tree.node import TreeNode
 
 Walk = tuple[list[TreeNode], int, TreeNode | None]
@@ -42,3 +45,27 @@ def walk_edges(
         offset += len(child.key)
         node = child
     return path, offset, None
+
+
+def walker() -> Callable[[TreeNode, Buffer, int, int, Any], Walk]:
+    """The walk to run now: the native one while the module is in use (`native.HAVE_NATIVE`
+    is read at each call, so a test can switch it)."""
+    return native.walk_edges if native.HAVE_NATIVE else walk_edges
+
+
+def unit_bytes(units: Buffer, start: int, stop: int) -> bytes:
+    """Bytes `start:stop` of the units, whatever buffer holds them (an `array('q')`'s own
+    view counts 8-byte items)."""
+    if type(units) is bytes:
+        return units[start:stop]
+    return bytes(memoryview(units).cast("B")[start:stop])
+
+
+def shared_pages(
+    child: TreeNode, units: Buffer, offset: int, num_bytes: int, page_size: int
+) -> int:
+    """Whole pages of `child`'s edge that the units from byte `offset` (up to `num_bytes`)
+    share: where a walk that leaves the edge part way splits it."""
+    edge = child.key
+    shared = common_prefix_len(edge, unit_bytes(units, offset, min(offset + len(edge), num_bytes)))
+    return shared - shared % page_size

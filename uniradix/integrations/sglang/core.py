@@ -146,8 +146,8 @@ class UniradixTreeCore(DeviceEviction, TreeCoreViews):
         swa, mamba = self.swa, self.mamba
         # SWA with gates on is checked inside the walk (`_swa_windows`), with no call per node.
         validators = () if swa is None or self._swa_windows else (swa.validator(),)
-        path, num_accepted, full_len = self.tree.match_units(
-            units, ns, num_units, validators, self._required, self._swa_windows
+        path, num_accepted, full_len = self.tree.match(
+            units, num_units, validators, self._required, self._swa_windows, ns
         )
         if not path:
             return self._empty
@@ -207,15 +207,15 @@ class UniradixTreeCore(DeviceEviction, TreeCoreViews):
             # A new leaf past the request's SWA eviction floor keeps SWA on its last window
             # only: the tree builds it as that window under an upper node (`commit_leaf`).
             tail, tail_from = swa.window_tail, params.get_evicted_seqlen(SWA)
-        target, present, is_new = self.tree.insert_units(
+        target, present, is_new = self.tree.insert(
             units,
-            ns,
             num_units,
             on_overlap,
             params.inserted_len,
             params.priority or 0,
             tail,
             tail_from,
+            ns,
         )
         if swa is None and floor < present:
             # The request's slots for tokens the tree held, past its prefix: one range.

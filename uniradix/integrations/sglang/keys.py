@@ -27,9 +27,9 @@ def namespace(sglang_key: Any) -> str | None:
 
 def key_units(sglang_key: Any, page_size: int) -> tuple[array[int], str | None, int]:
     """The key's token ids as packed units (SGLang's `array('q')` is packed as uniradix packs
-    tokens: no copy), its namespace and its length in whole pages (units). A match reads
-    them in place (`TreeCore.match_units`). Reads SGLang's `RadixKey` fields itself
-    (`raw_token_ids` and `namespace` inline): this runs on every match and insert."""
+    tokens: no copy), its namespace and its length in whole pages (units): `TreeCore.match`
+    and `insert` read them in place. Reads SGLang's `RadixKey` fields itself (`raw_token_ids`
+    and `namespace` inline): this runs on every match and insert."""
     ids, limit = sglang_key.token_ids, sglang_key.limit
     if limit is not None and limit < len(ids):
         ids = ids[:limit]

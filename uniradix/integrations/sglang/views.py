@@ -22,6 +22,7 @@ from uniradix.integrations.sglang.swa import SWA_INDEX, SwaTree
 from uniradix.key import UNIT_BYTES
 from uniradix.tree.core import TreeCore
 from uniradix.tree.node import TreeNode
+from uniradix.tree.walk import shared_pages, walker
 
 FULL, SWA, MAMBA = ComponentType.FULL, ComponentType.SWA, ComponentType.MAMBA
 
@@ -161,14 +162,15 @@ class TreeCoreViews(RefusedTreeCoreMethods):
         whatever SWA or Mamba hold): tokens matched (whole pages), the deepest node reached
         and the tokens of its root path (a match ending inside a node counts all of it)."""
         units, ns, num_units = key_units(key, self.page_size)
-        path, off, diverged = self.tree.walk_units(units, ns, num_units)
+        num_bytes, page_bytes = num_units * UNIT_BYTES, self.page_size * UNIT_BYTES
+        path, off, diverged = walker()(self.tree.root, units, num_bytes, page_bytes, ns)
         node, matched = self.tree.root, 0
         for child in path:
             if child.data[0].value is None:
                 return matched, node.id, matched
             node, matched = child, matched + child.num_tokens
         if diverged is not None and diverged.data[0].value is not None:
-            shared = self.tree.common_units(diverged, units, off, num_units * UNIT_BYTES)
+            shared = shared_pages(diverged, units, off, num_bytes, self.page_size)
             if shared:
                 return matched + shared, diverged.id, matched + diverged.num_tokens
         return matched, node.id, matched
