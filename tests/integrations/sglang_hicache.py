@@ -246,6 +246,26 @@ def end_request(cache: Any, lock: Any, i: int) -> None:
     cache.tree_core.sanity_check([], [])
 
 
+def insert_and_evict_with_host_full(
+    cache: Any, step: Callable[[str, Any], None], insert: Callable[[], Any], evict: Any
+) -> None:
+    """Host memory taken elsewhere: backups fail, so the leaves they were for are dropped
+    (write-back: `drop_subtree_no_host`, with their states) or deleted unbacked
+    (write-through). Steps "insert d, host full" (`insert()`) and "evict all, host full"
+    (the eviction `evict`: what it evicted, full tokens and states, and the drops); the host
+    pool is given back after."""
+    host_pool = cache.cache_controller.mem_pool_host
+    taken = host_pool.alloc(host_pool.available_size())
+    step("insert d, host full", insert())
+    cache.check_hicache_events()
+    core = cache.tree_core
+    with mock.patch.object(core, "drop_subtree_no_host", wraps=core.drop_subtree_no_host) as drop:
+        r = cache.evict(evict)
+    step("evict all, host full", (r.num_tokens_evicted, r.mamba_num_evicted, drop.call_count))
+    host_pool.free(taken)
+    cache.sanity_check()
+
+
 def scripted_in_lock_step(
     cfg: Any,
     write_policy: str,

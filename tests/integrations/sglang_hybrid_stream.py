@@ -117,6 +117,17 @@ def leave_window(
         cache.release_swa(lock)
 
 
+def evict_aux_alone(
+    cache: Any, pools: Pools, rng: random.Random, page_size: int, least: int, most: int
+) -> tuple:
+    """SGLang's SWA eviction (1-6 pages, on an SWA cache) and Mamba eviction (`least` to
+    `most` states) on their own, which tombstone inner nodes: ("evict", full tokens, SWA
+    tokens, states) evicted."""
+    swa = page_size * rng.randint(1, 6) if pools.swa else 0
+    r = cache.evict(EvictParams(swa_num_tokens=swa, mamba_num=rng.randint(least, most)))
+    return "evict", r.num_tokens_evicted, r.swa_num_tokens_evicted, r.mamba_num_evicted
+
+
 def play_hybrid(cache: Any, page_size: int, window: int | None, n: int, seed: int) -> list[tuple]:
     """`window`: the SWA window (None: no SWA; the stream then spans 4 pages per window)."""
     pools, core = Pools(cache), cache.tree_core
@@ -125,10 +136,7 @@ def play_hybrid(cache: Any, page_size: int, window: int | None, n: int, seed: in
     trace: list[tuple] = []
     for i, tokens in enumerate(stream(page_size, span, n, seed)):
         if i % 5 == 4:
-            swa = page_size * rng.randint(1, 6) if pools.swa else 0
-            r = cache.evict(EvictParams(swa_num_tokens=swa, mamba_num=rng.randint(0, 2)))
-            trace.append(("evict", r.num_tokens_evicted, r.swa_num_tokens_evicted,
-                          r.mamba_num_evicted))  # fmt: skip
+            trace.append(evict_aux_alone(cache, pools, rng, page_size, 0, 2))
         key = RadixKey(array("q", tokens))
         m = cache.match_prefix(MatchPrefixParams(key=key))
         done = m.device_prefix_len

@@ -29,7 +29,7 @@ from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 
 from tests.integrations.sglang_hicache import component_tree_state, end_request, load_back
-from tests.integrations.sglang_hybrid_stream import Pools, _alloc, leave_window
+from tests.integrations.sglang_hybrid_stream import Pools, _alloc, evict_aux_alone, leave_window
 from tests.integrations.sglang_swa_hicache import stream
 
 FULL, SWA, MAMBA = ComponentType.FULL, ComponentType.SWA, ComponentType.MAMBA
@@ -94,10 +94,7 @@ def play_mamba_hicache(cache: Any, cfg: Any, n: int, seed: int) -> list[tuple]:
     span = ps * (4 if ps <= 16 else 1)
     for i, tokens in enumerate(stream(ps, span, n, seed)):
         if i % 5 == 4:  # SGLang's Mamba (and SWA) eviction on its own: inner tombstones
-            swa = ps * rng.randint(1, 6) if pools.swa else 0
-            r = cache.evict(EvictParams(swa_num_tokens=swa, mamba_num=rng.randint(1, 4)))
-            trace.append(("evict", r.num_tokens_evicted, r.mamba_num_evicted,
-                          r.swa_num_tokens_evicted))  # fmt: skip
+            trace.append(evict_aux_alone(cache, pools, rng, ps, 1, 4))
         key = RadixKey(array("q", tokens))
         m = cache.match_prefix(MatchPrefixParams(key=key))
         first = (m.device_prefix_len, m.host_hit_length, m.mamba_host_hit_length,

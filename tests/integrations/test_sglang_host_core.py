@@ -8,7 +8,6 @@ leaf); the results and the trees compared after every call."""
 from __future__ import annotations
 
 from array import array
-from unittest import mock
 
 import pytest
 
@@ -27,6 +26,7 @@ from sglang.test.kits.unified_radix_cache.config import CONFIGS  # noqa: E402
 from tests.integrations.sglang_hicache import (  # noqa: E402
     build_hicache_cache,
     cpu_hicache,
+    insert_and_evict_with_host_full,
     load_back,
     scripted_in_lock_step,
 )
@@ -89,18 +89,9 @@ def script(cache, allocator) -> list:
     step("host evict all", cache.evict_host(10**6))
     step("insert c (unbacked)", insert(cache, allocator, seq(300, 2)))
     step("prefetch below unbacked c", host_insert(cache, seq(300, 2), seq(800, 1)))
-    # Host memory taken elsewhere: backups fail, so the leaves they were for are dropped
-    # (write-back: `drop_subtree_no_host`) or deleted unbacked (write-through).
-    host_pool = cache.cache_controller.mem_pool_host
-    taken = host_pool.alloc(host_pool.available_size())
-    step("insert d, host full", insert(cache, allocator, seq(600, 2)))
-    cache.check_hicache_events()
-    core = cache.tree_core
-    with mock.patch.object(core, "drop_subtree_no_host", wraps=core.drop_subtree_no_host) as drop:
-        evicted = cache.evict(EvictParams(num_tokens=10**6)).num_tokens_evicted
-    step("evict all, host full", (evicted, drop.call_count))
-    host_pool.free(taken)
-    cache.sanity_check()
+    d = seq(600, 2)
+    evict = EvictParams(num_tokens=10**6)
+    insert_and_evict_with_host_full(cache, step, lambda: insert(cache, allocator, d), evict)
     return out
 
 
@@ -112,7 +103,7 @@ def test_host_methods_in_lock_step(write_policy):
     assert steps["load back prefetched"][0]
     if write_policy == "write_through_selective":
         assert steps["prefetch below unbacked c"][3]  # dropped: its anchor has no host copy
-    evicted, drops = steps["evict all, host full"]
+    evicted, _, drops = steps["evict all, host full"]
     assert evicted > 0 and (drops > 0) == (write_policy == "write_back")
 
 
