@@ -90,10 +90,15 @@ class TreeNode:
         self.extra_key = extra_key
         self.parent = parent
         self.children: dict[ChildKey, TreeNode] = NO_CHILDREN
-        # map, not a comprehension: no function frame per node (runs on every new leaf); a
-        # tuple, not a list: one allocation of 16 bytes less per node, and the components'
-        # entries never change (each entry's fields do)
-        self.data = tuple(map(ComponentData, repeat(None, num_components)))
+        # A tuple, not a list: 16 bytes less per node, and the entries never change (their
+        # fields do). Spelled out for one and two components (full alone, full and one
+        # other): half the cost of `map` on every new node.
+        if num_components == 1:
+            self.data: tuple[ComponentData, ...] = (ComponentData(),)
+        elif num_components == 2:
+            self.data = (ComponentData(), ComponentData())
+        else:
+            self.data = tuple(map(ComponentData, repeat(None, num_components)))
         self.last_access_time = time
         self.creation_time = time
         self.hit_count = 0

@@ -57,8 +57,11 @@ def to_slots(value: torch.Tensor, start: int = 0, stop: int | None = None) -> Sl
     return value.numpy()[start:stop].copy()
 
 
+_CPU = torch.device("cpu")
+
+
 def to_tensor(slots: Slots, device: torch.device) -> torch.Tensor:
     tensor = torch.from_numpy(slots)
     # `.to` its own device returns the tensor itself, after a dispatch that costs more than
-    # `from_numpy`: skipped on the CPU.
-    return tensor if device.type == "cpu" else tensor.to(device)
+    # `from_numpy`: skipped on the CPU (`==`, not `.type`: a sixth of the cost).
+    return tensor if device == _CPU else tensor.to(device)
