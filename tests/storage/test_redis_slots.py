@@ -12,6 +12,7 @@ import pytest
 from uniradix.key import RadixKey
 from uniradix.storage import KeySpace
 from uniradix.storage.redis_slots import SLOTS, VECTOR_FROM, group_by_master, key_slot
+from uniradix.storage.redis_wire import NameBlock, key_commands, multi_key_command
 
 
 def _owner(masters: int, seed: int) -> tuple[np.ndarray, list[int]]:
@@ -31,6 +32,8 @@ def _batches() -> list[list[bytes]]:
     out.append([b"k%d.{t}" % i for i in range(10)])  # one tag
     out.append([b"{x%d}k.{t}" % (i % 3) for i in range(10)])  # the first tag counts
     out.append([b"k%d.{t}" % i for i in range(9)] + [b"k.{}"])  # an empty tag: the whole name
+    out.append([b"%04d}.{t%d}" % (i, i // 64) for i in range(600)])  # a `}` before the tag
+    out.append([b"k%d.{t%d}" % (i, i // 64) for i in range(600)])  # tags, names of 2 lengths
     return out
 
 
@@ -39,7 +42,8 @@ def _batches() -> list[list[bytes]]:
 def test_groups_cover_the_batch_in_order_one_master_each(batch: list[bytes], by_slot: bool) -> None:
     owner, owner_list = _owner(3, seed=len(batch))
     seen: list[int] = []
-    for master, groups in group_by_master(owner, owner_list, batch, by_slot):
+    names = NameBlock([name.decode() for name in batch])
+    for master, groups in group_by_master(owner, owner_list, names, by_slot):
         for group in groups:
             positions = list(group)
             assert positions == sorted(positions)
@@ -49,3 +53,30 @@ def test_groups_cover_the_batch_in_order_one_master_each(batch: list[bytes], by_
                 assert len(slots) == 1
             seen += positions
     assert sorted(seen) == list(range(len(batch)))
+
+
+@pytest.mark.parametrize("batch", _batches(), ids=lambda b: f"{len(b)}-{b[0][:6]!r}")
+def test_name_block_packs_as_name_by_name(batch: list[bytes]) -> None:
+    """The block's commands are byte for byte those packed from each name's bytes, for the
+    whole batch, a run of it and scattered positions, whether the names share a length."""
+    names = NameBlock([name.decode() for name in batch])
+    assert names.names == batch
+    assert (names.grid is not None) == (len(set(map(len, batch))) == 1)
+    runs = [None, range(len(batch)), range(3, 7), [0, 5, 2]]
+    for positions in runs:
+        picked = batch if positions is None else [batch[i] for i in positions]
+        assert b"".join(names.command(b"EXISTS", positions)) == b"".join(
+            multi_key_command(b"EXISTS", picked)
+        )
+        assert b"".join(names.key_commands(b"GET", positions)) == b"".join(
+            key_commands(b"GET", picked)
+        )
+    assert names.subset([4, 1]).names == [batch[4], batch[1]]
+
+
+def test_name_block_of_one_length_only_when_every_name_has_it() -> None:
+    """Names whose lengths differ but sum as if they did are not taken for a grid."""
+    batch = ["aa", "b", "ccc", "dd"]  # 8 characters, as 4 names of 2
+    names = NameBlock(batch)
+    assert names.grid is None and names.names == [n.encode() for n in batch]
+    assert NameBlock(["ab", "cd"]).grid is not None

@@ -61,11 +61,8 @@ from uniradix.storage.redis_deadline import (
     outside_deadline,
 )
 from uniradix.storage.redis_wire import (
-    MultiKeyCommands,
+    NameBlock,
     Reply,
-    encode_names,
-    key_commands,
-    multi_key_command,
     pick,
     pipelined,
     script_command,
@@ -165,8 +162,8 @@ class RedisBackend(StorageBackend):
         # instead: log2(n) round trips.
         client = self.client
         assert isinstance(client, redis.Redis)  # no cluster runner: one server
-        encoded = encode_names(names)  # packed by hand: redis-py encodes each name in Python
-        stored = pipelined(client, multi_key_command(b"EXISTS", encoded), 1)[0]
+        encoded = NameBlock(names)  # packed by hand: redis-py encodes each name in Python
+        stored = pipelined(client, encoded.command(b"EXISTS"), 1)[0]
         if isinstance(stored, Exception):  # an error reply (NOAUTH, ...): a store failure
             raise stored
         if stored == len(names):
@@ -193,11 +190,11 @@ class RedisBackend(StorageBackend):
         # stored?" (the usual case). Where a slot's pages are only partly stored, the pages
         # of such slots before the first surely absent one are asked one by one: two round
         # trips in all, as on one server.
-        names = encode_names(text_names)
-        master = cluster.one_slot_master(names)
+        names = NameBlock(text_names)
+        master = cluster.one_slot_master(text_names)
         if master is not None:  # one slot (a group of a chain's pages): one command
             try:
-                stored = pipelined(master, multi_key_command(b"EXISTS", names), 1)[0]
+                stored = pipelined(master, names.command(b"EXISTS"), 1)[0]
             except NODE_LOST:
                 stored = None  # the batch runner below refreshes the map and retries
             if stored == len(names) or stored == 0:
@@ -205,7 +202,7 @@ class RedisBackend(StorageBackend):
             # Partly stored, a redirection or a lost master: the general path below.
         absent = len(names)  # the first page surely not stored (none: the batch's end)
         partly: list[Sequence[int]] = []
-        for pages, stored in cluster.run_slots(names, MultiKeyCommands(b"EXISTS", names)):
+        for pages, stored in cluster.run_slots(names, lambda idx: names.command(b"EXISTS", idx)):
             if stored != len(pages):
                 if isinstance(stored, int) and stored > 0:
                     partly.append(pages)
@@ -214,19 +211,20 @@ class RedisBackend(StorageBackend):
         if not partly:
             return absent
         asked = sorted(i for pages in partly for i in pages if i < absent)
-        sub = [names[i] for i in asked]
-        replies = cluster.run(sub, lambda idx: key_commands(b"EXISTS", pick(sub, idx)))
+        sub = names.subset(asked)
+        replies = cluster.run(sub, lambda idx: sub.key_commands(b"EXISTS", idx))
         return next((i for i, n in zip(asked, replies, strict=True) if n != 1), absent)
 
     def _store_get(self, text_names: list[str]) -> list[StoredPage | None]:
-        names = encode_names(text_names)
+        names = NameBlock(text_names)
         replies: list[Reply] = [None] * len(names)
         with self._deadline(getattr(self._call, "get_bytes", 0)):
             cluster = self._cluster
             if cluster is None:
-                replies = self._run(names, lambda idx: key_commands(b"GET", pick(names, idx)))
+                replies = self._run(names, lambda idx: names.key_commands(b"GET", idx))
             else:  # one MGET per slot: its reply, the slot's pages' values (or its error)
-                for pages, values in cluster.run_slots(names, MultiKeyCommands(b"MGET", names)):
+                slot_gets = cluster.run_slots(names, lambda idx: names.command(b"MGET", idx))
+                for pages, values in slot_gets:
                     got = values if isinstance(values, list) else [values] * len(pages)
                     deque(map(replies.__setitem__, pages, got), maxlen=0)
         return [_stored(reply) for reply in replies]
@@ -238,11 +236,11 @@ class RedisBackend(StorageBackend):
         joined copy of the payload is made. A refused write (a full server under
         `noeviction`) ends the stored prefix without counting as a store failure: the server
         is up, the breaker stays closed. A lost connection raises instead."""
-        names = encode_names(text_names)
+        names = NameBlock(text_names)
 
         def pack(idx: Sequence[int]) -> list[bytes | memoryview]:
             return set_commands(
-                pick(names, idx), pick(headers, idx), pick(payloads, idx), self.ttl_ms
+                pick(names.names, idx), pick(headers, idx), pick(payloads, idx), self.ttl_ms
             )
 
         num_bytes = sum(memoryview(p).nbytes for p in payloads) + sum(map(len, headers))
@@ -256,12 +254,12 @@ class RedisBackend(StorageBackend):
         return len(names)
 
     def _store_delete(self, text_names: list[str]) -> int:
-        names = encode_names(text_names)
+        names = NameBlock(text_names)
         with self._deadline():
-            replies = self._run(names, lambda idx: key_commands(b"UNLINK", pick(names, idx)))
+            replies = self._run(names, lambda idx: names.key_commands(b"UNLINK", idx))
         return sum(r for r in replies if isinstance(r, int))
 
-    def _run(self, names: list[bytes], pack: Packer) -> list[Reply]:
+    def _run(self, names: NameBlock, pack: Packer) -> list[Reply]:
         """One reply per name (`redis_wire.Reply`): on a cluster split by master
         (`ClusterBatches`), on one server one pipeline."""
         cluster = self._cluster

@@ -39,7 +39,7 @@ from redis.exceptions import (
 )
 
 from uniradix.storage.redis_slots import SLOTS, group_by_master, key_slot, shared_tag, tag_slot
-from uniradix.storage.redis_wire import Reply, Sent, receive, send
+from uniradix.storage.redis_wire import NameBlock, Reply, Sent, receive, send
 
 __all__ = ["NODE_LOST", "REDIRECTED", "ClusterBatches", "Packer", "key_slot"]
 
@@ -72,7 +72,7 @@ class ClusterBatches:
             [],
         )
 
-    def run(self, names: Sequence[bytes], pack: Packer) -> list[Reply]:
+    def run(self, names: NameBlock, pack: Packer) -> list[Reply]:
         """One reply per name, in order (see `redis_wire.Reply`), from one command per name; a
         reply that is still a redirection after the one retry is left as it is
         (`REDIRECTED`): the caller's miss. Raises the store failure when a master stays
@@ -85,7 +85,7 @@ class ClusterBatches:
                 deque(map(replies.__setitem__, pages, got), maxlen=0)
         return replies
 
-    def run_slots(self, names: Sequence[bytes], pack: Packer) -> list[tuple[Sequence[int], Reply]]:
+    def run_slots(self, names: NameBlock, pack: Packer) -> list[tuple[Sequence[int], Reply]]:
         """One multi-key command per slot (`pack` makes it from the slot's pages): each slot's
         pages (indices into `names`, in batch order) with its one reply, kept as `run` keeps
         them. A lookup of a chain's pages is a few slots: no Python work per page."""
@@ -96,7 +96,7 @@ class ClusterBatches:
         ]
 
     def _retried(
-        self, names: Sequence[bytes], pack: Packer, by_slot: bool
+        self, names: NameBlock, pack: Packer, by_slot: bool
     ) -> Iterator[tuple[Sequence[Any], list[Reply]]]:
         """Each master's units (its pages, or with `by_slot` its slots' lists of pages) with
         their replies; what was redirected or lost on the way is sent again, once, after a
@@ -137,7 +137,7 @@ class ClusterBatches:
         self.client.nodes_manager.initialize()
 
     def _send(
-        self, names: Sequence[bytes], todo: list[int], pack: Packer, by_slot: bool
+        self, names: NameBlock, todo: list[int], pack: Packer, by_slot: bool
     ) -> list[tuple[Sequence[Any], list[Reply] | BaseException]]:
         """Each master's units (its pages, or with `by_slot` its slots' lists of pages, one
         command per slot) with a reply per unit, or the failure of that master's pipeline:
@@ -167,7 +167,7 @@ class ClusterBatches:
                 out.append((units, exc))
         return out
 
-    def one_slot_master(self, names: Sequence[bytes]) -> redis.Redis | None:
+    def one_slot_master(self, names: Sequence[str]) -> redis.Redis | None:
         """The client of the master holding the batch when every name ends in one hash tag
         (a lookup of one group of a chain's pages): its one command needs none of a batch's
         grouping. None otherwise, or when the slot has no master in the map."""
@@ -179,13 +179,13 @@ class ClusterBatches:
         return None if master < 0 else self.client.get_redis_connection(masters[master])
 
     def _by_master(
-        self, names: Sequence[bytes], todo: list[int], by_slot: bool
+        self, names: NameBlock, todo: list[int], by_slot: bool
     ) -> list[tuple[ClusterNode, list[Sequence[int]]]]:
         """Each master with its pages (indices into `names`, in batch order): one list, or
         with `by_slot` one list per slot."""
         owner, masters, owner_list = self._current_table()
         whole = len(todo) == len(names)
-        picked = names if whole else [names[i] for i in todo]
+        picked = names if whole else names.subset(todo)
         groups = group_by_master(owner, owner_list, picked, by_slot)
         if whole:
             return [(masters[m], lists) for m, lists in groups]

@@ -17,6 +17,8 @@ from itertools import chain, repeat
 import numpy as np
 from redis.exceptions import SlotNotCoveredError
 
+from uniradix.storage.redis_wire import NameBlock
+
 SLOTS = 16384
 VECTOR_FROM = 256
 RUN_FROM = 8  # names per run, on average, from which the batch is grouped run by run
@@ -43,77 +45,82 @@ def _hashed_part(name: bytes) -> bytes:
     return name
 
 
-def slot_runs(names: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
+def slot_runs(names: NameBlock) -> tuple[np.ndarray, np.ndarray]:
     """The batch as runs of consecutive names in one slot: each run's start and its slot
     (int64 arrays). A chain's pages come in runs of one tag: one CRC per run."""
-    joined = b"".join(names)
-    words = _tail_tags(names, joined) if b"{" in joined else None
+    words = _tail_tags(names)
     if words is None:
-        slots = np.array([key_slot(name) for name in names], dtype=np.int64)
+        slots = np.array([key_slot(name) for name in names.names], dtype=np.int64)
         return np.arange(len(names)), slots
     differs = words[1:] != words[:-1]
     changed = differs[:, 0] if words.shape[1] == 1 else differs.any(axis=1)
     starts = np.flatnonzero(np.concatenate(([True], changed)))
-    begin, end = names[0].find(b"{") + 1, len(names[0]) - 1
-    crcs = [crc_hqx(names[i][begin:end], 0) % SLOTS for i in starts.tolist()]
+    first = names.text[0]
+    begin, end = first.find("{") + 1, len(first) - 1
+    text = names.text
+    crcs = [crc_hqx(text[i][begin:end].encode(), 0) % SLOTS for i in starts.tolist()]
     return starts, np.array(crcs, dtype=np.int64)
 
 
-def _tail_tags(names: Sequence[bytes], joined: bytes) -> np.ndarray | None:
+def _tail_tags(names: NameBlock) -> np.ndarray | None:
     """Each name's tag as a row of 8-byte words (zero-padded), when every name has one
     length, its only `{` at one place and its first `}` after it last; None otherwise."""
-    count, width = len(names), len(names[0])
-    start = names[0].find(b"{")
-    if len(joined) != width * count or start < 0 or start + 2 >= width:
+    grid = names.grid
+    if grid is None:
         return None
-    grid = np.frombuffer(joined, dtype=np.uint8).reshape(count, width)
-    tag = grid[:, start + 1 : width - 1]
+    count, width = grid.shape
+    start = names.text[0].find("{")
+    if start < 0 or start + 2 >= width:
+        return None
     if (
         not (grid[:, start] == _OPEN).all()
         or not (grid[:, width - 1] == _CLOSE).all()
-        or np.count_nonzero(grid == _OPEN) != count  # so no `{` before the tag's
-        or (tag == _CLOSE).any()
+        # so no `{` before the tag's (counted on the whole contiguous block: the framing
+        # holds none, and a strided count of the names alone costs half as much again)
+        or np.count_nonzero(names.rows == _OPEN) != count
     ):
         return None
-    padded = np.zeros((count, -(-tag.shape[1] // 8) * 8), dtype=np.uint8)
-    padded[:, : tag.shape[1]] = tag
+    padded = np.zeros((count, -(-(width - start - 2) // 8) * 8), dtype=np.uint8)
+    padded[:, : width - start - 2] = grid[:, start + 1 : width - 1]
+    if (padded == _CLOSE).any():  # a `}` inside: the tag ends before the name does
+        return None
     return padded.view(np.uint64)
 
 
-def shared_tag(names: Sequence[bytes]) -> bytes | None:
+def shared_tag(names: Sequence[str]) -> bytes | None:
     """The hash tag (without braces) when every name ends in the same `{tag}` and has no
     other `{`, so every name lies in its slot; None otherwise. No Python work per name."""
     if not names:
         return None
     first = names[0]
-    start = first.find(b"{")
-    if start < 0 or first.find(b"}", start + 1) != len(first) - 1 or start + 2 >= len(first):
+    start = first.find("{")
+    if start < 0 or first.find("}", start + 1) != len(first) - 1 or start + 2 >= len(first):
         return None
     tail = first[start:]
-    if not all(map(bytes.endswith, names, repeat(tail))):  # stops at the first other tag
+    if not all(map(str.endswith, names, repeat(tail))):  # stops at the first other tag
         return None
-    if b"".join(names).count(b"{") != len(names):  # a `{` before the tag
+    if "".join(names).count("{") != len(names):  # a `{` before the tag
         return None
-    return tail[1:-1]
+    return tail[1:-1].encode()
 
 
 def group_by_master(
-    owner: np.ndarray, owner_list: list[int], names: Sequence[bytes], by_slot: bool
+    owner: np.ndarray, owner_list: list[int], names: NameBlock, by_slot: bool
 ) -> list[tuple[int, list[Sequence[int]]]]:
     """The batch's positions grouped by master (`owner[slot]`: the master's index, -1 for
     none, as an array and as a list), each master's in one group or, with `by_slot`, one
     per slot, every group in batch order (a run of a chain's pages: a `range`). Raises
     `SlotNotCoveredError` for a name whose slot has no master."""
-    tag = shared_tag(names)
+    tag = shared_tag(names.text)
     if tag is not None:  # one group of a chain's pages (a lookup of up to 64): one slot
         tagged = tag_slot(tag)
         if owner_list[tagged] < 0:
-            raise SlotNotCoveredError(f"slot {tagged} of {names[0]!r} has no master")
+            raise SlotNotCoveredError(f"slot {tagged} of {names.text[0]!r} has no master")
         return [(owner_list[tagged], [range(len(names))])]
     if len(names) < VECTOR_FROM:  # numpy's cost per call is more than a short loop's
         groups: dict[int, dict[int, list[int]]] = {}
         known: dict[bytes, int] = {}
-        for pos, name in enumerate(names):
+        for pos, name in enumerate(names.names):
             part = _hashed_part(name)
             slot = known.get(part)
             if slot is None:
@@ -127,7 +134,7 @@ def group_by_master(
     owners = owner[slots]
     lost = np.flatnonzero(owners < 0)
     if lost.size:
-        name = names[int(starts[lost[0]])]
+        name = names.names[int(starts[lost[0]])]
         raise SlotNotCoveredError(f"slot {key_slot(name)} of {name!r} has no master")
     if len(starts) * RUN_FROM <= len(names):
         return _group_runs(starts.tolist(), slots.tolist(), owners.tolist(), len(names), by_slot)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
+import numpy as np
 import redis
 from redis._parsers import hiredis as _hiredis
 
@@ -90,35 +91,89 @@ def pick(items: Sequence[T], positions: Sequence[int]) -> Sequence[T]:
     return [items[i] for i in positions]
 
 
-class MultiKeyCommands:
-    """`COMMAND name...` for a part of one batch of names (a cluster slot's `MGET` or
-    `EXISTS`). When every name has one length, the names are packed once for the batch and
-    a run of them (a `range` of positions, as a chain's pages come) is a slice of that block:
-    no join per slot."""
+class NameBlock:
+    """A batch's page names (ASCII, no line breaks), encoded once as the protocol's bulk
+    strings (`$len\r\nname\r\n` each) in one `join` and one `encode`: encoding them one
+    by one and packing each into a command was ~100 us of a 1,024-page lookup, a third of
+    its wall on loopback. When every name has one length (a chain's storage keys do) the
+    block is a grid: a run of names (a `range` of positions, as a chain's pages come) is a
+    slice of it, and a cluster's grouping reads the hash tags from it as arrays
+    (`redis_slots.slot_runs`). Names of other lengths are packed one by one."""
 
-    def __init__(self, command: bytes, names: Sequence[bytes]) -> None:
-        self.command, self.names = command, names
-        self._head = _bulk(command)
-        self._width = 0
-        self._block = memoryview(b"")
-        lengths = set(map(len, names))
-        if len(lengths) == 1:
-            first = b"$%d\r\n" % lengths.pop()
-            block = first + (b"\r\n" + first).join(names) + b"\r\n"
-            self._width, self._block = len(block) // len(names), memoryview(block)
+    def __init__(self, text: Sequence[str]) -> None:
+        self.text = text
+        count, width = len(text), len(text[0]) if text else 0
+        head = f"${width}\r\n"
+        block = (head + ("\r\n" + head).join(text) + "\r\n").encode() if text else b""
+        row = len(head) + width + 2
+        self._names: list[bytes] | None = None
+        self.grid: np.ndarray | None = None
+        """The names as a (count, width) array of bytes, when they all have one length."""
+        self.rows: np.ndarray | None = None
+        """The block as a (count, row) array of bytes, each row a name's bulk string."""
+        # Uniform: the line feeds that end each row's head and name where they would be
+        # were every name as long as the first (no name holds a line break, so a longer or
+        # shorter one would move them).
+        if count and len(block) == row * count:
+            rows = np.frombuffer(block, dtype=np.uint8).reshape(count, row)
+            if (rows[:, len(head) - 1] == _LF).all() and (rows[:, row - 1] == _LF).all():
+                self.rows, self.grid = rows, rows[:, len(head) : len(head) + width]
+        uniform = self.grid is not None
+        self._block: memoryview | None = memoryview(block) if uniform else None
+        self._row = row if uniform else 0
 
-    def __call__(self, positions: Sequence[int]) -> list[bytes | memoryview]:
-        if self._width and isinstance(positions, range):
-            start, stop, width = positions.start, positions.stop, self._width
-            count = b"*%d\r\n" % (1 + stop - start)
-            return [count + self._head, self._block[start * width : stop * width]]
-        return multi_key_command(self.command, pick(self.names, positions))
+    def __len__(self) -> int:
+        return len(self.text)
+
+    @property
+    def names(self) -> list[bytes]:
+        """Each name as bytes (encoded on first use)."""
+        if self._names is None:
+            self._names = encode_names(self.text)
+        return self._names
+
+    def subset(self, positions: Sequence[int]) -> NameBlock:
+        return NameBlock([self.text[i] for i in positions])
+
+    def bulk(self, positions: Sequence[int] | None = None) -> bytes | memoryview:
+        """The bulk strings of the names at `positions` (None: all), in that order."""
+        block, row = self._block, self._row
+        if positions is None or len(positions) == len(self.text):
+            if block is not None:
+                return block
+            positions = range(len(self.text))
+        if block is not None and isinstance(positions, range):
+            return block[positions.start * row : positions.stop * row]
+        return _each(b"", pick(self.names, positions))
+
+    def command(
+        self, command: bytes, positions: Sequence[int] | None = None
+    ) -> list[bytes | memoryview]:
+        """`COMMAND name...` of the names at `positions` (None: all), as one command."""
+        count = len(self.text) if positions is None else len(positions)
+        return [b"*%d\r\n" % (1 + count) + _bulk(command), self.bulk(positions)]
+
+    def key_commands(
+        self, command: bytes, positions: Sequence[int] | None = None
+    ) -> list[bytes | memoryview]:
+        """`COMMAND name` for each name at `positions` (None: all): for the whole batch one
+        `join` of the names, with no bytes of its own per name."""
+        text = self.text
+        if positions is not None and len(positions) != len(text):
+            return key_commands(command, pick(self.names, positions))
+        if self.grid is None or not text:
+            return key_commands(command, self.names)
+        head = f"*2\r\n${len(command)}\r\n{command.decode()}\r\n${len(text[0])}\r\n"
+        return [(head + ("\r\n" + head).join(text) + "\r\n").encode()]
 
 
-def script_command(script: bytes, args: Sequence[bytes]) -> list[bytes | memoryview]:
+_LF = ord("\n")
+
+
+def script_command(script: bytes, args: NameBlock) -> list[bytes | memoryview]:
     """`EVAL script 0 arg...`: a script given no keys, only arguments."""
     head = b"*%d\r\n" % (3 + len(args)) + _bulk(b"EVAL") + _bulk(script) + _bulk(b"0")
-    return [head + _each(b"", args)]
+    return [head, args.bulk()]
 
 
 # What redis-py's hiredis reader answers when no whole reply is buffered (hiredis's own
