@@ -72,7 +72,7 @@ if want perf; then
     $PY -m benchmarks.bench_free
     step "SGLang's cache on the uniradix TreeCore against its Rust core (docs/sglang.md)"
     $PY benchmarks/sglang_cores.py --workloads chat,fewshot --configs full,full+swa,full+mamba \
-        --scale 0.3 --out "$R/sglang_cores.md"
+        --scale 1.0 --out "$R/sglang_cores.md"
 fi
 
 if want engine; then
