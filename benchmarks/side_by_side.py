@@ -13,7 +13,10 @@ uniradix job, then every SGLang job.
 
 Parts: `streams` (chat, fewshot, random, longchat in batches of 16: 65,536-token pool, so
 eviction runs; longdoc: 8-32k-token prompts, 262,144-token pool; page 1 and 16), `mooncake`
-(the synthetic trace, page 16, pools of 1M and 4M tokens) and `scale` (`benchmarks/scale.py`).
+(the synthetic trace, page 16, pools of 1M and 4M tokens), `scale` (`benchmarks/scale.py`)
+and `integration`: SGLang's own cache on the uniradix TreeCore against its Rust and Python
+cores (`benchmarks/sglang_cores.py`, run in this venv, where SGLang is imported next to
+uniradix; its table is `sglang_cores.md` next to `--out`).
 A configuration uniradix has no adapter for yet (`benchmarks/uniradix_side.ADAPTERS`) is
 reported for SGLang only.
 """
@@ -21,6 +24,7 @@ reported for SGLang only.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -236,7 +240,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--parts", default="streams,mooncake,scale")
+    parser.add_argument("--parts", default="streams,mooncake,scale,integration")
     parser.add_argument("--configs", default=",".join(CONFIGS))
     parser.add_argument("--cores", default=",".join(CORES))
     parser.add_argument("--workloads", default="", help="streams to play (default: all)")
@@ -251,7 +255,11 @@ def main(argv: list[str] | None = None) -> None:
     args.parts = args.parts.split(",")
     args.configs = args.configs.split(",")
     args.workloads = [w for w in args.workloads.split(",") if w]
+    if "integration" in args.parts and not args.no_sglang:
+        run_integration(args)
     job_list = jobs(args)
+    if not job_list:
+        return
     results: list[dict[str, Any]] = [{"job": job, "sides": {}} for job in job_list]
     if not args.no_sglang and not args.no_interleave:
         run_interleaved(results, args.cores.split(","), args.chunk)
@@ -267,6 +275,20 @@ def main(argv: list[str] | None = None) -> None:
     table = render(doc)
     args.out.with_suffix(".md").write_text(table)
     print(table)
+
+
+def run_integration(args: argparse.Namespace) -> None:
+    """`benchmarks/sglang_cores.py` on the chosen configs (chat and fewshot unless
+    `--workloads` names others); skipped, saying so, where SGLang is not in this venv."""
+    if importlib.util.find_spec("sglang") is None:
+        print("integration: skipped, SGLang is not installed here (scripts/setup_sglang.sh)")
+        return
+    workloads = ",".join(args.workloads) or "chat,fewshot"
+    command = [sys.executable, str(REPO / "benchmarks" / "sglang_cores.py")]
+    command += ["--workloads", workloads, "--configs", ",".join(args.configs)]
+    command += ["--scale", "0.3" if args.quick else "1.0"]
+    command += ["--out", os.path.relpath(args.out.with_name("sglang_cores.md"))]
+    subprocess.run(command, check=True)
 
 
 def _label(job: dict[str, Any]) -> str:
