@@ -55,9 +55,8 @@ def slot_runs(names: NameBlock) -> tuple[np.ndarray, np.ndarray]:
     differs = words[1:] != words[:-1]
     changed = differs[:, 0] if words.shape[1] == 1 else differs.any(axis=1)
     starts = np.flatnonzero(np.concatenate(([True], changed)))
-    first = names.text[0]
-    begin, end = first.find("{") + 1, len(first) - 1
     text = names.text
+    begin, end = text[0].find("{") + 1, len(text[0]) - 1
     crcs = [crc_hqx(text[i][begin:end].encode(), 0) % SLOTS for i in starts.tolist()]
     return starts, np.array(crcs, dtype=np.int64)
 
