@@ -11,6 +11,7 @@ from setuptools import Extension, setup
 CSRC = "uniradix/csrc"
 NAMES = (
     "native_module",
+    "cluster_slots",
     "msgpack_ints",
     "page_digests",
     "page_free",

@@ -20,6 +20,8 @@ with the GIL released):
   (`cache.insert_slots`), one pass each where numpy makes temporary arrays;
 - `walk_edges`: the radix tree's match walk (`tree.walk`) over a buffer read in place (an
   engine's token-id array needs no `bytes` copy);
+- `cluster_slot_runs`: a batch of Redis key names as runs of one cluster slot
+  (`storage.redis_slots`), one CRC per run where Python takes a slice and a CRC a name;
 - `msgpack_ints`: a msgpack array of 64-bit integers read in place, for the KV events'
   tokens and hashes (`events.packed`), where msgspec needs a Python int per value.
 
@@ -213,3 +215,12 @@ walk_edges: Callable[[object, Buffer, int, int, object], tuple[list[Any], int, A
 """`uniradix.tree.walk.walk_edges` computed natively over any buffer of packed units, read in
 place: the C function itself, with no wrapper (a match runs on every request; the C side
 checks its arguments)."""
+
+
+def cluster_slot_runs(names: Sequence[str]) -> tuple[list[int], list[int]]:
+    """The first index and the Redis Cluster slot of each run of consecutive `names` in one
+    slot (`storage.redis_slots.key_slot` of each name's UTF-8 bytes)."""
+    runs: tuple[list[int], list[int]] = _get().cluster_slot_runs(
+        names if isinstance(names, list) else list(names)
+    )
+    return runs

@@ -8,7 +8,9 @@ import random
 
 import numpy as np
 import pytest
+from redis.exceptions import SlotNotCoveredError
 
+from uniradix import native
 from uniradix.key import RadixKey
 from uniradix.storage import KeySpace
 from uniradix.storage.redis_slots import SLOTS, VECTOR_FROM, group_by_master, key_slot
@@ -39,7 +41,9 @@ def _batches() -> list[list[bytes]]:
 
 @pytest.mark.parametrize("by_slot", [True, False])
 @pytest.mark.parametrize("batch", _batches(), ids=lambda b: f"{len(b)}-{b[0][:6]!r}")
-def test_groups_cover_the_batch_in_order_one_master_each(batch: list[bytes], by_slot: bool) -> None:
+def test_groups_cover_the_batch_in_order_one_master_each(
+    batch: list[bytes], by_slot: bool, python_and_native: str
+) -> None:
     owner, owner_list = _owner(3, seed=len(batch))
     seen: list[int] = []
     names = NameBlock([name.decode() for name in batch])
@@ -53,6 +57,26 @@ def test_groups_cover_the_batch_in_order_one_master_each(batch: list[bytes], by_
                 assert len(slots) == 1
             seen += positions
     assert sorted(seen) == list(range(len(batch)))
+
+
+@pytest.mark.parametrize("batch", [*_batches(), ["é{ü}x".encode(), b"", b"{}", b"a{b"]])
+def test_native_runs_are_key_slot_runs(batch: list[bytes]) -> None:
+    """The native runs are those of `key_slot` name by name: each run's first position and
+    slot, a new run exactly where the slot changes."""
+    if not native.BUILT:
+        pytest.skip("uniradix._native was not built")
+    slots = [key_slot(name) for name in batch]
+    starts = [i for i in range(len(batch)) if i == 0 or slots[i] != slots[i - 1]]
+    got = native.cluster_slot_runs([name.decode() for name in batch])
+    assert got == (starts, [slots[i] for i in starts])
+
+
+def test_native_runs_refuse_what_is_not_a_name() -> None:
+    if not native.BUILT:
+        pytest.skip("uniradix._native was not built")
+    with pytest.raises(TypeError, match=r"names\[1\] is bytes"):
+        native.cluster_slot_runs(["a", b"b"])  # type: ignore[list-item]
+    assert native.cluster_slot_runs([]) == ([], [])
 
 
 @pytest.mark.parametrize("batch", _batches(), ids=lambda b: f"{len(b)}-{b[0][:6]!r}")
@@ -80,3 +104,16 @@ def test_name_block_of_one_length_only_when_every_name_has_it() -> None:
     names = NameBlock(batch)
     assert names.grid is None and names.names == [n.encode() for n in batch]
     assert NameBlock(["ab", "cd"]).grid is not None
+
+
+@pytest.mark.parametrize("batch", _batches()[:8], ids=lambda b: f"{len(b)}-{b[0][:6]!r}")
+def test_a_slot_without_master_is_named(batch: list[bytes], python_and_native: str) -> None:
+    """Every way of grouping refuses a batch holding a page of a slot with no master, naming
+    that page, as redis-py does."""
+    owner, owner_list = _owner(3, seed=1)
+    lost = key_slot(batch[len(batch) // 2])
+    owner_list[lost] = -1
+    owner[lost] = -1
+    names = NameBlock([name.decode() for name in batch])
+    with pytest.raises(SlotNotCoveredError, match=f"slot {lost} of .* has no master"):
+        group_by_master(owner, owner_list, names, by_slot=True)

@@ -39,6 +39,9 @@ PyObject *native_msgpack_ints(PyObject *module, PyObject *args);
 /* tree_walk.c */
 PyObject *native_walk_edges(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
+/* cluster_slots.c */
+PyObject *native_cluster_slot_runs(PyObject *module, PyObject *names);
+
 /* row_copy.c */
 PyObject *native_copy_row_runs(PyObject *module, PyObject *args);
 

@@ -13,6 +13,8 @@
  * - slot_checks.c: whole_pages, the page test of an insert's value, and count_equal, an
  *   insert's duplicate slots against the tree's own;
  * - tree_walk.c: walk_edges, the radix tree's match walk over a buffer read in place;
+ * - cluster_slots.c: cluster_slot_runs, a batch of Redis key names as runs of one cluster
+ *   slot;
  * - msgpack_ints.c: msgpack_ints, a msgpack array of 64-bit integers (the KV events'
  *   tokens and hashes) read in place, msgspec's bytes without a Python int per value.
  *
@@ -65,6 +67,9 @@ static PyMethodDef methods[] = {
     {"msgpack_ints", native_msgpack_ints, METH_VARARGS,
      "msgpack_ints(values, is_unsigned) -> bytes: the msgpack array of a contiguous buffer "
      "of native 64-bit integers, each in its shortest form (msgspec's bytes)."},
+    {"cluster_slot_runs", native_cluster_slot_runs, METH_O,
+     "cluster_slot_runs(names) -> (starts, slots): the first index and the Redis Cluster slot "
+     "of each run of consecutive names (a list of str) in one slot."},
     {NULL, NULL, 0, NULL},
 };
 

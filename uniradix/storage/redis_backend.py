@@ -202,7 +202,7 @@ class RedisBackend(StorageBackend):
             # Partly stored, a redirection or a lost master: the general path below.
         absent = len(names)  # the first page surely not stored (none: the batch's end)
         partly: list[Sequence[int]] = []
-        for pages, stored in cluster.run_slots(names, lambda idx: names.command(b"EXISTS", idx)):
+        for pages, stored in cluster.run_slots(names, b"EXISTS"):
             if stored != len(pages):
                 if isinstance(stored, int) and stored > 0:
                     partly.append(pages)
@@ -223,7 +223,7 @@ class RedisBackend(StorageBackend):
             if cluster is None:
                 replies = self._run(names, lambda idx: names.key_commands(b"GET", idx))
             else:  # one MGET per slot: its reply, the slot's pages' values (or its error)
-                slot_gets = cluster.run_slots(names, lambda idx: names.command(b"MGET", idx))
+                slot_gets = cluster.run_slots(names, b"MGET")
                 for pages, values in slot_gets:
                     got = values if isinstance(values, list) else [values] * len(pages)
                     deque(map(replies.__setitem__, pages, got), maxlen=0)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from itertools import chain
+from itertools import chain, repeat
 from typing import Any
 
 import numpy as np
@@ -85,21 +85,24 @@ class ClusterBatches:
                 deque(map(replies.__setitem__, pages, got), maxlen=0)
         return replies
 
-    def run_slots(self, names: NameBlock, pack: Packer) -> list[tuple[Sequence[int], Reply]]:
-        """One multi-key command per slot (`pack` makes it from the slot's pages): each slot's
-        pages (indices into `names`, in batch order) with its one reply, kept as `run` keeps
-        them. A lookup of a chain's pages is a few slots: no Python work per page."""
+    def run_slots(self, names: NameBlock, command: bytes) -> list[tuple[Sequence[int], Reply]]:
+        """One multi-key `command` (`MGET`, `EXISTS`) per slot: each slot's pages (indices
+        into `names`, in batch order) with its one reply, kept as `run` keeps them. A lookup
+        of a chain's pages is a few slots: no Python work per page."""
         return [
             (slot, reply)
-            for slots, got in self._retried(names, pack, by_slot=True)
+            for slots, got in self._retried(
+                names, lambda groups: names.commands(command, groups), by_slot=True
+            )
             for slot, reply in zip(slots, got, strict=True)
         ]
 
     def _retried(
-        self, names: NameBlock, pack: Packer, by_slot: bool
+        self, names: NameBlock, pack: Callable[[Any], Sequence[bytes | memoryview]], by_slot: bool
     ) -> Iterator[tuple[Sequence[Any], list[Reply]]]:
         """Each master's units (its pages, or with `by_slot` its slots' lists of pages) with
-        their replies; what was redirected or lost on the way is sent again, once, after a
+        their replies (`pack` packs a master's units: a `Packer`, or with `by_slot` one
+        command per slot); what was redirected or lost on the way is sent again, once, after a
         refresh of the slot map. Raises a master's failure not worth a retry, any failure of
         the retry, and a `ClusterDownError` still answered after it."""
         todo = list(range(len(names)))
@@ -110,7 +113,7 @@ class ClusterBatches:
                     if attempt or not isinstance(outcome, NODE_LOST):
                         raise outcome
                     retry += chain.from_iterable(units) if by_slot else units
-                elif not any(isinstance(reply, _STALE_MAP) for reply in outcome):
+                elif not any(map(isinstance, outcome, repeat(_STALE_MAP))):
                     yield units, outcome  # the usual case
                 elif attempt:
                     down = [r for r in outcome if isinstance(r, ClusterDownError)]
@@ -137,7 +140,11 @@ class ClusterBatches:
         self.client.nodes_manager.initialize()
 
     def _send(
-        self, names: NameBlock, todo: list[int], pack: Packer, by_slot: bool
+        self,
+        names: NameBlock,
+        todo: list[int],
+        pack: Callable[[Any], Sequence[bytes | memoryview]],
+        by_slot: bool,
     ) -> list[tuple[Sequence[Any], list[Reply] | BaseException]]:
         """Each master's units (its pages, or with `by_slot` its slots' lists of pages, one
         command per slot) with a reply per unit, or the failure of that master's pipeline:
@@ -147,11 +154,7 @@ class ClusterBatches:
         sent: list[Sent | BaseException] = []
         for node, slots in groups:
             try:
-                chunks: Sequence[bytes | memoryview] = (
-                    [b"".join([c for idx in slots for c in pack(idx)])]
-                    if by_slot
-                    else pack(slots[0])
-                )
+                chunks = pack(slots if by_slot else slots[0])
                 sent.append(send(self.client.get_redis_connection(node), chunks))
             except (RedisError, OSError) as exc:  # the caller decides: retry, or fail
                 sent.append(exc)

@@ -2,10 +2,12 @@
 
 A cluster hashes a key's first non-empty `{hash tag}`, or the whole key without one (CRC16
 mod 16,384). A batch of a chain's pages (`uniradix.hashing.storage_keys`: names of one
-length, the tag at their end) is read as one byte array: one CRC per run of a tag and no
-Python work per page, which on a 1,024-page lookup was a good part of the client's time.
-Other names take the per-key rule, and so do batches under 256 names (a loop costs less
-than numpy's calls there).
+length, the tag at their end) comes in runs of one tag. With the native module built, any
+batch is cut into runs of one slot in one pass of C (`native.cluster_slot_runs`: a
+`memchr` pair and a `memcmp` a name, a CRC a run; a few passes of numpy less over the
+batch's bytes). Without it, such a batch is read as one byte array (numpy: one CRC per
+run of a tag and no Python work per page); other names take the per-key rule, and so do
+batches under 256 names (a loop costs less than numpy's calls there).
 """
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ from __future__ import annotations
 from binascii import crc_hqx
 from collections.abc import Sequence
 from itertools import chain, repeat
+from typing import NoReturn
 
 import numpy as np
 from redis.exceptions import SlotNotCoveredError
 
+from uniradix import native
 from uniradix.storage.redis_wire import NameBlock
 
 SLOTS = 16384
@@ -96,7 +100,8 @@ def shared_tag(names: Sequence[str]) -> bytes | None:
     if start < 0 or first.find("}", start + 1) != len(first) - 1 or start + 2 >= len(first):
         return None
     tail = first[start:]
-    if not all(map(str.endswith, names, repeat(tail))):  # stops at the first other tag
+    # The last name first: a batch of a chain's groups ends in another tag.
+    if not names[-1].endswith(tail) or not all(map(str.endswith, names, repeat(tail))):
         return None
     if "".join(names).count("{") != len(names):  # a `{` before the tag
         return None
@@ -110,6 +115,9 @@ def group_by_master(
     none, as an array and as a list), each master's in one group or, with `by_slot`, one
     per slot, every group in batch order (a run of a chain's pages: a `range`). Raises
     `SlotNotCoveredError` for a name whose slot has no master."""
+    if native.HAVE_NATIVE:  # the runs in one pass of C, whatever the names
+        starts, slots = native.cluster_slot_runs(names.text)
+        return _group(owner, owner_list, names, starts, slots, by_slot)
     tag = shared_tag(names.text)
     if tag is not None:  # one group of a chain's pages (a lookup of up to 64): one slot
         tagged = tag_slot(tag)
@@ -129,27 +137,46 @@ def group_by_master(
                 raise SlotNotCoveredError(f"slot {slot} of {name!r} has no master")
             groups.setdefault(master, {}).setdefault(slot if by_slot else 0, []).append(pos)
         return [(master, list(by.values())) for master, by in groups.items()]
-    starts, slots = slot_runs(names)
-    owners = owner[slots]
-    lost = np.flatnonzero(owners < 0)
-    if lost.size:
-        name = names.names[int(starts[lost[0]])]
-        raise SlotNotCoveredError(f"slot {key_slot(name)} of {name!r} has no master")
+    run_starts, run_slots = slot_runs(names)
+    return _group(owner, owner_list, names, run_starts.tolist(), run_slots.tolist(), by_slot)
+
+
+def _group(
+    owner: np.ndarray,
+    owner_list: list[int],
+    names: NameBlock,
+    starts: list[int],
+    slots: list[int],
+    by_slot: bool,
+) -> list[tuple[int, list[Sequence[int]]]]:
+    """`group_by_master` from the batch's runs of one slot (`slot_runs`): a step per run
+    when runs are long, else a stable sort of the names by master (and slot)."""
     if len(starts) * RUN_FROM <= len(names):
-        return _group_runs(starts.tolist(), slots.tolist(), owners.tolist(), len(names), by_slot)
+        owners = [owner_list[slot] for slot in slots]
+        if min(owners, default=0) < 0:
+            _not_covered(names, starts[owners.index(-1)])
+        return _group_runs(starts, slots, owners, len(names), by_slot)
     lengths = np.diff(np.append(starts, len(names)))
-    slots, owners = np.repeat(slots, lengths), np.repeat(owners, lengths)
-    rank = owners * SLOTS + slots if by_slot else owners
+    run_owners = owner[slots]
+    if (run_owners < 0).any():
+        _not_covered(names, starts[int(np.argmax(run_owners < 0))])
+    slot_of, owner_of = np.repeat(slots, lengths), np.repeat(run_owners, lengths)
+    rank = owner_of * SLOTS + slot_of if by_slot else owner_of
     order = np.argsort(rank, kind="stable")
     ranked = rank[order]
     out: list[tuple[int, list[Sequence[int]]]] = []
     for group in np.split(order, np.flatnonzero(ranked[1:] != ranked[:-1]) + 1):
-        master = int(owners[group[0]])
+        master = int(owner_of[group[0]])
         if out and out[-1][0] == master:
             out[-1][1].append(group.tolist())
         else:
             out.append((master, [group.tolist()]))
     return out
+
+
+def _not_covered(names: NameBlock, position: int) -> NoReturn:
+    name = names.text[position]
+    raise SlotNotCoveredError(f"slot {key_slot(name.encode())} of {name!r} has no master")
 
 
 def _group_runs(

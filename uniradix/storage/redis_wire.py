@@ -153,6 +153,15 @@ class NameBlock:
         count = len(self.text) if positions is None else len(positions)
         return [b"*%d\r\n" % (1 + count) + _bulk(command), self.bulk(positions)]
 
+    def commands(self, command: bytes, groups: Sequence[Sequence[int]]) -> list[bytes]:
+        """`COMMAND name...` of each group's names (positions), one after another, as one
+        chunk: a cluster master's multi-key commands, one per slot."""
+        name = _bulk(command)
+        parts: list[bytes | memoryview] = []
+        for positions in groups:
+            parts += (b"*%d\r\n%s" % (1 + len(positions), name), self.bulk(positions))
+        return [b"".join(parts)]
+
     def key_commands(
         self, command: bytes, positions: Sequence[int] | None = None
     ) -> list[bytes | memoryview]:
