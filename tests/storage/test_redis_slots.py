@@ -13,7 +13,7 @@ from redis.exceptions import SlotNotCoveredError
 from uniradix import native
 from uniradix.key import RadixKey
 from uniradix.storage import KeySpace
-from uniradix.storage.redis_slots import SLOTS, VECTOR_FROM, group_by_master, key_slot
+from uniradix.storage.redis_slots import SLOTS, group_by_master, key_slot
 from uniradix.storage.redis_wire import NameBlock, key_commands, multi_key_command
 
 
@@ -28,7 +28,7 @@ def _batches() -> list[list[bytes]]:
     per_page = KeySpace("org/m@rev1", "bfloat16", "layer_first", 1, "full", group_pages=1)
     out = []
     for space in (chained, per_page):
-        for n in (64, VECTOR_FROM - 1, VECTOR_FROM, 1024):
+        for n in (64, 255, 256, 1024):
             out.append([k.name.encode() for k in space.keys_for(RadixKey(list(range(n))))])
     out.append([b"plain.%d" % i for i in range(600)])  # no hash tags at all
     out.append([b"k%d.{t}" % i for i in range(10)])  # one tag

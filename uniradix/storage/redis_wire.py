@@ -97,8 +97,7 @@ class NameBlock:
     by one and packing each into a command was ~100 us of a 1,024-page lookup, a third of
     its wall on loopback. When every name has one length (a chain's storage keys do) the
     block is a grid: a run of names (a `range` of positions, as a chain's pages come) is a
-    slice of it, and a cluster's grouping reads the hash tags from it as arrays
-    (`redis_slots.slot_runs`). Names of other lengths are packed one by one."""
+    slice of it. Names of other lengths are packed one by one."""
 
     def __init__(self, text: Sequence[str]) -> None:
         self.text = text
@@ -109,15 +108,13 @@ class NameBlock:
         self._names: list[bytes] | None = None
         self.grid: np.ndarray | None = None
         """The names as a (count, width) array of bytes, when they all have one length."""
-        self.rows: np.ndarray | None = None
-        """The block as a (count, row) array of bytes, each row a name's bulk string."""
         # Uniform: the line feeds that end each row's head and name where they would be
         # were every name as long as the first (no name holds a line break, so a longer or
         # shorter one would move them).
         if count and len(block) == row * count:
             rows = np.frombuffer(block, dtype=np.uint8).reshape(count, row)
             if (rows[:, len(head) - 1] == _LF).all() and (rows[:, row - 1] == _LF).all():
-                self.rows, self.grid = rows, rows[:, len(head) : len(head) + width]
+                self.grid = rows[:, len(head) : len(head) + width]
         uniform = self.grid is not None
         self._block: memoryview | None = memoryview(block) if uniform else None
         self._row = row if uniform else 0
